@@ -1,0 +1,109 @@
+//! Authentication: HS256 bearer tokens (`sub` = user id, `exp` required) and the `Viewer`, the
+//! authenticated user of one request with their course memberships loaded once, lazily.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use sea_orm::DatabaseConnection;
+use serde::{Deserialize, Serialize};
+use tokio::sync::OnceCell;
+
+use crate::error::{AppError, AppResult};
+use crate::forum::courses::{self, Role};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Claims {
+    sub: String,
+    exp: u64,
+    iat: u64,
+}
+
+/// Mints and checks tokens with one secret.
+#[derive(Clone)]
+pub struct TokenKeys {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+}
+
+impl TokenKeys {
+    pub fn new(secret: &str) -> AppResult<Self> {
+        let bad = |e: jsonwebtoken::errors::Error| {
+            AppError::Config(format!("JWT_SECRET is unusable: {e}"))
+        };
+        Ok(Self {
+            encoding: EncodingKey::from_secret(secret.as_bytes()).map_err(bad)?,
+            decoding: DecodingKey::from_secret(secret.as_bytes()).map_err(bad)?,
+        })
+    }
+
+    /// A token for `user_id` valid for `ttl`.
+    pub fn mint(&self, user_id: i64, ttl: Duration) -> AppResult<String> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let claims = Claims {
+            sub: user_id.to_string(),
+            iat: now,
+            exp: now + ttl.as_secs(),
+        };
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .map_err(|e| AppError::Internal(format!("cannot sign token: {e}")))
+    }
+
+    /// The user id a valid token speaks for.
+    pub fn verify(&self, token: &str) -> AppResult<i64> {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.leeway = 5;
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation)
+            .map_err(|e| AppError::Unauthenticated(format!("invalid token: {e}")))?;
+        data.claims
+            .sub
+            .parse::<i64>()
+            .map_err(|_| AppError::Unauthenticated("invalid token: sub is not a user id".into()))
+    }
+
+    /// Reads an `Authorization` header value (`Bearer <jwt>`).
+    pub fn verify_header(&self, header: &str) -> AppResult<i64> {
+        let token = header
+            .strip_prefix("Bearer ")
+            .or_else(|| header.strip_prefix("bearer "))
+            .ok_or_else(|| {
+                AppError::Unauthenticated("Authorization must be `Bearer <token>`".into())
+            })?;
+        self.verify(token.trim())
+    }
+}
+
+/// Who is asking, for one request (or one websocket connection).
+pub struct Viewer {
+    pub user_id: i64,
+    memberships: OnceCell<HashMap<i64, Role>>,
+}
+
+impl Viewer {
+    pub fn new(user_id: i64) -> Self {
+        Self {
+            user_id,
+            memberships: OnceCell::new(),
+        }
+    }
+
+    /// The viewer's role in every course they belong to, read once per request.
+    pub async fn memberships(&self, db: &DatabaseConnection) -> AppResult<&HashMap<i64, Role>> {
+        self.memberships
+            .get_or_try_init(|| async { courses::roles_of_user(db, self.user_id).await })
+            .await
+    }
+
+    /// The viewer's role in `course_id`, or FORBIDDEN.
+    pub async fn require_member(&self, db: &DatabaseConnection, course_id: i64) -> AppResult<Role> {
+        self.memberships(db)
+            .await?
+            .get(&course_id)
+            .copied()
+            .ok_or_else(|| AppError::Forbidden("you are not a member of this course".into()))
+    }
+}

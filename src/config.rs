@@ -1,0 +1,154 @@
+//! Configuration: every setting is a flag and an environment variable (clap), validated once at
+//! start-up so that a missing or malformed value stops the process with one clear sentence.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::error::AppError;
+
+/// How a like reaches PostgreSQL (DESIGN §2). Only level 1 exists in the forum core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LikeMode {
+    /// Level 1: one statement per like, insert-on-conflict feeding the counter.
+    Sync,
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Settings shared by every subcommand. Values that only some subcommands need are optional
+/// here and demanded by the accessor (`database_url()`, …) so the error names the variable.
+#[derive(Clone, Debug, Args)]
+pub struct Settings {
+    /// PostgreSQL connection URL, e.g. postgres://postgres@127.0.0.1:5432/course_forum
+    #[arg(long, env = "DATABASE_URL", global = true)]
+    pub database_url: Option<String>,
+
+    /// Redis connection URL.
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
+    pub redis_url: String,
+
+    /// Prefix of every Redis key this process touches; tests use a fresh one each.
+    #[arg(long, env = "REDIS_KEY_PREFIX", default_value = "cf", global = true)]
+    pub redis_key_prefix: String,
+
+    /// HS256 secret for bearer tokens (at least 16 bytes).
+    #[arg(long, env = "JWT_SECRET", global = true, hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+
+    /// Address the HTTP server listens on.
+    #[arg(long, env = "BIND", default_value = "127.0.0.1:8000", global = true)]
+    pub bind: SocketAddr,
+
+    /// How likes are written: sync (level 1).
+    #[arg(
+        long,
+        env = "LIKE_MODE",
+        value_enum,
+        default_value = "sync",
+        global = true
+    )]
+    pub like_mode: LikeMode,
+
+    /// Like/unlike toggles allowed per user per minute (0 disables the limit).
+    #[arg(
+        long,
+        env = "LIKE_RATE_PER_MINUTE",
+        default_value_t = 60,
+        global = true
+    )]
+    pub like_rate_per_minute: u32,
+
+    /// How long to wait for a PostgreSQL or Redis connection before giving up.
+    #[arg(long, env = "CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]
+    pub connect_timeout: Duration,
+
+    /// Size of the PostgreSQL connection pool.
+    #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 20, global = true)]
+    pub db_max_connections: u32,
+
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 64 * 1024, global = true)]
+    pub max_body_bytes: usize,
+
+    /// Log format: text (human) or json.
+    #[arg(
+        long,
+        env = "LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
+}
+
+/// Parses durations written like `30s`, `250ms`, `1m`.
+pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+    humantime::parse_duration(raw.trim())
+        .map_err(|e| format!("`{raw}` is not a duration like 30s or 250ms ({e})"))
+}
+
+impl Settings {
+    pub fn database_url(&self) -> Result<&str, AppError> {
+        match self.database_url.as_deref() {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => Ok(url),
+            Some(_) => Err(AppError::Config(
+                "DATABASE_URL must be a postgres:// URL, e.g. postgres://postgres@127.0.0.1:5432/course_forum".into(),
+            )),
+            None => Err(AppError::Config(
+                "DATABASE_URL is not set: point it at PostgreSQL, e.g. postgres://postgres@127.0.0.1:5432/course_forum".into(),
+            )),
+        }
+    }
+
+    pub fn jwt_secret(&self) -> Result<&str, AppError> {
+        match self.jwt_secret.as_deref() {
+            Some(secret) if secret.len() >= 16 => Ok(secret),
+            Some(_) => Err(AppError::Config(
+                "JWT_SECRET must be at least 16 bytes long".into(),
+            )),
+            None => Err(AppError::Config(
+                "JWT_SECRET is not set: give it a random string of at least 16 bytes".into(),
+            )),
+        }
+    }
+
+    pub fn redis_url(&self) -> Result<&str, AppError> {
+        if self.redis_url.starts_with("redis://") || self.redis_url.starts_with("rediss://") {
+            Ok(&self.redis_url)
+        } else {
+            Err(AppError::Config(
+                "REDIS_URL must be a redis:// URL, e.g. redis://127.0.0.1:6379".into(),
+            ))
+        }
+    }
+
+    /// Checks everything `serve` needs, so a bad setting fails before anything connects.
+    pub fn validate_for_serve(&self) -> Result<(), AppError> {
+        self.database_url()?;
+        self.redis_url()?;
+        self.jwt_secret()?;
+        if self.redis_key_prefix.is_empty() || self.redis_key_prefix.contains(['{', '}', ' ']) {
+            return Err(AppError::Config(
+                "REDIS_KEY_PREFIX must be non-empty and contain no braces or spaces".into(),
+            ));
+        }
+        if self.db_max_connections == 0 {
+            return Err(AppError::Config(
+                "DB_MAX_CONNECTIONS must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}

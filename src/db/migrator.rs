@@ -1,0 +1,44 @@
+//! The migration list: each entry is one SQL file of `migrations/`, named after it.
+
+use sea_orm_migration::prelude::*;
+
+pub struct Migrator;
+
+/// One plain-SQL migration, embedded at compile time.
+struct SqlMigration {
+    name: &'static str,
+    sql: &'static str,
+}
+
+impl MigrationName for SqlMigration {
+    fn name(&self) -> &str {
+        self.name
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for SqlMigration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .get_connection()
+            .execute_unprepared(self.sql)
+            .await
+            .map(|_| ())
+    }
+}
+
+macro_rules! sql_migration {
+    ($name:literal) => {
+        Box::new(SqlMigration {
+            name: $name,
+            sql: include_str!(concat!("../../migrations/", $name, ".sql")),
+        })
+    };
+}
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![sql_migration!("0001_forum_core")]
+    }
+}

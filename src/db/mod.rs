@@ -1,0 +1,79 @@
+//! PostgreSQL: connecting with bounded timeouts, running migrations, and the small helpers
+//! that turn visible SQL into statements.
+
+pub mod migrator;
+
+use std::time::Duration;
+
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement, Value,
+};
+use sea_orm_migration::MigratorTrait;
+
+use crate::config::Settings;
+use crate::error::{AppError, AppResult};
+
+/// Opens the pool. Fails within `connect_timeout` with one sentence when PostgreSQL is not there
+/// (sea-orm would otherwise wait ~30 s).
+pub async fn connect(settings: &Settings) -> AppResult<DatabaseConnection> {
+    let url = settings.database_url()?;
+    connect_url(url, settings.connect_timeout, settings.db_max_connections).await
+}
+
+pub async fn connect_url(
+    url: &str,
+    timeout: Duration,
+    max_connections: u32,
+) -> AppResult<DatabaseConnection> {
+    let mut options = ConnectOptions::new(url.to_owned());
+    options
+        .connect_timeout(timeout)
+        .acquire_timeout(timeout)
+        .max_connections(max_connections)
+        .min_connections(0)
+        .sqlx_logging(false);
+    let db = tokio::time::timeout(
+        timeout + Duration::from_millis(500),
+        Database::connect(options),
+    )
+    .await
+    .map_err(|_| unreachable_db(url, "timed out"))?
+    .map_err(|e| unreachable_db(url, &e.to_string()))?;
+    // A pool connects lazily; prove the server answers before anyone relies on it.
+    db.execute_unprepared("SELECT 1")
+        .await
+        .map_err(|e| unreachable_db(url, &e.to_string()))?;
+    Ok(db)
+}
+
+fn unreachable_db(url: &str, why: &str) -> AppError {
+    AppError::Config(format!(
+        "cannot reach PostgreSQL at {} ({why})",
+        redact(url)
+    ))
+}
+
+/// Hides a password in a URL before it is printed.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Applies all pending migrations; a no-op when the schema is current.
+pub async fn migrate(db: &DatabaseConnection) -> AppResult<()> {
+    migrator::Migrator::up(db, None).await?;
+    Ok(())
+}
+
+/// A PostgreSQL statement with positional `$n` parameters.
+pub fn stmt<I: IntoIterator<Item = Value>>(sql: &str, values: I) -> Statement {
+    Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
+}

@@ -1,0 +1,236 @@
+//! Comments and replies, two levels deep (Facebook style). A reply always hangs under a root
+//! comment; replying to a reply attaches to that root and records whom it answers. Creating and
+//! deleting keep `posts.comment_count` and `comments.reply_count` right in the same transaction.
+
+use sea_orm::{ConnectionTrait, FromQueryResult, TransactionSession, TransactionTrait};
+
+use crate::db::stmt;
+use crate::error::{AppError, AppResult};
+use crate::forum::paging::{Order, Page, PageRequest, page_sql};
+
+#[derive(Clone, Debug, FromQueryResult)]
+pub struct CommentRow {
+    pub id: i64,
+    pub post_id: i64,
+    /// The course of the post, carried so access checks need no further query.
+    pub course_id: i64,
+    pub parent_id: Option<i64>,
+    pub reply_to_user_id: Option<i64>,
+    pub user_id: i64,
+    pub body: String,
+    pub like_count: i32,
+    pub reply_count: i32,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub edited_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+pub const MAX_COMMENT_CHARS: usize = 5_000;
+
+const COMMENT_COLUMNS: &str = "id, post_id, parent_id, reply_to_user_id, user_id, body, like_count, reply_count, created_at, edited_at";
+
+/// A live comment or reply on a live post.
+pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<CommentRow>> {
+    let sql = "SELECT c.id, c.post_id, p.course_id, c.parent_id, c.reply_to_user_id, c.user_id, c.body, \
+               c.like_count, c.reply_count, c.created_at, c.edited_at \
+               FROM comments c JOIN posts p ON p.id = c.post_id \
+               WHERE c.id = $1 AND c.deleted_at IS NULL AND p.deleted_at IS NULL";
+    Ok(CommentRow::find_by_statement(stmt(sql, [id.into()]))
+        .one(db)
+        .await?)
+}
+
+/// Top-level comments of a post, oldest first (served by `comments_top_level_idx`).
+pub async fn page_top_level(
+    db: &impl ConnectionTrait,
+    post_id: i64,
+    course_id: i64,
+    page: &PageRequest,
+) -> AppResult<Page<CommentRow>> {
+    let select = format!("SELECT {COMMENT_COLUMNS}, $2::bigint AS course_id FROM comments");
+    let scope = "post_id = $1 AND parent_id IS NULL AND deleted_at IS NULL";
+    page_of(db, &select, scope, [post_id, course_id], page).await
+}
+
+/// Replies under a root comment, oldest first (served by `comments_replies_idx`).
+pub async fn page_replies(
+    db: &impl ConnectionTrait,
+    root_id: i64,
+    course_id: i64,
+    page: &PageRequest,
+) -> AppResult<Page<CommentRow>> {
+    let select = format!("SELECT {COMMENT_COLUMNS}, $2::bigint AS course_id FROM comments");
+    let scope = "parent_id = $1 AND deleted_at IS NULL";
+    page_of(db, &select, scope, [root_id, course_id], page).await
+}
+
+async fn page_of(
+    db: &impl ConnectionTrait,
+    select: &str,
+    scope: &str,
+    scope_values: [i64; 2],
+    page: &PageRequest,
+) -> AppResult<Page<CommentRow>> {
+    let sql = page_sql(select, scope, scope_values.len(), page, Order::OldestFirst);
+    let mut values: Vec<sea_orm::Value> = scope_values.iter().map(|v| (*v).into()).collect();
+    values.extend(page.values());
+    let rows = CommentRow::find_by_statement(stmt(&sql, values))
+        .all(db)
+        .await?;
+    Ok(page.finish(rows))
+}
+
+#[derive(FromQueryResult)]
+struct IdRow {
+    id: i64,
+}
+
+/// Adds a top-level comment. The post's row is updated first: that both bumps the counter and
+/// locks out a concurrent delete, so a comment never lands on a post deleted meanwhile.
+pub async fn create_comment<C: ConnectionTrait + TransactionTrait>(
+    db: &C,
+    post_id: i64,
+    course_id: i64,
+    user_id: i64,
+    body: &str,
+) -> AppResult<CommentRow> {
+    let txn = db.begin().await?;
+    bump_post_comments(&txn, post_id, 1).await?;
+    let row = insert(&txn, post_id, course_id, None, None, user_id, body).await?;
+    txn.commit().await?;
+    Ok(row)
+}
+
+/// Adds a reply to `target` (a root comment or a reply). It lands under the root; `reply_to`
+/// is the author of `target`.
+pub async fn create_reply<C: ConnectionTrait + TransactionTrait>(
+    db: &C,
+    target: &CommentRow,
+    user_id: i64,
+    body: &str,
+) -> AppResult<CommentRow> {
+    let root_id = target.parent_id.unwrap_or(target.id);
+    let txn = db.begin().await?;
+    // Lock order everywhere is comment, then post (delete_comment follows it too).
+    let bumped = IdRow::find_by_statement(stmt(
+        "UPDATE comments SET reply_count = reply_count + 1 \
+         WHERE id = $1 AND parent_id IS NULL AND deleted_at IS NULL RETURNING id",
+        [root_id.into()],
+    ))
+    .one(&txn)
+    .await?;
+    if bumped.is_none() {
+        return Err(AppError::not_found("comment"));
+    }
+    bump_post_comments(&txn, target.post_id, 1).await?;
+    let row = insert(
+        &txn,
+        target.post_id,
+        target.course_id,
+        Some(root_id),
+        Some(target.user_id),
+        user_id,
+        body,
+    )
+    .await?;
+    txn.commit().await?;
+    Ok(row)
+}
+
+async fn bump_post_comments(txn: &impl ConnectionTrait, post_id: i64, delta: i64) -> AppResult<()> {
+    let bumped = IdRow::find_by_statement(stmt(
+        "UPDATE posts SET comment_count = comment_count + $2 WHERE id = $1 AND deleted_at IS NULL RETURNING id",
+        [post_id.into(), delta.into()],
+    ))
+    .one(txn)
+    .await?;
+    bumped
+        .map(|_| ())
+        .ok_or_else(|| AppError::not_found("post"))
+}
+
+async fn insert(
+    txn: &impl ConnectionTrait,
+    post_id: i64,
+    course_id: i64,
+    parent_id: Option<i64>,
+    reply_to_user_id: Option<i64>,
+    user_id: i64,
+    body: &str,
+) -> AppResult<CommentRow> {
+    let sql = format!(
+        "INSERT INTO comments (post_id, parent_id, reply_to_user_id, user_id, body) VALUES ($1, $2, $3, $4, $5) \
+         RETURNING {COMMENT_COLUMNS}, $6::bigint AS course_id"
+    );
+    CommentRow::find_by_statement(stmt(
+        &sql,
+        [
+            post_id.into(),
+            parent_id.into(),
+            reply_to_user_id.into(),
+            user_id.into(),
+            body.into(),
+            course_id.into(),
+        ],
+    ))
+    .one(txn)
+    .await?
+    .ok_or_else(|| AppError::Internal("INSERT … RETURNING returned no row".into()))
+}
+
+pub async fn edit(
+    db: &impl ConnectionTrait,
+    comment: &CommentRow,
+    body: &str,
+) -> AppResult<CommentRow> {
+    let sql = format!(
+        "UPDATE comments SET body = $2, edited_at = now() WHERE id = $1 AND deleted_at IS NULL \
+         RETURNING {COMMENT_COLUMNS}, $3::bigint AS course_id"
+    );
+    CommentRow::find_by_statement(stmt(
+        &sql,
+        [comment.id.into(), body.into(), comment.course_id.into()],
+    ))
+    .one(db)
+    .await?
+    .ok_or_else(|| AppError::not_found("comment"))
+}
+
+/// Soft-deletes a comment and, for a root comment, its replies with it; counters follow the
+/// rows that really changed. Returns false when it was already gone.
+pub async fn soft_delete<C: ConnectionTrait + TransactionTrait>(
+    db: &C,
+    comment: &CommentRow,
+) -> AppResult<bool> {
+    let txn = db.begin().await?;
+    // Lock the root first, so a reply being created concurrently either commits before we read
+    // the replies (and is deleted with them) or sees the root deleted and fails.
+    let locked = IdRow::find_by_statement(stmt(
+        "SELECT id FROM comments WHERE id = $1 AND deleted_at IS NULL FOR UPDATE",
+        [comment.id.into()],
+    ))
+    .one(&txn)
+    .await?;
+    if locked.is_none() {
+        return Ok(false);
+    }
+    let deleted = IdRow::find_by_statement(stmt(
+        "UPDATE comments SET deleted_at = now() WHERE (id = $1 OR parent_id = $1) AND deleted_at IS NULL RETURNING id",
+        [comment.id.into()],
+    ))
+    .all(&txn)
+    .await?;
+    if let Some(root_id) = comment.parent_id {
+        txn.execute_raw(stmt(
+            "UPDATE comments SET reply_count = reply_count - 1 WHERE id = $1 AND reply_count > 0",
+            [root_id.into()],
+        ))
+        .await?;
+    }
+    txn.execute_raw(stmt(
+        "UPDATE posts SET comment_count = GREATEST(comment_count - $2, 0) WHERE id = $1",
+        [comment.post_id.into(), (deleted.len() as i64).into()],
+    ))
+    .await?;
+    txn.commit().await?;
+    Ok(true)
+}

@@ -1,0 +1,134 @@
+//! Posts: a course's threads. Soft-deleted rows are invisible to every read here.
+
+use sea_orm::{ConnectionTrait, FromQueryResult};
+
+use crate::db::stmt;
+use crate::error::{AppError, AppResult};
+use crate::forum::paging::{Order, Page, PageRequest, page_sql};
+
+#[derive(Clone, Debug, FromQueryResult)]
+pub struct PostRow {
+    pub id: i64,
+    pub course_id: i64,
+    pub user_id: i64,
+    pub title: String,
+    pub body: String,
+    pub like_count: i32,
+    pub comment_count: i32,
+    pub view_count: i64,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub edited_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+const POST_COLUMNS: &str = "id, course_id, user_id, title, body, like_count, comment_count, view_count, created_at, edited_at";
+
+fn select_post() -> String {
+    format!("SELECT {POST_COLUMNS} FROM posts")
+}
+
+/// Limits on what a post may hold.
+pub const MAX_TITLE_CHARS: usize = 200;
+pub const MAX_BODY_CHARS: usize = 20_000;
+
+/// Trims and checks a title and body; empty or oversized text is BAD_USER_INPUT.
+pub fn validate_text(field: &str, raw: &str, max_chars: usize) -> AppResult<String> {
+    let text = raw.trim();
+    if text.is_empty() {
+        return Err(AppError::bad_input(format!("`{field}` must not be empty")));
+    }
+    let chars = text.chars().count();
+    if chars > max_chars {
+        return Err(AppError::bad_input(format!(
+            "`{field}` is {chars} characters; the limit is {max_chars}"
+        )));
+    }
+    Ok(text.to_owned())
+}
+
+/// A live (not deleted) post.
+pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<PostRow>> {
+    Ok(PostRow::find_by_statement(stmt(
+        &format!("{} WHERE id = $1 AND deleted_at IS NULL", select_post()),
+        [id.into()],
+    ))
+    .one(db)
+    .await?)
+}
+
+/// A course's posts, newest first (served by `posts_course_feed_idx`).
+pub async fn page_in_course(
+    db: &impl ConnectionTrait,
+    course_id: i64,
+    page: &PageRequest,
+) -> AppResult<Page<PostRow>> {
+    let sql = page_sql(
+        &select_post(),
+        "course_id = $1 AND deleted_at IS NULL",
+        1,
+        page,
+        Order::NewestFirst,
+    );
+    let mut values = vec![course_id.into()];
+    values.extend(page.values());
+    let rows = PostRow::find_by_statement(stmt(&sql, values))
+        .all(db)
+        .await?;
+    Ok(page.finish(rows))
+}
+
+pub async fn create(
+    db: &impl ConnectionTrait,
+    course_id: i64,
+    user_id: i64,
+    title: &str,
+    body: &str,
+) -> AppResult<PostRow> {
+    let sql = format!(
+        "INSERT INTO posts (course_id, user_id, title, body) VALUES ($1, $2, $3, $4) \
+         RETURNING {}",
+        POST_COLUMNS
+    );
+    PostRow::find_by_statement(stmt(
+        &sql,
+        [course_id.into(), user_id.into(), title.into(), body.into()],
+    ))
+    .one(db)
+    .await?
+    .ok_or_else(|| AppError::Internal("INSERT … RETURNING returned no row".into()))
+}
+
+/// Changes title and/or body of a live post; `None` keeps the old value.
+pub async fn edit(
+    db: &impl ConnectionTrait,
+    id: i64,
+    title: Option<&str>,
+    body: Option<&str>,
+) -> AppResult<PostRow> {
+    let sql = format!(
+        "UPDATE posts SET title = COALESCE($2, title), body = COALESCE($3, body), edited_at = now() \
+         WHERE id = $1 AND deleted_at IS NULL RETURNING {}",
+        POST_COLUMNS
+    );
+    PostRow::find_by_statement(stmt(
+        &sql,
+        [
+            id.into(),
+            title.map(str::to_owned).into(),
+            body.map(str::to_owned).into(),
+        ],
+    ))
+    .one(db)
+    .await?
+    .ok_or_else(|| AppError::not_found("post"))
+}
+
+/// Soft-deletes a live post. Returns false when it was already gone.
+pub async fn soft_delete(db: &impl ConnectionTrait, id: i64) -> AppResult<bool> {
+    let result = db
+        .execute_raw(stmt(
+            "UPDATE posts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL",
+            [id.into()],
+        ))
+        .await?;
+    Ok(result.rows_affected() == 1)
+}

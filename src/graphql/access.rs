@@ -1,0 +1,75 @@
+//! The access rule in one place: load what an id names and prove the viewer belongs to its
+//! course. Every entry point (queries, `node`, mutations) goes through these.
+
+use async_graphql::{Context, ID};
+
+use super::context::{state, viewer};
+use super::ids::{self, NodeKind};
+use crate::error::{AppError, AppResult};
+use crate::forum::comments::{self, CommentRow};
+use crate::forum::courses::{self, CourseRow, Role};
+use crate::forum::posts::{self, PostRow};
+
+pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(CourseRow, Role)> {
+    let viewer = viewer(ctx)?;
+    let db = &state(ctx)?.db;
+    let row = courses::find(db, id)
+        .await?
+        .ok_or_else(|| AppError::not_found("course"))?;
+    let role = viewer.require_member(db, row.id).await?;
+    Ok((row, role))
+}
+
+pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
+    let viewer = viewer(ctx)?;
+    let db = &state(ctx)?.db;
+    let row = posts::find(db, id)
+        .await?
+        .ok_or_else(|| AppError::not_found("post"))?;
+    let role = viewer.require_member(db, row.course_id).await?;
+    Ok((row, role))
+}
+
+/// A comment (`NodeKind::Comment`) or reply (`NodeKind::Reply`); the kind must match the row.
+pub async fn comment(ctx: &Context<'_>, kind: NodeKind, id: i64) -> AppResult<(CommentRow, Role)> {
+    let viewer = viewer(ctx)?;
+    let db = &state(ctx)?.db;
+    let row = comments::find(db, id)
+        .await?
+        .filter(|row| row.parent_id.is_some() == (kind == NodeKind::Reply))
+        .ok_or_else(|| {
+            AppError::not_found(if kind == NodeKind::Reply {
+                "reply"
+            } else {
+                "comment"
+            })
+        })?;
+    let role = viewer.require_member(db, row.course_id).await?;
+    Ok((row, role))
+}
+
+/// Decodes an id naming a comment or a reply and loads it.
+pub async fn any_comment(ctx: &Context<'_>, raw: &ID) -> AppResult<(CommentRow, Role)> {
+    viewer(ctx)?;
+    let (kind, id) = ids::decode_as(raw, &[NodeKind::Comment, NodeKind::Reply])?;
+    comment(ctx, kind, id).await
+}
+
+/// Authors may change their own content; instructors may also delete anything in their course.
+pub fn require_author(viewer_id: i64, author_id: i64) -> AppResult<()> {
+    if viewer_id == author_id {
+        Ok(())
+    } else {
+        Err(AppError::Forbidden("only the author may do this".into()))
+    }
+}
+
+pub fn require_author_or_instructor(viewer_id: i64, author_id: i64, role: Role) -> AppResult<()> {
+    if viewer_id == author_id || role == Role::Instructor {
+        Ok(())
+    } else {
+        Err(AppError::Forbidden(
+            "only the author or an instructor of the course may do this".into(),
+        ))
+    }
+}

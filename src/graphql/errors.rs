@@ -1,0 +1,66 @@
+//! Gives every GraphQL error an `extensions.code`. Resolver errors carry an `AppError` as their
+//! source and take its code; internal ones are logged and replaced by an opaque message.
+//! Errors raised by async-graphql itself (parse, validation, depth, complexity, argument
+//! coercion) are the client's fault: BAD_USER_INPUT.
+
+use std::sync::Arc;
+
+use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextRequest};
+use async_graphql::{Response, ServerError};
+
+use crate::error::AppError;
+
+pub struct ErrorCodes;
+
+impl ExtensionFactory for ErrorCodes {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(ErrorCodesExtension)
+    }
+}
+
+struct ErrorCodesExtension;
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for ErrorCodesExtension {
+    async fn request(&self, ctx: &ExtensionContext<'_>, next: NextRequest<'_>) -> Response {
+        let mut response = next.run(ctx).await;
+        response.errors.iter_mut().for_each(assign_code);
+        response
+    }
+}
+
+fn app_error(err: &ServerError) -> Option<&AppError> {
+    err.source::<AppError>()
+        .or_else(|| err.source::<Arc<AppError>>().map(|arc| arc.as_ref()))
+}
+
+/// Sets the code of one error (keeping one a resolver set explicitly).
+pub fn assign_code(err: &mut ServerError) {
+    let code = match app_error(err) {
+        Some(app) if app.is_internal() => {
+            tracing::error!(error = %app, path = ?err.path, "internal error while resolving");
+            err.message = "internal error".to_owned();
+            "INTERNAL"
+        }
+        Some(app) => app.code(),
+        None => {
+            if err
+                .extensions
+                .as_ref()
+                .is_some_and(|ext| ext.get("code").is_some())
+            {
+                return;
+            }
+            "BAD_USER_INPUT"
+        }
+    };
+    err.extensions
+        .get_or_insert_with(Default::default)
+        .set("code", code);
+    if let Some(AppError::RateLimited { retry_after_ms }) = app_error(err) {
+        let retry = *retry_after_ms;
+        err.extensions
+            .get_or_insert_with(Default::default)
+            .set("retryAfterMs", retry);
+    }
+}

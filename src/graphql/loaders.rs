@@ -1,0 +1,109 @@
+//! DataLoaders, created per request (their caches must not outlive it): authors, courses and
+//! the viewer's "liked" flags each cost one query per request tick, not one per row.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_graphql::Context;
+use async_graphql::dataloader::{DataLoader, Loader};
+use sea_orm::DatabaseConnection;
+
+use crate::error::{AppError, AppResult};
+use crate::forum::courses::{self, CourseRow};
+use crate::forum::users::{self, UserRow};
+use crate::likes::{LikeTarget, Likes};
+
+/// Loader errors must be `Clone`; the shared error keeps its code.
+pub type LoadError = Arc<AppError>;
+
+pub struct UserLoader(DatabaseConnection);
+
+impl Loader<i64> for UserLoader {
+    type Value = UserRow;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[i64]) -> Result<HashMap<i64, UserRow>, LoadError> {
+        let rows = users::find_many(&self.0, keys).await.map_err(Arc::new)?;
+        Ok(rows.into_iter().map(|u| (u.id, u)).collect())
+    }
+}
+
+pub struct CourseLoader(DatabaseConnection);
+
+impl Loader<i64> for CourseLoader {
+    type Value = CourseRow;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[i64]) -> Result<HashMap<i64, CourseRow>, LoadError> {
+        let rows = courses::find_many(&self.0, keys).await.map_err(Arc::new)?;
+        Ok(rows.into_iter().map(|c| (c.id, c)).collect())
+    }
+}
+
+/// "Did the viewer like this?" for every target a request shows, in one batch.
+pub struct LikedLoader {
+    likes: Likes,
+    user_id: i64,
+}
+
+impl Loader<LikeTarget> for LikedLoader {
+    type Value = bool;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[LikeTarget]) -> Result<HashMap<LikeTarget, bool>, LoadError> {
+        let liked = self
+            .likes
+            .liked_by(self.user_id, keys)
+            .await
+            .map_err(Arc::new)?;
+        Ok(keys.iter().map(|k| (*k, liked.contains(k))).collect())
+    }
+}
+
+/// The loaders of one request.
+pub struct Loaders {
+    pub users: DataLoader<UserLoader>,
+    pub courses: DataLoader<CourseLoader>,
+    /// Present only for an authenticated viewer.
+    pub liked: Option<DataLoader<LikedLoader>>,
+}
+
+impl Loaders {
+    pub fn new(db: &DatabaseConnection, likes: &Likes, viewer: Option<i64>) -> Self {
+        Self {
+            users: DataLoader::new(UserLoader(db.clone()), tokio::spawn),
+            courses: DataLoader::new(CourseLoader(db.clone()), tokio::spawn),
+            liked: viewer.map(|user_id| {
+                DataLoader::new(
+                    LikedLoader {
+                        likes: likes.clone(),
+                        user_id,
+                    },
+                    tokio::spawn,
+                )
+            }),
+        }
+    }
+}
+
+pub fn loaders<'a>(ctx: &Context<'a>) -> AppResult<&'a Loaders> {
+    ctx.data::<Loaders>()
+        .map_err(|_| AppError::Internal("Loaders missing from request data".into()))
+}
+
+/// Loads one user; a missing row is an internal inconsistency (authors are never deleted).
+pub async fn user(ctx: &Context<'_>, id: i64) -> async_graphql::Result<UserRow> {
+    loaders(ctx)?
+        .users
+        .load_one(id)
+        .await?
+        .ok_or_else(|| AppError::Internal(format!("user {id} referenced but missing")).into())
+}
+
+/// Whether the viewer likes `target` (false for anonymous viewers).
+pub async fn liked_by_me(ctx: &Context<'_>, target: LikeTarget) -> async_graphql::Result<bool> {
+    match &loaders(ctx)?.liked {
+        Some(loader) => Ok(loader.load_one(target).await?.unwrap_or(false)),
+        None => Ok(false),
+    }
+}

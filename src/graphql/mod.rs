@@ -1,0 +1,46 @@
+//! The GraphQL schema, apart from its transport: types, resolvers, loaders, limits, and the
+//! mapping of every error to a machine-readable `extensions.code`.
+
+pub mod access;
+pub mod context;
+pub mod cursor;
+pub mod errors;
+pub mod ids;
+pub mod loaders;
+pub mod mutation;
+pub mod query;
+pub mod types;
+
+use async_graphql::{EmptySubscription, Schema};
+
+use crate::state::AppState;
+
+pub type AppSchema = Schema<query::Query, mutation::Mutation, EmptySubscription>;
+
+/// Deepest selection accepted (a post page with comments, replies and their authors fits).
+pub const MAX_DEPTH: usize = 16;
+/// Highest query cost accepted; connection fields cost their page size times their children.
+pub const MAX_COMPLEXITY: usize = 20_000;
+
+/// The schema without runtime data: for SDL export.
+pub fn schema_builder()
+-> async_graphql::SchemaBuilder<query::Query, mutation::Mutation, EmptySubscription> {
+    Schema::build(
+        query::Query,
+        mutation::Mutation::default(),
+        EmptySubscription,
+    )
+    .limit_depth(MAX_DEPTH)
+    .limit_complexity(MAX_COMPLEXITY)
+    .extension(errors::ErrorCodes)
+}
+
+/// The schema served, with the shared state attached.
+pub fn build_schema(state: AppState) -> AppSchema {
+    schema_builder().data(state).finish()
+}
+
+/// The SDL of the running schema (what `schema.graphql` holds).
+pub fn sdl() -> String {
+    schema_builder().finish().sdl()
+}

@@ -1,0 +1,195 @@
+//! Mutation roots: writing posts, comments and replies, and liking them. Each checks the
+//! viewer and the target through `access` before it changes anything.
+
+use async_graphql::{Context, ID, MergedObject, Object, Result};
+
+use super::access::{self, require_author, require_author_or_instructor};
+use super::context::{state, viewer};
+use super::ids::{self, NodeKind, encode};
+use super::types::{AnyComment, Comment, DeletePayload, Post, Reply};
+use crate::error::AppError;
+use crate::forum::comments::{self, MAX_COMMENT_CHARS};
+use crate::forum::posts::{self, MAX_BODY_CHARS, MAX_TITLE_CHARS, validate_text};
+use crate::likes::LikeTarget;
+
+#[derive(MergedObject, Default)]
+pub struct Mutation(PostMutations, CommentMutations, LikeMutations);
+
+#[derive(Default)]
+pub struct PostMutations;
+
+#[Object]
+impl PostMutations {
+    async fn create_post(
+        &self,
+        ctx: &Context<'_>,
+        course_id: ID,
+        title: String,
+        body: String,
+    ) -> Result<Post> {
+        let viewer = viewer(ctx)?;
+        let course_id = ids::decode_one(&course_id, NodeKind::Course)?;
+        let title = validate_text("title", &title, MAX_TITLE_CHARS)?;
+        let body = validate_text("body", &body, MAX_BODY_CHARS)?;
+        let (course, _) = access::course(ctx, course_id).await?;
+        let row = posts::create(&state(ctx)?.db, course.id, viewer.user_id, &title, &body).await?;
+        Ok(Post(row))
+    }
+
+    /// Changes the title and/or body of your own post.
+    async fn edit_post(
+        &self,
+        ctx: &Context<'_>,
+        post_id: ID,
+        title: Option<String>,
+        body: Option<String>,
+    ) -> Result<Post> {
+        let viewer = viewer(ctx)?;
+        let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
+        if title.is_none() && body.is_none() {
+            return Err(AppError::bad_input("give a new `title`, a new `body`, or both").into());
+        }
+        let title = title
+            .map(|t| validate_text("title", &t, MAX_TITLE_CHARS))
+            .transpose()?;
+        let body = body
+            .map(|b| validate_text("body", &b, MAX_BODY_CHARS))
+            .transpose()?;
+        let (post, _) = access::post(ctx, post_id).await?;
+        require_author(viewer.user_id, post.user_id)?;
+        let row = posts::edit(&state(ctx)?.db, post.id, title.as_deref(), body.as_deref()).await?;
+        Ok(Post(row))
+    }
+
+    /// Soft-deletes a post: yours, or any in a course you teach.
+    async fn delete_post(&self, ctx: &Context<'_>, post_id: ID) -> Result<DeletePayload> {
+        let viewer = viewer(ctx)?;
+        let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
+        let (post, role) = access::post(ctx, post_id).await?;
+        require_author_or_instructor(viewer.user_id, post.user_id, role)?;
+        if !posts::soft_delete(&state(ctx)?.db, post.id).await? {
+            return Err(AppError::not_found("post").into());
+        }
+        Ok(DeletePayload {
+            deleted_id: encode(NodeKind::Post, post.id),
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct CommentMutations;
+
+#[Object]
+impl CommentMutations {
+    /// A top-level comment on a post.
+    async fn create_comment(
+        &self,
+        ctx: &Context<'_>,
+        post_id: ID,
+        body: String,
+    ) -> Result<Comment> {
+        let viewer = viewer(ctx)?;
+        let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
+        let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
+        let (post, _) = access::post(ctx, post_id).await?;
+        let row = comments::create_comment(
+            &state(ctx)?.db,
+            post.id,
+            post.course_id,
+            viewer.user_id,
+            &body,
+        )
+        .await?;
+        Ok(Comment(row))
+    }
+
+    /// A reply to a comment or to a reply. Replies are two levels deep: a reply to a reply is
+    /// attached to the root comment, and `replyTo` names the author it answers.
+    async fn create_reply(&self, ctx: &Context<'_>, comment_id: ID, body: String) -> Result<Reply> {
+        let viewer = viewer(ctx)?;
+        let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
+        let (target, _) = access::any_comment(ctx, &comment_id).await?;
+        let row = comments::create_reply(&state(ctx)?.db, &target, viewer.user_id, &body).await?;
+        Ok(Reply(row))
+    }
+
+    /// Changes the body of your own comment or reply.
+    async fn edit_comment(
+        &self,
+        ctx: &Context<'_>,
+        comment_id: ID,
+        body: String,
+    ) -> Result<AnyComment> {
+        let viewer = viewer(ctx)?;
+        let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
+        let (comment, _) = access::any_comment(ctx, &comment_id).await?;
+        require_author(viewer.user_id, comment.user_id)?;
+        let row = comments::edit(&state(ctx)?.db, &comment, &body).await?;
+        Ok(AnyComment::from_row(row))
+    }
+
+    /// Soft-deletes a comment (with its replies) or a reply: yours, or any in a course you teach.
+    async fn delete_comment(&self, ctx: &Context<'_>, comment_id: ID) -> Result<DeletePayload> {
+        let viewer = viewer(ctx)?;
+        let (comment, role) = access::any_comment(ctx, &comment_id).await?;
+        require_author_or_instructor(viewer.user_id, comment.user_id, role)?;
+        if !comments::soft_delete(&state(ctx)?.db, &comment).await? {
+            return Err(AppError::not_found("comment").into());
+        }
+        let kind = if comment.parent_id.is_some() {
+            NodeKind::Reply
+        } else {
+            NodeKind::Comment
+        };
+        Ok(DeletePayload {
+            deleted_id: encode(kind, comment.id),
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct LikeMutations;
+
+#[Object]
+impl LikeMutations {
+    /// Likes a post; liking it again changes nothing.
+    async fn like_post(&self, ctx: &Context<'_>, post_id: ID) -> Result<Post> {
+        set_post_like(ctx, &post_id, true).await
+    }
+
+    /// Takes back a like; unliking again changes nothing.
+    async fn unlike_post(&self, ctx: &Context<'_>, post_id: ID) -> Result<Post> {
+        set_post_like(ctx, &post_id, false).await
+    }
+
+    /// Likes a comment or a reply; idempotent.
+    async fn like_comment(&self, ctx: &Context<'_>, comment_id: ID) -> Result<AnyComment> {
+        set_comment_like(ctx, &comment_id, true).await
+    }
+
+    /// Takes back a like on a comment or reply; idempotent.
+    async fn unlike_comment(&self, ctx: &Context<'_>, comment_id: ID) -> Result<AnyComment> {
+        set_comment_like(ctx, &comment_id, false).await
+    }
+}
+
+async fn set_post_like(ctx: &Context<'_>, post_id: &ID, liked: bool) -> Result<Post> {
+    let viewer = viewer(ctx)?;
+    let post_id = ids::decode_one(post_id, NodeKind::Post)?;
+    let (mut post, _) = access::post(ctx, post_id).await?;
+    post.like_count = state(ctx)?
+        .likes
+        .set(viewer.user_id, LikeTarget::Post(post.id), liked)
+        .await?;
+    Ok(Post(post))
+}
+
+async fn set_comment_like(ctx: &Context<'_>, comment_id: &ID, liked: bool) -> Result<AnyComment> {
+    let viewer = viewer(ctx)?;
+    let (mut comment, _) = access::any_comment(ctx, comment_id).await?;
+    comment.like_count = state(ctx)?
+        .likes
+        .set(viewer.user_id, LikeTarget::Comment(comment.id), liked)
+        .await?;
+    Ok(AnyComment::from_row(comment))
+}

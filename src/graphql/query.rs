@@ -1,0 +1,62 @@
+//! Query roots: the viewer, their courses, and entry points by id.
+
+use async_graphql::{Context, ID, Object, Result};
+
+use super::access;
+use super::context::{state, viewer};
+use super::ids::{self, NodeKind};
+use super::types::{Comment, Course, Node, Post, Reply, User};
+use crate::error::AppError;
+use crate::forum::{courses, users};
+
+#[derive(Default)]
+pub struct Query;
+
+#[Object]
+impl Query {
+    /// The signed-in user.
+    async fn me(&self, ctx: &Context<'_>) -> Result<User> {
+        let viewer = viewer(ctx)?;
+        let row = users::find(&state(ctx)?.db, viewer.user_id).await?;
+        row.map(User).ok_or_else(|| {
+            AppError::Unauthenticated("the token's user does not exist".into()).into()
+        })
+    }
+
+    /// The courses the signed-in user belongs to.
+    async fn my_courses(&self, ctx: &Context<'_>) -> Result<Vec<Course>> {
+        let viewer = viewer(ctx)?;
+        let rows = courses::of_user(&state(ctx)?.db, viewer.user_id).await?;
+        Ok(rows.into_iter().map(Course).collect())
+    }
+
+    async fn course(&self, ctx: &Context<'_>, id: ID) -> Result<Course> {
+        viewer(ctx)?;
+        let (row, _) = access::course(ctx, ids::decode_one(&id, NodeKind::Course)?).await?;
+        Ok(Course(row))
+    }
+
+    async fn post(&self, ctx: &Context<'_>, id: ID) -> Result<Post> {
+        viewer(ctx)?;
+        let (row, _) = access::post(ctx, ids::decode_one(&id, NodeKind::Post)?).await?;
+        Ok(Post(row))
+    }
+
+    /// Any object by its global id, with the same access checks as the typed entry points.
+    async fn node(&self, ctx: &Context<'_>, id: ID) -> Result<Node> {
+        viewer(ctx)?;
+        let (kind, raw_id) = ids::decode(&id)?;
+        Ok(match kind {
+            NodeKind::User => {
+                let row = users::find(&state(ctx)?.db, raw_id).await?;
+                Node::User(User(row.ok_or_else(|| AppError::not_found("user"))?))
+            }
+            NodeKind::Course => Node::Course(Course(access::course(ctx, raw_id).await?.0)),
+            NodeKind::Post => Node::Post(Post(access::post(ctx, raw_id).await?.0)),
+            NodeKind::Comment => {
+                Node::Comment(Comment(access::comment(ctx, kind, raw_id).await?.0))
+            }
+            NodeKind::Reply => Node::Reply(Reply(access::comment(ctx, kind, raw_id).await?.0)),
+        })
+    }
+}

@@ -1,0 +1,321 @@
+//! The GraphQL object types: User, Course, Post, Comment, Reply, the `Node` and `AnyComment`
+//! interfaces, and their connections. Objects wrap rows; a row reaches a client only after the
+//! resolver that produced it checked the viewer's membership of its course.
+
+use async_graphql::connection::{Connection, Edge};
+use async_graphql::{Context, ID, Interface, Object, Result, SimpleObject};
+use chrono::{DateTime, Utc};
+
+use super::context::{state, viewer};
+use super::cursor::{self, KeyCursor};
+use super::ids::{NodeKind, encode};
+use super::loaders::{liked_by_me, loaders, user};
+use crate::error::AppError;
+use crate::forum::comments::{self, CommentRow};
+use crate::forum::courses::{self, CourseRow, Role};
+use crate::forum::paging::{Page, PageRequest};
+use crate::forum::posts::{self, PostRow};
+use crate::forum::users::UserRow;
+use crate::likes::LikeTarget;
+
+/// Query cost of a connection field: its page size times what each node asks for.
+pub fn page_cost(first: Option<i32>, last: Option<i32>, child_complexity: usize) -> usize {
+    let n = first
+        .or(last)
+        .unwrap_or(crate::forum::paging::DEFAULT_PAGE_SIZE)
+        .clamp(1, 100) as usize;
+    1 + n * child_complexity
+}
+
+/// Turns Relay arguments into a validated page request.
+fn page_request(
+    first: Option<i32>,
+    after: Option<String>,
+    last: Option<i32>,
+    before: Option<String>,
+) -> Result<PageRequest> {
+    let after = cursor::decode(after.as_deref())?;
+    let before = cursor::decode(before.as_deref())?;
+    Ok(PageRequest::new(first, after, last, before)?)
+}
+
+fn connection<R, N: async_graphql::OutputType>(
+    page: Page<R>,
+    id_of: impl Fn(&R) -> i64,
+    node: impl Fn(R) -> N,
+) -> Connection<KeyCursor, N> {
+    let mut conn = Connection::new(page.has_prev, page.has_next);
+    conn.edges.extend(
+        page.items
+            .into_iter()
+            .map(|row| Edge::new(KeyCursor(id_of(&row)), node(row))),
+    );
+    conn
+}
+
+/// Anything with a global id (Relay's object identification).
+#[derive(Interface)]
+#[graphql(field(name = "id", ty = "ID"))]
+pub enum Node {
+    User(User),
+    Course(Course),
+    Post(Post),
+    Comment(Comment),
+    Reply(Reply),
+}
+
+/// A top-level comment or a reply: what comment mutations return.
+#[derive(Interface)]
+#[graphql(
+    field(name = "id", ty = "ID"),
+    field(name = "body", ty = "&String"),
+    field(name = "author", ty = "User"),
+    field(name = "like_count", ty = "i32"),
+    field(name = "liked_by_me", ty = "bool"),
+    field(name = "created_at", ty = "DateTime<Utc>"),
+    field(name = "edited_at", ty = "Option<DateTime<Utc>>")
+)]
+pub enum AnyComment {
+    Comment(Comment),
+    Reply(Reply),
+}
+
+impl AnyComment {
+    pub fn from_row(row: CommentRow) -> Self {
+        if row.parent_id.is_some() {
+            AnyComment::Reply(Reply(row))
+        } else {
+            AnyComment::Comment(Comment(row))
+        }
+    }
+}
+
+pub struct User(pub UserRow);
+
+#[Object]
+impl User {
+    async fn id(&self) -> ID {
+        encode(NodeKind::User, self.0.id)
+    }
+    /// Unique, lowercase handle (`@handle`).
+    async fn handle(&self) -> &String {
+        &self.0.handle
+    }
+    async fn display_name(&self) -> &String {
+        &self.0.display_name
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+}
+
+pub struct Course(pub CourseRow);
+
+#[Object]
+impl Course {
+    async fn id(&self) -> ID {
+        encode(NodeKind::Course, self.0.id)
+    }
+    /// Short code, e.g. `CS101`.
+    async fn code(&self) -> &String {
+        &self.0.code
+    }
+    async fn title(&self) -> &String {
+        &self.0.title
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    async fn member_count(&self, ctx: &Context<'_>) -> Result<i64> {
+        Ok(courses::member_count(&state(ctx)?.db, self.0.id).await?)
+    }
+    /// The viewer's role in this course.
+    async fn my_role(&self, ctx: &Context<'_>) -> Result<Role> {
+        Ok(viewer(ctx)?
+            .require_member(&state(ctx)?.db, self.0.id)
+            .await?)
+    }
+    /// The course's posts, newest first.
+    #[graphql(complexity = "page_cost(first, last, child_complexity)")]
+    async fn posts(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+    ) -> Result<Connection<KeyCursor, Post>> {
+        let page = page_request(first, after, last, before)?;
+        let rows = posts::page_in_course(&state(ctx)?.db, self.0.id, &page).await?;
+        Ok(connection(rows, |r| r.id, Post))
+    }
+}
+
+pub struct Post(pub PostRow);
+
+#[Object]
+impl Post {
+    async fn id(&self) -> ID {
+        encode(NodeKind::Post, self.0.id)
+    }
+    async fn course(&self, ctx: &Context<'_>) -> Result<Course> {
+        let row = loaders(ctx)?.courses.load_one(self.0.course_id).await?;
+        row.map(Course)
+            .ok_or_else(|| AppError::Internal("post without course".into()).into())
+    }
+    async fn author(&self, ctx: &Context<'_>) -> Result<User> {
+        Ok(User(user(ctx, self.0.user_id).await?))
+    }
+    async fn title(&self) -> &String {
+        &self.0.title
+    }
+    async fn body(&self) -> &String {
+        &self.0.body
+    }
+    async fn like_count(&self) -> i32 {
+        self.0.like_count
+    }
+    /// Comments and replies together.
+    async fn comment_count(&self) -> i32 {
+        self.0.comment_count
+    }
+    async fn view_count(&self) -> i64 {
+        self.0.view_count
+    }
+    async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
+        liked_by_me(ctx, LikeTarget::Post(self.0.id)).await
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    /// When the author last edited it; null if never.
+    async fn edited_at(&self) -> Option<DateTime<Utc>> {
+        self.0.edited_at
+    }
+    /// Top-level comments, oldest first.
+    #[graphql(complexity = "page_cost(first, last, child_complexity)")]
+    async fn comments(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+    ) -> Result<Connection<KeyCursor, Comment>> {
+        let page = page_request(first, after, last, before)?;
+        let rows =
+            comments::page_top_level(&state(ctx)?.db, self.0.id, self.0.course_id, &page).await?;
+        Ok(connection(rows, |r| r.id, Comment))
+    }
+}
+
+/// Resolves the live post a comment belongs to.
+async fn post_of(ctx: &Context<'_>, comment: &CommentRow) -> Result<Post> {
+    let row = posts::find(&state(ctx)?.db, comment.post_id).await?;
+    row.map(Post)
+        .ok_or_else(|| AppError::not_found("post").into())
+}
+
+pub struct Comment(pub CommentRow);
+
+#[Object]
+impl Comment {
+    async fn id(&self) -> ID {
+        encode(NodeKind::Comment, self.0.id)
+    }
+    async fn post(&self, ctx: &Context<'_>) -> Result<Post> {
+        post_of(ctx, &self.0).await
+    }
+    async fn author(&self, ctx: &Context<'_>) -> Result<User> {
+        Ok(User(user(ctx, self.0.user_id).await?))
+    }
+    async fn body(&self) -> &String {
+        &self.0.body
+    }
+    async fn like_count(&self) -> i32 {
+        self.0.like_count
+    }
+    async fn reply_count(&self) -> i32 {
+        self.0.reply_count
+    }
+    async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
+        liked_by_me(ctx, LikeTarget::Comment(self.0.id)).await
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    async fn edited_at(&self) -> Option<DateTime<Utc>> {
+        self.0.edited_at
+    }
+    /// Replies under this comment, oldest first.
+    #[graphql(complexity = "page_cost(first, last, child_complexity)")]
+    async fn replies(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+    ) -> Result<Connection<KeyCursor, Reply>> {
+        let page = page_request(first, after, last, before)?;
+        let rows =
+            comments::page_replies(&state(ctx)?.db, self.0.id, self.0.course_id, &page).await?;
+        Ok(connection(rows, |r| r.id, Reply))
+    }
+}
+
+/// A reply: a comment under a root comment, answering someone.
+pub struct Reply(pub CommentRow);
+
+#[Object]
+impl Reply {
+    async fn id(&self) -> ID {
+        encode(NodeKind::Reply, self.0.id)
+    }
+    async fn post(&self, ctx: &Context<'_>) -> Result<Post> {
+        post_of(ctx, &self.0).await
+    }
+    /// The root comment this reply hangs under.
+    async fn comment(&self, ctx: &Context<'_>) -> Result<Comment> {
+        let root = self
+            .0
+            .parent_id
+            .ok_or_else(|| AppError::Internal("reply without parent".into()))?;
+        let row = comments::find(&state(ctx)?.db, root).await?;
+        row.map(Comment)
+            .ok_or_else(|| AppError::not_found("comment").into())
+    }
+    /// The user this reply answers (the author of the comment or reply it was written to).
+    async fn reply_to(&self, ctx: &Context<'_>) -> Result<User> {
+        let id = self
+            .0
+            .reply_to_user_id
+            .ok_or_else(|| AppError::Internal("reply without reply_to".into()))?;
+        Ok(User(user(ctx, id).await?))
+    }
+    async fn author(&self, ctx: &Context<'_>) -> Result<User> {
+        Ok(User(user(ctx, self.0.user_id).await?))
+    }
+    async fn body(&self) -> &String {
+        &self.0.body
+    }
+    async fn like_count(&self) -> i32 {
+        self.0.like_count
+    }
+    async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
+        liked_by_me(ctx, LikeTarget::Comment(self.0.id)).await
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    async fn edited_at(&self) -> Option<DateTime<Utc>> {
+        self.0.edited_at
+    }
+}
+
+/// What a delete mutation returns.
+#[derive(SimpleObject)]
+pub struct DeletePayload {
+    /// The global id of what was deleted (evict it from client caches).
+    pub deleted_id: ID,
+}

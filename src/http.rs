@@ -1,0 +1,71 @@
+//! HTTP transport: `POST /graphql`, GraphiQL at `/`, `/healthz`. Authentication happens here,
+//! once per request; the schema only sees the resulting `Viewer`.
+
+use async_graphql::http::GraphiQLSource;
+use async_graphql::{Response as GqlResponse, ServerError};
+use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{Html, IntoResponse};
+use axum::routing::get;
+
+use crate::auth::Viewer;
+use crate::error::AppError;
+use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders};
+use crate::state::AppState;
+
+#[derive(Clone)]
+struct HttpState {
+    app: AppState,
+    schema: AppSchema,
+}
+
+pub fn router(app: AppState, schema: AppSchema) -> Router {
+    let body_limit = app.settings.max_body_bytes;
+    Router::new()
+        .route("/", get(graphiql))
+        .route("/graphql", get(graphiql).post(graphql))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(HttpState { app, schema })
+}
+
+async fn graphiql() -> impl IntoResponse {
+    Html(GraphiQLSource::build().endpoint("/graphql").finish())
+}
+
+#[tracing::instrument(name = "graphql", skip_all, fields(request_id = %uuid::Uuid::now_v7()))]
+async fn graphql(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    request: GraphQLRequest,
+) -> GraphQLResponse {
+    let mut request = request.into_inner();
+    let viewer = match headers.get(header::AUTHORIZATION) {
+        None => None,
+        Some(value) => {
+            let verified = value
+                .to_str()
+                .map_err(|_| AppError::Unauthenticated("Authorization header is not text".into()))
+                .and_then(|v| state.app.tokens.verify_header(v));
+            match verified {
+                Ok(user_id) => Some(user_id),
+                Err(err) => return error_response(err).into(),
+            }
+        }
+    };
+    request = request.data(Loaders::new(&state.app.db, &state.app.likes, viewer));
+    if let Some(user_id) = viewer {
+        request = request.data(Viewer::new(user_id));
+    }
+    state.schema.execute(request).await.into()
+}
+
+/// A GraphQL response carrying one error, for failures before execution.
+fn error_response(err: AppError) -> GqlResponse {
+    let mut server_error = ServerError::new(err.to_string(), None);
+    server_error.source = Some(std::sync::Arc::new(err));
+    assign_code(&mut server_error);
+    GqlResponse::from_errors(vec![server_error])
+}

@@ -1,0 +1,91 @@
+//! Level 1, synchronous likes: one statement per toggle. The insert (or delete) and the counter
+//! update share a statement, and the counter moves only by the rows RETURNING says changed, so
+//! a repeated like or unlike changes nothing and the count never goes negative.
+
+use sea_orm::{ConnectionTrait, FromQueryResult};
+
+use super::LikeTarget;
+use crate::db::stmt;
+use crate::error::AppResult;
+
+/// The three tables a like touches for one kind of target.
+struct LikeTables {
+    likes: &'static str,
+    key: &'static str,
+    target: &'static str,
+}
+
+fn tables(target: LikeTarget) -> (LikeTables, i64) {
+    match target {
+        LikeTarget::Post(id) => (
+            LikeTables {
+                likes: "post_likes",
+                key: "post_id",
+                target: "posts",
+            },
+            id,
+        ),
+        LikeTarget::Comment(id) => (
+            LikeTables {
+                likes: "comment_likes",
+                key: "comment_id",
+                target: "comments",
+            },
+            id,
+        ),
+    }
+}
+
+#[derive(FromQueryResult)]
+struct CountRow {
+    like_count: Option<i32>,
+}
+
+/// Applies the like or unlike; `None` when the target is gone (deleted meanwhile).
+pub async fn set(
+    db: &impl ConnectionTrait,
+    user_id: i64,
+    target: LikeTarget,
+    liked: bool,
+) -> AppResult<Option<i32>> {
+    let (t, id) = tables(target);
+    let sql = if liked {
+        format!(
+            "WITH live AS (SELECT id FROM {target} WHERE id = $1 AND deleted_at IS NULL), \
+             changed AS (INSERT INTO {likes} ({key}, user_id) SELECT id, $2 FROM live \
+                         ON CONFLICT DO NOTHING RETURNING {key}) \
+             UPDATE {target} SET like_count = like_count + 1 WHERE id IN (SELECT {key} FROM changed) \
+             RETURNING like_count",
+            target = t.target,
+            likes = t.likes,
+            key = t.key
+        )
+    } else {
+        format!(
+            "WITH changed AS (DELETE FROM {likes} WHERE {key} = $1 AND user_id = $2 RETURNING {key}) \
+             UPDATE {target} SET like_count = like_count - 1 WHERE id IN (SELECT {key} FROM changed) \
+             RETURNING like_count",
+            target = t.target,
+            likes = t.likes,
+            key = t.key
+        )
+    };
+    if let Some(row) = CountRow::find_by_statement(stmt(&sql, [id.into(), user_id.into()]))
+        .one(db)
+        .await?
+    {
+        return Ok(row.like_count);
+    }
+    // Nothing changed (a repeat, or another request won the race). Read the count in a new
+    // statement: the one above ran on a snapshot that may predate the winner's commit.
+    let current = CountRow::find_by_statement(stmt(
+        &format!(
+            "SELECT like_count FROM {} WHERE id = $1 AND deleted_at IS NULL",
+            t.target
+        ),
+        [id.into()],
+    ))
+    .one(db)
+    .await?;
+    Ok(current.and_then(|row| row.like_count))
+}

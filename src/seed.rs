@@ -1,0 +1,350 @@
+//! `seed --demo`: a small, believable forum (a few courses, one mass course with thousands of
+//! members, students and an instructor, posts, comments, replies, likes), written in one
+//! transaction and only once: a second run finds it and changes nothing.
+
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult, TransactionTrait};
+use serde::Serialize;
+
+use crate::auth::TokenKeys;
+use crate::db::stmt;
+use crate::error::AppResult;
+use crate::forum::{comments, posts};
+use crate::graphql::ids::{NodeKind, encode};
+use crate::likes::{LikeTarget, sync};
+
+/// Members of the mass course beyond the named demo users.
+pub const MASS_COURSE_EXTRA_MEMBERS: i64 = 2_500;
+
+const COURSES: &[(&str, &str)] = &[
+    ("CS101", "Introduction to Programming"),
+    ("MATH201", "Linear Algebra"),
+    ("HIST110", "World History"),
+    ("WRIT100", "Academic Writing (all first-years)"),
+];
+
+/// (handle, display name, role, course codes)
+const PEOPLE: &[(&str, &str, &str, &[&str])] = &[
+    (
+        "dr_tran",
+        "Dr. Minh Tran",
+        "instructor",
+        &["CS101", "MATH201", "WRIT100"],
+    ),
+    (
+        "alice",
+        "Alice Nguyen",
+        "student",
+        &["CS101", "MATH201", "WRIT100"],
+    ),
+    ("bob", "Bob Le", "student", &["CS101", "HIST110", "WRIT100"]),
+    (
+        "carol",
+        "Carol Pham",
+        "student",
+        &["MATH201", "HIST110", "WRIT100"],
+    ),
+    ("dave", "Dave Hoang", "student", &["HIST110"]),
+];
+
+#[derive(Serialize)]
+pub struct DemoCourse {
+    pub id: String,
+    pub title: String,
+}
+
+#[derive(Serialize)]
+pub struct DemoUser {
+    pub id: String,
+    pub handle: String,
+    pub token: String,
+    pub courses: Vec<String>,
+}
+
+/// What `seed --demo` prints: everything a newcomer needs to start clicking.
+#[derive(Serialize)]
+pub struct DemoSummary {
+    pub graphql: String,
+    pub courses: Vec<DemoCourse>,
+    pub users: Vec<DemoUser>,
+}
+
+#[derive(FromQueryResult)]
+struct IdRow {
+    id: i64,
+}
+
+#[derive(FromQueryResult)]
+struct CourseIdTitle {
+    id: i64,
+    title: String,
+}
+
+pub async fn seed_demo(
+    db: &DatabaseConnection,
+    tokens: &TokenKeys,
+    graphql_url: String,
+) -> AppResult<DemoSummary> {
+    let txn = db.begin().await?;
+    // Serialise concurrent seeders: the second waits, then finds the data.
+    txn.execute_unprepared("SELECT pg_advisory_xact_lock(4242001)")
+        .await?;
+    for (code, title) in COURSES {
+        txn.execute_raw(stmt(
+            "INSERT INTO courses (code, title) VALUES ($1, $2) ON CONFLICT (code) DO NOTHING",
+            [(*code).into(), (*title).into()],
+        ))
+        .await?;
+    }
+    for (handle, name, role, codes) in PEOPLE {
+        txn.execute_raw(stmt(
+            "INSERT INTO users (handle, display_name) VALUES ($1, $2) ON CONFLICT (handle) DO NOTHING",
+            [(*handle).into(), (*name).into()],
+        ))
+        .await?;
+        for code in *codes {
+            txn.execute_raw(stmt(
+                "INSERT INTO course_members (course_id, user_id, role) \
+                 SELECT c.id, u.id, $3 FROM courses c, users u WHERE c.code = $1 AND u.handle = $2 \
+                 ON CONFLICT DO NOTHING",
+                [(*code).into(), (*handle).into(), (*role).into()],
+            ))
+            .await?;
+        }
+    }
+    // The mass course: thousands of students, created set-wise.
+    txn.execute_raw(stmt(
+        "INSERT INTO users (handle, display_name) \
+         SELECT format('student%s', lpad(n::text, 4, '0')), format('Student %s', n) FROM generate_series(1, $1) n \
+         ON CONFLICT (handle) DO NOTHING",
+        [MASS_COURSE_EXTRA_MEMBERS.into()],
+    ))
+    .await?;
+    txn.execute_unprepared(
+        "INSERT INTO course_members (course_id, user_id, role) \
+         SELECT c.id, u.id, 'student' FROM courses c, users u \
+         WHERE c.code = 'WRIT100' AND u.handle LIKE 'student%' ON CONFLICT DO NOTHING",
+    )
+    .await?;
+
+    let has_posts = IdRow::find_by_statement(stmt("SELECT id FROM posts LIMIT 1", []))
+        .one(&txn)
+        .await?
+        .is_some();
+    if !has_posts {
+        write_content(&txn).await?;
+    }
+    txn.commit().await?;
+    summary(db, tokens, graphql_url).await
+}
+
+async fn user_id(db: &impl ConnectionTrait, handle: &str) -> AppResult<i64> {
+    let row = IdRow::find_by_statement(stmt(
+        "SELECT id FROM users WHERE handle = $1",
+        [handle.into()],
+    ))
+    .one(db)
+    .await?;
+    row.map(|r| r.id)
+        .ok_or_else(|| crate::error::AppError::Internal(format!("demo user {handle} missing")))
+}
+
+async fn course_id(db: &impl ConnectionTrait, code: &str) -> AppResult<i64> {
+    let row = IdRow::find_by_statement(stmt(
+        "SELECT id FROM courses WHERE code = $1",
+        [code.into()],
+    ))
+    .one(db)
+    .await?;
+    row.map(|r| r.id)
+        .ok_or_else(|| crate::error::AppError::Internal(format!("demo course {code} missing")))
+}
+
+async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppResult<()> {
+    let (tran, alice, bob, carol, dave) = (
+        user_id(txn, "dr_tran").await?,
+        user_id(txn, "alice").await?,
+        user_id(txn, "bob").await?,
+        user_id(txn, "carol").await?,
+        user_id(txn, "dave").await?,
+    );
+    let cs = course_id(txn, "CS101").await?;
+    let math = course_id(txn, "MATH201").await?;
+    let hist = course_id(txn, "HIST110").await?;
+    let writ = course_id(txn, "WRIT100").await?;
+
+    // CS101: a dozen posts so paging shows, one real discussion.
+    for week in 1..=12 {
+        let (author, title) = if week % 3 == 0 {
+            (tran, "Lab notes")
+        } else {
+            (alice, "Question about the exercises")
+        };
+        posts::create(
+            txn,
+            cs,
+            author,
+            &format!("Week {week}: {title}"),
+            &format!("Notes and questions for week {week}."),
+        )
+        .await?;
+    }
+    let recursion = posts::create(
+        txn,
+        cs,
+        bob,
+        "Why does my recursive fib take forever for n = 45?",
+        "fib(40) is fine, fib(45) never seems to finish. Is my laptop broken?",
+    )
+    .await?;
+    let c1 = comments::create_comment(
+        txn,
+        recursion.id,
+        cs,
+        alice,
+        "It recomputes the same values exponentially often. Try memoising.",
+    )
+    .await?;
+    let r1 = comments::create_reply(
+        txn,
+        &c1,
+        bob,
+        "Memoising with a HashMap made it instant, thanks!",
+    )
+    .await?;
+    comments::create_reply(
+        txn,
+        &r1,
+        tran,
+        "Good. Next step: can you do it with O(1) memory?",
+    )
+    .await?;
+    let c2 = comments::create_comment(
+        txn,
+        recursion.id,
+        cs,
+        tran,
+        "See lecture 7, slide 12, on the call tree.",
+    )
+    .await?;
+    for (user, target) in [
+        (alice, LikeTarget::Post(recursion.id)),
+        (tran, LikeTarget::Post(recursion.id)),
+        (bob, LikeTarget::Comment(c1.id)),
+        (tran, LikeTarget::Comment(c1.id)),
+        (alice, LikeTarget::Comment(c2.id)),
+    ] {
+        sync::set(txn, user, target, true).await?;
+    }
+
+    // MATH201 and HIST110: a little life each.
+    let eigen = posts::create(
+        txn,
+        math,
+        carol,
+        "Intuition for eigenvectors?",
+        "Directions a matrix only stretches: is that the whole story?",
+    )
+    .await?;
+    let c3 = comments::create_comment(
+        txn,
+        eigen.id,
+        math,
+        tran,
+        "Mostly, yes. Try the 3Blue1Brown-style picture with a shear.",
+    )
+    .await?;
+    comments::create_reply(
+        txn,
+        &c3,
+        alice,
+        "The shear example finally made it click for me.",
+    )
+    .await?;
+    sync::set(txn, alice, LikeTarget::Post(eigen.id), true).await?;
+    let essay = posts::create(
+        txn,
+        hist,
+        dave,
+        "Essay topics for the midterm",
+        "Has anyone picked the Silk Road topic?",
+    )
+    .await?;
+    comments::create_comment(txn, essay.id, hist, carol, "I did! Happy to share sources.").await?;
+    sync::set(txn, bob, LikeTarget::Post(essay.id), true).await?;
+
+    // WRIT100, the mass course: an announcement that half the course likes (a hot post).
+    let announcement = posts::create(
+        txn,
+        writ,
+        tran,
+        "Announcement: essay deadline moved to Friday",
+        "The deadline for essay 1 is now Friday 23:59. Office hours Thursday.",
+    )
+    .await?;
+    txn.execute_raw(stmt(
+        "WITH ins AS (INSERT INTO post_likes (post_id, user_id) \
+             SELECT $1, u.id FROM users u WHERE u.handle LIKE 'student%' AND (right(u.handle, 4)::int % 2) = 0 \
+             ON CONFLICT DO NOTHING RETURNING 1) \
+         UPDATE posts SET like_count = like_count + (SELECT count(*) FROM ins) WHERE id = $1",
+        [announcement.id.into()],
+    ))
+    .await?;
+    comments::create_comment(
+        txn,
+        announcement.id,
+        writ,
+        carol,
+        "Thank you! Does this apply to the outline too?",
+    )
+    .await?;
+    Ok(())
+}
+
+async fn summary(
+    db: &DatabaseConnection,
+    tokens: &TokenKeys,
+    graphql_url: String,
+) -> AppResult<DemoSummary> {
+    let courses = CourseIdTitle::find_by_statement(stmt(
+        "SELECT id, title FROM courses WHERE code = ANY($1) ORDER BY id",
+        [COURSES
+            .iter()
+            .map(|(code, _)| code.to_string())
+            .collect::<Vec<_>>()
+            .into()],
+    ))
+    .all(db)
+    .await?;
+    let mut users = Vec::new();
+    for (handle, _, _, _) in PEOPLE {
+        let id = user_id(db, handle).await?;
+        let member_of = IdRow::find_by_statement(stmt(
+            "SELECT course_id AS id FROM course_members WHERE user_id = $1 ORDER BY course_id",
+            [id.into()],
+        ))
+        .all(db)
+        .await?;
+        users.push(DemoUser {
+            id: encode(NodeKind::User, id).0,
+            handle: handle.to_string(),
+            token: tokens.mint(id, Duration::from_secs(30 * 24 * 3600))?,
+            courses: member_of
+                .into_iter()
+                .map(|c| encode(NodeKind::Course, c.id).0)
+                .collect(),
+        });
+    }
+    Ok(DemoSummary {
+        graphql: graphql_url,
+        courses: courses
+            .into_iter()
+            .map(|c| DemoCourse {
+                id: encode(NodeKind::Course, c.id).0,
+                title: c.title,
+            })
+            .collect(),
+        users,
+    })
+}

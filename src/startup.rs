@@ -1,0 +1,114 @@
+//! Start-up and shutdown: connect, assemble the state and schema, bind, serve until the
+//! shutdown future resolves. Tests build an `Application` on port 0 with their own shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::auth::TokenKeys;
+use crate::config::Settings;
+use crate::error::{AppError, AppResult};
+use crate::graphql::{AppSchema, build_schema};
+use crate::kv::keys::Keys;
+use crate::kv::ratelimit::RateLimiter;
+use crate::likes::Likes;
+use crate::state::AppState;
+use crate::{db, http, kv};
+
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+    schema: AppSchema,
+}
+
+impl Application {
+    /// Connects to PostgreSQL and Redis and binds the listener; nothing is served yet.
+    pub async fn build(settings: Settings) -> AppResult<Self> {
+        settings.validate_for_serve()?;
+        let state = connect_state(settings).await?;
+        let bind = state.settings.bind;
+        let listener = TcpListener::bind(bind).await.map_err(|e| {
+            AppError::Config(format!(
+                "cannot listen on {bind} ({e}); set BIND to a free address"
+            ))
+        })?;
+        let schema = build_schema(state.clone());
+        Ok(Self {
+            listener,
+            state,
+            schema,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or(self.state.settings.bind)
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` resolves, then lets in-flight requests finish.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> AppResult<()> {
+        tracing::info!(addr = %self.local_addr(), "serving GraphQL");
+        let router = http::router(self.state.clone(), self.schema);
+        axum::serve(self.listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|e| AppError::Internal(format!("server error: {e}")))
+    }
+}
+
+/// Opens every client and assembles the shared state.
+pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
+    let settings = Arc::new(settings);
+    let db = db::connect(&settings).await?;
+    let redis = kv::connect(settings.redis_url()?, settings.connect_timeout).await?;
+    let keys = Keys::new(settings.redis_key_prefix.clone());
+    let tokens = TokenKeys::new(settings.jwt_secret()?)?;
+    let limiter = RateLimiter::new(
+        redis.clone(),
+        settings.like_rate_per_minute,
+        Duration::from_secs(60),
+    );
+    let likes = Likes::new(db.clone(), settings.like_mode, limiter, keys.clone());
+    Ok(AppState {
+        settings,
+        db,
+        redis,
+        keys,
+        tokens,
+        likes,
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutdown signal received");
+}

@@ -1,0 +1,22 @@
+//! The one context handed to every handler and resolver: settings and the shared clients.
+
+use std::sync::Arc;
+
+use redis::aio::ConnectionManager;
+use sea_orm::DatabaseConnection;
+
+use crate::auth::TokenKeys;
+use crate::config::Settings;
+use crate::kv::keys::Keys;
+use crate::likes::Likes;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub settings: Arc<Settings>,
+    pub db: DatabaseConnection,
+    /// Multiplexed, self-reconnecting; clone it per use.
+    pub redis: ConnectionManager,
+    pub keys: Keys,
+    pub tokens: TokenKeys,
+    pub likes: Likes,
+}
