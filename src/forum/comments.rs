@@ -79,7 +79,9 @@ async fn page_of(
     Ok(page.finish(rows))
 }
 
+/// A row whose presence is the answer (RETURNING id of an updated or locked row).
 #[derive(FromQueryResult)]
+#[allow(dead_code)]
 struct IdRow {
     id: i64,
 }

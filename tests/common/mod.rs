@@ -1,0 +1,316 @@
+//! Test harness: every test owns its world. `TestApp::spawn()` creates a fresh PostgreSQL
+//! database (named by a UUID) and a fresh Redis key prefix, runs the migrations, and serves the
+//! real application on a free loopback port. Dropping the `TestApp` stops the server and drops
+//! the database and the keys, even when the test panicked.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use course_forum::auth::TokenKeys;
+use course_forum::config::{LikeMode, LogFormat, Settings};
+use course_forum::startup::Application;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, FromQueryResult, Statement, Value};
+use serde_json::{Value as Json, json};
+use tokio::sync::oneshot;
+
+pub const JWT_SECRET: &str = "test-secret-0123456789abcdef";
+
+/// Where the tests find PostgreSQL (an admin database to create test databases from) and Redis.
+pub fn admin_database_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+fn database_url(name: &str) -> String {
+    let admin = admin_database_url();
+    match admin.rfind('/') {
+        Some(slash) => format!("{}/{name}", &admin[..slash]),
+        None => panic!("TEST_DATABASE_URL must end in /<database>"),
+    }
+}
+
+/// Settings for a test instance: fresh prefix, port 0, the test secret.
+pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
+    Settings {
+        database_url: Some(database_url(database)),
+        redis_url: redis_url(),
+        redis_key_prefix: redis_prefix.to_owned(),
+        jwt_secret: Some(JWT_SECRET.to_owned()),
+        bind: "127.0.0.1:0".parse().expect("loopback address"),
+        like_mode: LikeMode::Sync,
+        like_rate_per_minute: 10_000,
+        connect_timeout: Duration::from_secs(5),
+        db_max_connections: 30,
+        max_body_bytes: 64 * 1024,
+        log_format: LogFormat::Text,
+    }
+}
+
+pub struct TestApp {
+    pub addr: std::net::SocketAddr,
+    pub database: String,
+    pub redis_prefix: String,
+    pub db: DatabaseConnection,
+    pub http: reqwest::Client,
+    tokens: TokenKeys,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestApp {
+    pub async fn spawn() -> TestApp {
+        Self::spawn_with(|_| {}).await
+    }
+
+    /// Spawns with settings adjusted by `tweak` (e.g. a low rate limit).
+    pub async fn spawn_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
+        if std::env::var("TEST_LOG").is_ok() {
+            course_forum::telemetry::init(LogFormat::Text);
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let database = format!("cf_test_{id}");
+        let redis_prefix = format!("cft{id}");
+        let admin = course_forum::db::connect_url(&admin_database_url(), Duration::from_secs(5), 1)
+            .await
+            .expect("PostgreSQL must be running for the tests (script/services starts it)");
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE \"{database}\""))
+            .await
+            .expect("create test database");
+        let mut settings = test_settings(&database, &redis_prefix);
+        tweak(&mut settings);
+        let db =
+            course_forum::db::connect_url(&database_url(&database), Duration::from_secs(5), 10)
+                .await
+                .expect("connect to test database");
+        course_forum::db::migrate(&db)
+            .await
+            .expect("migrate test database");
+        let app = Application::build(settings)
+            .await
+            .expect("build application");
+        let addr = app.local_addr();
+        let (tx, rx) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let _ = app
+                .run_until_stopped(async move {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        TestApp {
+            addr,
+            database,
+            redis_prefix,
+            db,
+            http: reqwest::Client::new(),
+            tokens: TokenKeys::new(JWT_SECRET).expect("test secret"),
+            shutdown: Some(tx),
+            server: Some(server),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// A valid bearer token for a database user id.
+    pub fn token(&self, user_id: i64) -> String {
+        self.tokens
+            .mint(user_id, Duration::from_secs(3600))
+            .expect("mint token")
+    }
+
+    /// Posts a GraphQL request and returns the whole JSON response (`data` and `errors`).
+    pub async fn gql(&self, token: Option<&str>, query: &str, variables: Json) -> Json {
+        let mut request = self
+            .http
+            .post(self.url("/graphql"))
+            .json(&json!({ "query": query, "variables": variables }));
+        if let Some(token) = token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        let response = request.send().await.expect("send GraphQL request");
+        response
+            .json::<Json>()
+            .await
+            .expect("GraphQL response is JSON")
+    }
+
+    /// Like `gql`, but panics on any error and returns `data`.
+    pub async fn gql_ok(&self, token: Option<&str>, query: &str, variables: Json) -> Json {
+        let response = self.gql(token, query, variables).await;
+        assert!(
+            response.get("errors").is_none(),
+            "unexpected errors: {response}"
+        );
+        response["data"].clone()
+    }
+
+    /// Inserts a user directly; returns the database id.
+    pub async fn create_user(&self, handle: &str) -> i64 {
+        self.scalar_i64(
+            "INSERT INTO users (handle, display_name) VALUES ($1, $1) RETURNING id AS v",
+            [handle.into()],
+        )
+        .await
+    }
+
+    /// Inserts a course directly; returns the database id.
+    pub async fn create_course(&self, code: &str) -> i64 {
+        self.scalar_i64(
+            "INSERT INTO courses (code, title) VALUES ($1, $1 || ' title') RETURNING id AS v",
+            [code.into()],
+        )
+        .await
+    }
+
+    /// Adds a member with role `student` or `instructor`.
+    pub async fn enroll(&self, course_id: i64, user_id: i64, role: &str) {
+        self.db
+            .execute_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "INSERT INTO course_members (course_id, user_id, role) VALUES ($1, $2, $3)",
+                [course_id.into(), user_id.into(), role.into()],
+            ))
+            .await
+            .expect("enroll");
+    }
+
+    /// Runs a statement returning one row with a bigint column named `v`
+    /// (`SELECT count(*) AS v …`, `INSERT … RETURNING id AS v`).
+    pub async fn scalar_i64<I: IntoIterator<Item = Value>>(&self, sql: &str, values: I) -> i64 {
+        #[derive(FromQueryResult)]
+        struct One {
+            v: i64,
+        }
+        One::find_by_statement(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql,
+            values,
+        ))
+        .one(&self.db)
+        .await
+        .unwrap_or_else(|e| panic!("query `{sql}` failed: {e}"))
+        .unwrap_or_else(|| panic!("query `{sql}` returned no row"))
+        .v
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+        let database = self.database.clone();
+        let prefix = self.redis_prefix.clone();
+        // Cleanup runs on its own runtime: Drop cannot await, and the test's runtime may be
+        // shutting down already.
+        let cleanup = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                if let Ok(admin) =
+                    course_forum::db::connect_url(&admin_database_url(), Duration::from_secs(5), 1)
+                        .await
+                {
+                    let _ = admin
+                        .execute_unprepared(&format!(
+                            "DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)"
+                        ))
+                        .await;
+                }
+                if let Ok(client) = redis::Client::open(redis_url()) {
+                    if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
+                        let keys: Vec<String> = redis::cmd("KEYS")
+                            .arg(format!("{prefix}:*"))
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap_or_default();
+                        if !keys.is_empty() {
+                            let _: Result<(), _> =
+                                redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
+                        }
+                    }
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// A small world most tests start from: one course with an instructor and two students, and
+/// a second course none of them is in (with its own member).
+pub struct World {
+    pub course: i64,
+    pub other_course: i64,
+    pub instructor: i64,
+    pub alice: i64,
+    pub bob: i64,
+    pub outsider: i64,
+}
+
+impl World {
+    pub async fn create(app: &TestApp) -> World {
+        let course = app.create_course("CS101").await;
+        let other_course = app.create_course("BIO200").await;
+        let instructor = app.create_user("prof").await;
+        let alice = app.create_user("alice").await;
+        let bob = app.create_user("bob").await;
+        let outsider = app.create_user("outsider").await;
+        app.enroll(course, instructor, "instructor").await;
+        app.enroll(course, alice, "student").await;
+        app.enroll(course, bob, "student").await;
+        app.enroll(other_course, outsider, "student").await;
+        World {
+            course,
+            other_course,
+            instructor,
+            alice,
+            bob,
+            outsider,
+        }
+    }
+}
+
+/// Global ids as the API encodes them.
+pub fn gid(kind: &str, id: i64) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{kind}:{id}"))
+}
+
+/// Decodes a global id back to its database id (panics on a malformed one).
+pub fn raw_id(global: &str) -> i64 {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(global)
+        .expect("base64 id");
+    let text = String::from_utf8(bytes).expect("utf8 id");
+    text.split_once(':')
+        .expect("Kind:id")
+        .1
+        .parse()
+        .expect("numeric id")
+}
+
+/// The `extensions.code` of the first error, if any.
+pub fn error_code(response: &Json) -> Option<String> {
+    response["errors"][0]["extensions"]["code"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// Shares one app across tasks.
+pub type SharedApp = Arc<TestApp>;
