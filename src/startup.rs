@@ -70,7 +70,8 @@ impl Application {
 /// Opens every client and assembles the shared state.
 pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let settings = Arc::new(settings);
-    let db = db::connect(&settings).await?;
+    let mut db = db::connect(&settings).await?;
+    let sql_statements = db::StatementCounter::attach(&mut db);
     let redis = kv::connect(settings.redis_url()?, settings.connect_timeout).await?;
     let keys = Keys::new(settings.redis_key_prefix.clone());
     let tokens = TokenKeys::new(settings.jwt_secret()?)?;
@@ -83,6 +84,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     Ok(AppState {
         settings,
         db,
+        sql_statements,
         redis,
         keys,
         tokens,

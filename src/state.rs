@@ -7,6 +7,7 @@ use sea_orm::DatabaseConnection;
 
 use crate::auth::TokenKeys;
 use crate::config::Settings;
+use crate::db::StatementCounter;
 use crate::kv::keys::Keys;
 use crate::likes::Likes;
 
@@ -14,6 +15,8 @@ use crate::likes::Likes;
 pub struct AppState {
     pub settings: Arc<Settings>,
     pub db: DatabaseConnection,
+    /// How many SQL statements `db` has run, for statements-per-request measurements.
+    pub sql_statements: StatementCounter,
     /// Multiplexed, self-reconnecting; clone it per use.
     pub redis: ConnectionManager,
     pub keys: Keys,

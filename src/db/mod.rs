@@ -73,6 +73,26 @@ pub async fn migrate(db: &DatabaseConnection) -> AppResult<()> {
     Ok(())
 }
 
+/// Counts the SQL statements a pool has run (benchmarks and tests report statements per page).
+#[derive(Clone, Debug, Default)]
+pub struct StatementCounter(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl StatementCounter {
+    /// Installs the counter on `db`; clones of `db` made afterwards share it.
+    pub fn attach(db: &mut DatabaseConnection) -> Self {
+        let counter = Self::default();
+        let inner = counter.0.clone();
+        db.set_metric_callback(move |_| {
+            inner.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        counter
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// A PostgreSQL statement with positional `$n` parameters.
 pub fn stmt<I: IntoIterator<Item = Value>>(sql: &str, values: I) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)

@@ -57,6 +57,8 @@ pub struct TestApp {
     pub redis_prefix: String,
     pub db: DatabaseConnection,
     pub http: reqwest::Client,
+    /// The running app's shared state (its counters, its clients).
+    pub state: course_forum::state::AppState,
     tokens: TokenKeys,
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
@@ -95,6 +97,7 @@ impl TestApp {
             .await
             .expect("build application");
         let addr = app.local_addr();
+        let state = app.state().clone();
         let (tx, rx) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             let _ = app
@@ -109,6 +112,7 @@ impl TestApp {
             redis_prefix,
             db,
             http: reqwest::Client::new(),
+            state,
             tokens: TokenKeys::new(JWT_SECRET).expect("test secret"),
             shutdown: Some(tx),
             server: Some(server),
