@@ -28,9 +28,7 @@ pub struct TokenKeys {
 
 impl TokenKeys {
     pub fn new(secret: &str) -> AppResult<Self> {
-        let bad = |e: jsonwebtoken::errors::Error| {
-            AppError::Config(format!("JWT_SECRET is unusable: {e}"))
-        };
+        let bad = |e: jsonwebtoken::errors::Error| AppError::Config(format!("JWT_SECRET is unusable: {e}"));
         Ok(Self {
             encoding: EncodingKey::from_secret(secret.as_bytes()).map_err(bad)?,
             decoding: DecodingKey::from_secret(secret.as_bytes()).map_err(bad)?,
@@ -39,15 +37,8 @@ impl TokenKeys {
 
     /// A token for `user_id` valid for `ttl`.
     pub fn mint(&self, user_id: i64, ttl: Duration) -> AppResult<String> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        let claims = Claims {
-            sub: user_id.to_string(),
-            iat: now,
-            exp: now + ttl.as_secs(),
-        };
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        let claims = Claims { sub: user_id.to_string(), iat: now, exp: now + ttl.as_secs() };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| AppError::Internal(format!("cannot sign token: {e}")))
     }
@@ -70,9 +61,7 @@ impl TokenKeys {
         let token = header
             .strip_prefix("Bearer ")
             .or_else(|| header.strip_prefix("bearer "))
-            .ok_or_else(|| {
-                AppError::Unauthenticated("Authorization must be `Bearer <token>`".into())
-            })?;
+            .ok_or_else(|| AppError::Unauthenticated("Authorization must be `Bearer <token>`".into()))?;
         self.verify(token.trim())
     }
 }
@@ -85,17 +74,12 @@ pub struct Viewer {
 
 impl Viewer {
     pub fn new(user_id: i64) -> Self {
-        Self {
-            user_id,
-            memberships: OnceCell::new(),
-        }
+        Self { user_id, memberships: OnceCell::new() }
     }
 
     /// The viewer's role in every course they belong to, read once per request.
     pub async fn memberships(&self, db: &DatabaseConnection) -> AppResult<&HashMap<i64, Role>> {
-        self.memberships
-            .get_or_try_init(|| async { courses::roles_of_user(db, self.user_id).await })
-            .await
+        self.memberships.get_or_try_init(|| async { courses::roles_of_user(db, self.user_id).await }).await
     }
 
     /// The viewer's role in `course_id`, or FORBIDDEN.

@@ -8,15 +8,12 @@ use crate::auth::TokenKeys;
 use crate::config::{Settings, parse_duration};
 use crate::error::{AppError, AppResult};
 use crate::graphql::ids::{self, NodeKind};
-use crate::startup::{Application, shutdown_signal};
+use crate::likes::recount;
+use crate::startup::{Application, build_worker, connect_state, shutdown_signal};
 use crate::{db, graphql, seed, telemetry};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "course-forum",
-    version,
-    about = "A GraphQL forum for every course"
-)]
+#[command(name = "course-forum", version, about = "A GraphQL forum for every course")]
 pub struct Cli {
     #[command(flatten)]
     pub settings: Settings,
@@ -46,6 +43,12 @@ pub enum Command {
     },
     /// Print the GraphQL schema (SDL).
     ExportSchema,
+    /// Run only the like worker (the stream consumer, or the recount job in recount mode).
+    Worker,
+    /// Recount every post's and comment's like counter from its rows; prints what it fixed.
+    Reconcile,
+    /// Drop every liked-set in Redis so each reloads from PostgreSQL on next use.
+    ResetLikeCache,
 }
 
 pub async fn run(cli: Cli) -> AppResult<()> {
@@ -65,9 +68,7 @@ pub async fn run(cli: Cli) -> AppResult<()> {
         }
         Command::Seed { demo } => {
             if !demo {
-                return Err(AppError::Config(
-                    "only `seed --demo` exists: pass --demo".into(),
-                ));
+                return Err(AppError::Config("only `seed --demo` exists: pass --demo".into()));
             }
             telemetry::init(settings.log_format);
             let tokens = TokenKeys::new(settings.jwt_secret()?)?;
@@ -84,13 +85,40 @@ pub async fn run(cli: Cli) -> AppResult<()> {
             let tokens = TokenKeys::new(settings.jwt_secret()?)?;
             let user_id = match user.parse::<i64>() {
                 Ok(id) if id > 0 => id,
-                _ => ids::decode_one(&async_graphql::ID(user), NodeKind::User).map_err(|_| {
-                    AppError::Config(
-                        "--user must be a user id (a number or a User global id)".into(),
-                    )
-                })?,
+                _ => ids::decode_one(&async_graphql::ID(user), NodeKind::User)
+                    .map_err(|_| AppError::Config("--user must be a user id (a number or a User global id)".into()))?,
             };
             println!("{}", tokens.mint(user_id, ttl)?);
+            Ok(())
+        }
+        Command::Worker => {
+            telemetry::init(settings.log_format);
+            settings.validate_for_serve()?;
+            let state = connect_state(settings).await?;
+            let worker = build_worker(&state).await?;
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let running = tokio::spawn(worker.run(stopped));
+            shutdown_signal().await;
+            let _ = stop.send(true);
+            let _ = running.await;
+            Ok(())
+        }
+        Command::Reconcile => {
+            telemetry::init(settings.log_format);
+            let db = db::connect(&settings).await?;
+            let fixed = recount::reconcile_all(&db, 1000).await?;
+            for (target, count) in &fixed {
+                println!("fixed {} {} -> like_count {count}", target.kind_name(), target.member());
+            }
+            println!("reconcile: {} counter(s) fixed", fixed.len());
+            Ok(())
+        }
+        Command::ResetLikeCache => {
+            telemetry::init(settings.log_format);
+            settings.validate_for_serve()?;
+            let state = connect_state(settings).await?;
+            let dropped = state.likes.liked_sets().drop_all().await?;
+            println!("reset-like-cache: dropped {dropped} liked-set(s); they reload from PostgreSQL on next use");
             Ok(())
         }
         Command::ExportSchema => {

@@ -8,11 +8,15 @@ use clap::{Args, ValueEnum};
 
 use crate::error::AppError;
 
-/// How a like reaches PostgreSQL (DESIGN §2). Only level 1 exists in the forum core.
+/// How a like reaches PostgreSQL (DESIGN §2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LikeMode {
     /// Level 1: one statement per like, insert-on-conflict feeding the counter.
     Sync,
+    /// Level 2: insert/delete the like row synchronously, mark the target dirty; a job recounts.
+    Recount,
+    /// Level 3: Redis liked-sets answer at once; a worker applies the stream in batches.
+    Buffered,
 }
 
 /// Log line format.
@@ -31,12 +35,7 @@ pub struct Settings {
     pub database_url: Option<String>,
 
     /// Redis connection URL.
-    #[arg(
-        long,
-        env = "REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
-        global = true
-    )]
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", global = true)]
     pub redis_url: String,
 
     /// Prefix of every Redis key this process touches; tests use a fresh one each.
@@ -51,23 +50,44 @@ pub struct Settings {
     #[arg(long, env = "BIND", default_value = "127.0.0.1:8000", global = true)]
     pub bind: SocketAddr,
 
-    /// How likes are written: sync (level 1).
-    #[arg(
-        long,
-        env = "LIKE_MODE",
-        value_enum,
-        default_value = "sync",
-        global = true
-    )]
+    /// How likes are written: sync (level 1), recount (level 2) or buffered (level 3).
+    #[arg(long, env = "LIKE_MODE", value_enum, default_value = "buffered", global = true)]
     pub like_mode: LikeMode,
 
+    /// Number of like-stream shards (users are spread over them; one worker lease each).
+    #[arg(long, env = "LIKE_STREAM_SHARDS", default_value_t = 4, global = true)]
+    pub like_stream_shards: u32,
+
+    /// Most stream entries the worker applies in one transaction.
+    #[arg(long, env = "LIKE_BATCH_SIZE", default_value_t = 500, global = true)]
+    pub like_batch_size: usize,
+
+    /// How long a user's liked-set stays in Redis after its last use.
+    #[arg(long, env = "LIKED_SET_TTL", default_value = "24h", value_parser = parse_duration, global = true)]
+    pub liked_set_ttl: Duration,
+
+    /// How long a worker's shard lease lasts without renewal (another instance takes over after).
+    #[arg(long, env = "WORKER_LEASE_TTL", default_value = "10s", value_parser = parse_duration, global = true)]
+    pub worker_lease_ttl: Duration,
+
+    /// Deliveries after which an entry that still fails alone is moved to the dead-letter stream.
+    #[arg(long, env = "WORKER_MAX_DELIVERIES", default_value_t = 5, global = true)]
+    pub worker_max_deliveries: u64,
+
+    /// How often the recount job (level 2) looks for dirty targets.
+    #[arg(long, env = "RECOUNT_INTERVAL", default_value = "1s", value_parser = parse_duration, global = true)]
+    pub recount_interval: Duration,
+
+    /// Run the like worker inside `serve` (false: run `course-forum worker` separately).
+    #[arg(long, env = "WORKER_IN_SERVE", default_value_t = true, action = clap::ArgAction::Set, global = true)]
+    pub worker_in_serve: bool,
+
+    /// Start buffered mode even though Redis may evict keys (allkeys-* policy). Loses likes.
+    #[arg(long, env = "ALLOW_EVICTING_REDIS", default_value_t = false, action = clap::ArgAction::Set, global = true)]
+    pub allow_evicting_redis: bool,
+
     /// Like/unlike toggles allowed per user per minute (0 disables the limit).
-    #[arg(
-        long,
-        env = "LIKE_RATE_PER_MINUTE",
-        default_value_t = 60,
-        global = true
-    )]
+    #[arg(long, env = "LIKE_RATE_PER_MINUTE", default_value_t = 60, global = true)]
     pub like_rate_per_minute: u32,
 
     /// How long to wait for a PostgreSQL or Redis connection before giving up.
@@ -83,20 +103,13 @@ pub struct Settings {
     pub max_body_bytes: usize,
 
     /// Log format: text (human) or json.
-    #[arg(
-        long,
-        env = "LOG_FORMAT",
-        value_enum,
-        default_value = "text",
-        global = true
-    )]
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text", global = true)]
     pub log_format: LogFormat,
 }
 
 /// Parses durations written like `30s`, `250ms`, `1m`.
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
-    humantime::parse_duration(raw.trim())
-        .map_err(|e| format!("`{raw}` is not a duration like 30s or 250ms ({e})"))
+    humantime::parse_duration(raw.trim()).map_err(|e| format!("`{raw}` is not a duration like 30s or 250ms ({e})"))
 }
 
 impl Settings {
@@ -107,7 +120,8 @@ impl Settings {
                 "DATABASE_URL must be a postgres:// URL, e.g. postgres://postgres@127.0.0.1:5432/course_forum".into(),
             )),
             None => Err(AppError::Config(
-                "DATABASE_URL is not set: point it at PostgreSQL, e.g. postgres://postgres@127.0.0.1:5432/course_forum".into(),
+                "DATABASE_URL is not set: point it at PostgreSQL, e.g. postgres://postgres@127.0.0.1:5432/course_forum"
+                    .into(),
             )),
         }
     }
@@ -115,12 +129,8 @@ impl Settings {
     pub fn jwt_secret(&self) -> Result<&str, AppError> {
         match self.jwt_secret.as_deref() {
             Some(secret) if secret.len() >= 16 => Ok(secret),
-            Some(_) => Err(AppError::Config(
-                "JWT_SECRET must be at least 16 bytes long".into(),
-            )),
-            None => Err(AppError::Config(
-                "JWT_SECRET is not set: give it a random string of at least 16 bytes".into(),
-            )),
+            Some(_) => Err(AppError::Config("JWT_SECRET must be at least 16 bytes long".into())),
+            None => Err(AppError::Config("JWT_SECRET is not set: give it a random string of at least 16 bytes".into())),
         }
     }
 
@@ -128,9 +138,7 @@ impl Settings {
         if self.redis_url.starts_with("redis://") || self.redis_url.starts_with("rediss://") {
             Ok(&self.redis_url)
         } else {
-            Err(AppError::Config(
-                "REDIS_URL must be a redis:// URL, e.g. redis://127.0.0.1:6379".into(),
-            ))
+            Err(AppError::Config("REDIS_URL must be a redis:// URL, e.g. redis://127.0.0.1:6379".into()))
         }
     }
 
@@ -140,14 +148,19 @@ impl Settings {
         self.redis_url()?;
         self.jwt_secret()?;
         if self.redis_key_prefix.is_empty() || self.redis_key_prefix.contains(['{', '}', ' ']) {
-            return Err(AppError::Config(
-                "REDIS_KEY_PREFIX must be non-empty and contain no braces or spaces".into(),
-            ));
+            return Err(AppError::Config("REDIS_KEY_PREFIX must be non-empty and contain no braces or spaces".into()));
+        }
+        if self.like_stream_shards == 0 || self.like_stream_shards > 1024 {
+            return Err(AppError::Config("LIKE_STREAM_SHARDS must be between 1 and 1024".into()));
+        }
+        if self.like_batch_size == 0 || self.like_batch_size > 50_000 {
+            return Err(AppError::Config("LIKE_BATCH_SIZE must be between 1 and 50000".into()));
+        }
+        if self.worker_lease_ttl < Duration::from_millis(200) {
+            return Err(AppError::Config("WORKER_LEASE_TTL must be at least 200ms".into()));
         }
         if self.db_max_connections == 0 {
-            return Err(AppError::Config(
-                "DB_MAX_CONNECTIONS must be at least 1".into(),
-            ));
+            return Err(AppError::Config("DB_MAX_CONNECTIONS must be at least 1".into()));
         }
         Ok(())
     }

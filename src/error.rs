@@ -35,10 +35,7 @@ impl AppError {
             AppError::NotFound(_) => "NOT_FOUND",
             AppError::BadUserInput(_) => "BAD_USER_INPUT",
             AppError::RateLimited { .. } => "RATE_LIMITED",
-            AppError::Config(_)
-            | AppError::Database(_)
-            | AppError::Redis(_)
-            | AppError::Internal(_) => "INTERNAL",
+            AppError::Config(_) | AppError::Database(_) | AppError::Redis(_) | AppError::Internal(_) => "INTERNAL",
         }
     }
 

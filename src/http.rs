@@ -36,11 +36,7 @@ async fn graphiql() -> impl IntoResponse {
 }
 
 #[tracing::instrument(name = "graphql", skip_all, fields(request_id = %uuid::Uuid::now_v7()))]
-async fn graphql(
-    State(state): State<HttpState>,
-    headers: HeaderMap,
-    request: GraphQLRequest,
-) -> GraphQLResponse {
+async fn graphql(State(state): State<HttpState>, headers: HeaderMap, request: GraphQLRequest) -> GraphQLResponse {
     let mut request = request.into_inner();
     let viewer = match headers.get(header::AUTHORIZATION) {
         None => None,

@@ -40,3 +40,4 @@ pub mod seed;
 pub mod startup;
 pub mod state;
 pub mod telemetry;
+pub mod worker;

@@ -26,25 +26,10 @@ const COURSES: &[(&str, &str)] = &[
 
 /// (handle, display name, role, course codes)
 const PEOPLE: &[(&str, &str, &str, &[&str])] = &[
-    (
-        "dr_tran",
-        "Dr. Minh Tran",
-        "instructor",
-        &["CS101", "MATH201", "WRIT100"],
-    ),
-    (
-        "alice",
-        "Alice Nguyen",
-        "student",
-        &["CS101", "MATH201", "WRIT100"],
-    ),
+    ("dr_tran", "Dr. Minh Tran", "instructor", &["CS101", "MATH201", "WRIT100"]),
+    ("alice", "Alice Nguyen", "student", &["CS101", "MATH201", "WRIT100"]),
     ("bob", "Bob Le", "student", &["CS101", "HIST110", "WRIT100"]),
-    (
-        "carol",
-        "Carol Pham",
-        "student",
-        &["MATH201", "HIST110", "WRIT100"],
-    ),
+    ("carol", "Carol Pham", "student", &["MATH201", "HIST110", "WRIT100"]),
     ("dave", "Dave Hoang", "student", &["HIST110"]),
 ];
 
@@ -81,15 +66,10 @@ struct CourseIdTitle {
     title: String,
 }
 
-pub async fn seed_demo(
-    db: &DatabaseConnection,
-    tokens: &TokenKeys,
-    graphql_url: String,
-) -> AppResult<DemoSummary> {
+pub async fn seed_demo(db: &DatabaseConnection, tokens: &TokenKeys, graphql_url: String) -> AppResult<DemoSummary> {
     let txn = db.begin().await?;
     // Serialise concurrent seeders: the second waits, then finds the data.
-    txn.execute_unprepared("SELECT pg_advisory_xact_lock(4242001)")
-        .await?;
+    txn.execute_unprepared("SELECT pg_advisory_xact_lock(4242001)").await?;
     for (code, title) in COURSES {
         txn.execute_raw(stmt(
             "INSERT INTO courses (code, title) VALUES ($1, $2) ON CONFLICT (code) DO NOTHING",
@@ -128,10 +108,7 @@ pub async fn seed_demo(
     )
     .await?;
 
-    let has_posts = IdRow::find_by_statement(stmt("SELECT id FROM posts LIMIT 1", []))
-        .one(&txn)
-        .await?
-        .is_some();
+    let has_posts = IdRow::find_by_statement(stmt("SELECT id FROM posts LIMIT 1", [])).one(&txn).await?.is_some();
     if !has_posts {
         write_content(&txn).await?;
     }
@@ -140,25 +117,13 @@ pub async fn seed_demo(
 }
 
 async fn user_id(db: &impl ConnectionTrait, handle: &str) -> AppResult<i64> {
-    let row = IdRow::find_by_statement(stmt(
-        "SELECT id FROM users WHERE handle = $1",
-        [handle.into()],
-    ))
-    .one(db)
-    .await?;
-    row.map(|r| r.id)
-        .ok_or_else(|| crate::error::AppError::Internal(format!("demo user {handle} missing")))
+    let row = IdRow::find_by_statement(stmt("SELECT id FROM users WHERE handle = $1", [handle.into()])).one(db).await?;
+    row.map(|r| r.id).ok_or_else(|| crate::error::AppError::Internal(format!("demo user {handle} missing")))
 }
 
 async fn course_id(db: &impl ConnectionTrait, code: &str) -> AppResult<i64> {
-    let row = IdRow::find_by_statement(stmt(
-        "SELECT id FROM courses WHERE code = $1",
-        [code.into()],
-    ))
-    .one(db)
-    .await?;
-    row.map(|r| r.id)
-        .ok_or_else(|| crate::error::AppError::Internal(format!("demo course {code} missing")))
+    let row = IdRow::find_by_statement(stmt("SELECT id FROM courses WHERE code = $1", [code.into()])).one(db).await?;
+    row.map(|r| r.id).ok_or_else(|| crate::error::AppError::Internal(format!("demo course {code} missing")))
 }
 
 async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppResult<()> {
@@ -176,11 +141,7 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
 
     // CS101: a dozen posts so paging shows, one real discussion.
     for week in 1..=12 {
-        let (author, title) = if week % 3 == 0 {
-            (tran, "Lab notes")
-        } else {
-            (alice, "Question about the exercises")
-        };
+        let (author, title) = if week % 3 == 0 { (tran, "Lab notes") } else { (alice, "Question about the exercises") };
         posts::create(
             txn,
             cs,
@@ -206,28 +167,10 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         "It recomputes the same values exponentially often. Try memoising.",
     )
     .await?;
-    let r1 = comments::create_reply(
-        txn,
-        &c1,
-        bob,
-        "Memoising with a HashMap made it instant, thanks!",
-    )
-    .await?;
-    comments::create_reply(
-        txn,
-        &r1,
-        tran,
-        "Good. Next step: can you do it with O(1) memory?",
-    )
-    .await?;
-    let c2 = comments::create_comment(
-        txn,
-        recursion.id,
-        cs,
-        tran,
-        "See lecture 7, slide 12, on the call tree.",
-    )
-    .await?;
+    let r1 = comments::create_reply(txn, &c1, bob, "Memoising with a HashMap made it instant, thanks!").await?;
+    comments::create_reply(txn, &r1, tran, "Good. Next step: can you do it with O(1) memory?").await?;
+    let c2 =
+        comments::create_comment(txn, recursion.id, cs, tran, "See lecture 7, slide 12, on the call tree.").await?;
     for (user, target) in [
         (alice, LikeTarget::Post(recursion.id)),
         (tran, LikeTarget::Post(recursion.id)),
@@ -255,22 +198,11 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         "Mostly, yes. Try the 3Blue1Brown-style picture with a shear.",
     )
     .await?;
-    comments::create_reply(
-        txn,
-        &c3,
-        alice,
-        "The shear example finally made it click for me.",
-    )
-    .await?;
+    comments::create_reply(txn, &c3, alice, "The shear example finally made it click for me.").await?;
     sync::set(txn, alice, LikeTarget::Post(eigen.id), true).await?;
-    let essay = posts::create(
-        txn,
-        hist,
-        dave,
-        "Essay topics for the midterm",
-        "Has anyone picked the Silk Road topic?",
-    )
-    .await?;
+    let essay =
+        posts::create(txn, hist, dave, "Essay topics for the midterm", "Has anyone picked the Silk Road topic?")
+            .await?;
     comments::create_comment(txn, essay.id, hist, carol, "I did! Happy to share sources.").await?;
     sync::set(txn, bob, LikeTarget::Post(essay.id), true).await?;
 
@@ -291,29 +223,15 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         [announcement.id.into()],
     ))
     .await?;
-    comments::create_comment(
-        txn,
-        announcement.id,
-        writ,
-        carol,
-        "Thank you! Does this apply to the outline too?",
-    )
-    .await?;
+    comments::create_comment(txn, announcement.id, writ, carol, "Thank you! Does this apply to the outline too?")
+        .await?;
     Ok(())
 }
 
-async fn summary(
-    db: &DatabaseConnection,
-    tokens: &TokenKeys,
-    graphql_url: String,
-) -> AppResult<DemoSummary> {
+async fn summary(db: &DatabaseConnection, tokens: &TokenKeys, graphql_url: String) -> AppResult<DemoSummary> {
     let courses = CourseIdTitle::find_by_statement(stmt(
         "SELECT id, title FROM courses WHERE code = ANY($1) ORDER BY id",
-        [COURSES
-            .iter()
-            .map(|(code, _)| code.to_string())
-            .collect::<Vec<_>>()
-            .into()],
+        [COURSES.iter().map(|(code, _)| code.to_string()).collect::<Vec<_>>().into()],
     ))
     .all(db)
     .await?;
@@ -330,20 +248,14 @@ async fn summary(
             id: encode(NodeKind::User, id).0,
             handle: handle.to_string(),
             token: tokens.mint(id, Duration::from_secs(30 * 24 * 3600))?,
-            courses: member_of
-                .into_iter()
-                .map(|c| encode(NodeKind::Course, c.id).0)
-                .collect(),
+            courses: member_of.into_iter().map(|c| encode(NodeKind::Course, c.id).0).collect(),
         });
     }
     Ok(DemoSummary {
         graphql: graphql_url,
         courses: courses
             .into_iter()
-            .map(|c| DemoCourse {
-                id: encode(NodeKind::Course, c.id).0,
-                title: c.title,
-            })
+            .map(|c| DemoCourse { id: encode(NodeKind::Course, c.id).0, title: c.title })
             .collect(),
         users,
     })

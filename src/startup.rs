@@ -1,5 +1,6 @@
-//! Start-up and shutdown: connect, assemble the state and schema, bind, serve until the
-//! shutdown future resolves. Tests build an `Application` on port 0 with their own shutdown.
+//! Start-up and shutdown: connect, assemble the state and schema, bind, serve (with the like
+//! worker beside the API unless told otherwise) until the shutdown future resolves. Tests build
+//! an `Application` on port 0 with their own shutdown.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -7,16 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::auth::TokenKeys;
-use crate::config::Settings;
+use crate::config::{LikeMode, Settings};
 use crate::error::{AppError, AppResult};
 use crate::graphql::{AppSchema, build_schema};
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
 use crate::likes::Likes;
 use crate::state::AppState;
+use crate::worker::{LikeWorker, WorkerConfig};
 use crate::{db, http, kv};
+
+/// How long shutdown waits for the worker's batch in flight.
+const WORKER_STOP_GRACE: Duration = Duration::from_secs(10);
 
 pub struct Application {
     listener: TcpListener,
@@ -30,41 +36,54 @@ impl Application {
         settings.validate_for_serve()?;
         let state = connect_state(settings).await?;
         let bind = state.settings.bind;
-        let listener = TcpListener::bind(bind).await.map_err(|e| {
-            AppError::Config(format!(
-                "cannot listen on {bind} ({e}); set BIND to a free address"
-            ))
-        })?;
+        let listener = TcpListener::bind(bind)
+            .await
+            .map_err(|e| AppError::Config(format!("cannot listen on {bind} ({e}); set BIND to a free address")))?;
         let schema = build_schema(state.clone());
-        Ok(Self {
-            listener,
-            state,
-            schema,
-        })
+        Ok(Self { listener, state, schema })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .unwrap_or(self.state.settings.bind)
+        self.listener.local_addr().unwrap_or(self.state.settings.bind)
     }
 
     pub fn state(&self) -> &AppState {
         &self.state
     }
 
-    /// Serves until `shutdown` resolves, then lets in-flight requests finish.
-    pub async fn run_until_stopped(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> AppResult<()> {
-        tracing::info!(addr = %self.local_addr(), "serving GraphQL");
+    /// Serves until `shutdown` resolves, then lets in-flight requests and the worker's batch
+    /// finish.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> AppResult<()> {
+        let (stop_worker, worker_stopped) = watch::channel(false);
+        let worker = if self.state.settings.worker_in_serve && self.state.settings.like_mode != LikeMode::Sync {
+            Some(tokio::spawn(build_worker(&self.state).await?.run(worker_stopped)))
+        } else {
+            None
+        };
+        tracing::info!(addr = %self.local_addr(), mode = ?self.state.settings.like_mode, "serving GraphQL");
         let router = http::router(self.state.clone(), self.schema);
-        axum::serve(self.listener, router)
+        let served = axum::serve(self.listener, router)
             .with_graceful_shutdown(shutdown)
             .await
-            .map_err(|e| AppError::Internal(format!("server error: {e}")))
+            .map_err(|e| AppError::Internal(format!("server error: {e}")));
+        let _ = stop_worker.send(true);
+        if let Some(worker) = worker
+            && tokio::time::timeout(WORKER_STOP_GRACE, worker).await.is_err()
+        {
+            tracing::warn!("like worker did not stop in time; its batch stays pending and will be replayed");
+        }
+        served
     }
+}
+
+/// A like worker with a Redis connection of its own (its blocking reads must not hold up the
+/// API's multiplexed connection).
+pub async fn build_worker(state: &AppState) -> AppResult<LikeWorker> {
+    let redis = kv::connect(state.settings.redis_url()?, state.settings.connect_timeout).await?;
+    let worker =
+        LikeWorker::new(state.db.clone(), redis, state.keys.clone(), WorkerConfig::from_settings(&state.settings));
+    worker.ensure_groups().await?;
+    Ok(worker)
 }
 
 /// Opens every client and assembles the shared state.
@@ -73,23 +92,15 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let mut db = db::connect(&settings).await?;
     let sql_statements = db::StatementCounter::attach(&mut db);
     let redis = kv::connect(settings.redis_url()?, settings.connect_timeout).await?;
-    let keys = Keys::new(settings.redis_key_prefix.clone());
+    if settings.like_mode == LikeMode::Buffered && !settings.allow_evicting_redis {
+        kv::refuse_evicting_policy(&redis).await?;
+    }
+    let keys = Keys::new(settings.redis_key_prefix.clone(), settings.like_stream_shards);
     let tokens = TokenKeys::new(settings.jwt_secret()?)?;
-    let limiter = RateLimiter::new(
-        redis.clone(),
-        settings.like_rate_per_minute,
-        Duration::from_secs(60),
-    );
-    let likes = Likes::new(db.clone(), settings.like_mode, limiter, keys.clone());
-    Ok(AppState {
-        settings,
-        db,
-        sql_statements,
-        redis,
-        keys,
-        tokens,
-        likes,
-    })
+    let limiter = RateLimiter::new(redis.clone(), settings.like_rate_per_minute, Duration::from_secs(60));
+    let likes =
+        Likes::new(db.clone(), redis.clone(), settings.like_mode, limiter, keys.clone(), settings.liked_set_ttl);
+    Ok(AppState { settings, db, sql_statements, redis, keys, tokens, likes })
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -11,11 +11,7 @@ pub fn init(format: LogFormat) {
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm=warn,tower_http=warn"));
     let registry = tracing_subscriber::registry().with(filter);
     let _ = match format {
-        LogFormat::Text => registry
-            .with(fmt::layer().with_writer(std::io::stderr))
-            .try_init(),
-        LogFormat::Json => registry
-            .with(fmt::layer().json().with_writer(std::io::stderr))
-            .try_init(),
+        LogFormat::Text => registry.with(fmt::layer().with_writer(std::io::stderr)).try_init(),
+        LogFormat::Json => registry.with(fmt::layer().json().with_writer(std::io::stderr)).try_init(),
     };
 }

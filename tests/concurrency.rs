@@ -20,23 +20,12 @@ async fn create_post(app: &TestApp, token: &str, course: i64, title: &str) -> St
             json!({ "c": gid("Course", course), "t": title }),
         )
         .await;
-    data["createPost"]["id"]
-        .as_str()
-        .expect("post id")
-        .to_owned()
+    data["createPost"]["id"].as_str().expect("post id").to_owned()
 }
 
 /// Sends one mutation on a fresh connection (a new client has an empty pool).
-async fn send_alone(
-    url: String,
-    token: String,
-    query: &'static str,
-    id: String,
-) -> serde_json::Value {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .expect("client");
+async fn send_alone(url: String, token: String, query: &'static str, id: String) -> serde_json::Value {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client");
     client
         .post(url)
         .header("Authorization", format!("Bearer {token}"))
@@ -59,12 +48,7 @@ async fn fifty_concurrent_likes_by_one_user_make_one_row() {
     let barrier = Arc::new(Barrier::new(50));
     let tasks: Vec<_> = (0..50)
         .map(|_| {
-            let (barrier, url, token, post) = (
-                barrier.clone(),
-                app.url("/graphql"),
-                token.clone(),
-                post.clone(),
-            );
+            let (barrier, url, token, post) = (barrier.clone(), app.url("/graphql"), token.clone(), post.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
                 send_alone(url, token, LIKE_POST, post).await
@@ -75,25 +59,12 @@ async fn fifty_concurrent_likes_by_one_user_make_one_row() {
         let response = task.await.expect("task");
         assert!(response.get("errors").is_none(), "{response}");
         // Whoever won, every caller sees the one like.
-        assert_eq!(
-            response["data"]["likePost"],
-            json!({ "likeCount": 1, "likedByMe": true })
-        );
+        assert_eq!(response["data"]["likePost"], json!({ "likeCount": 1, "likedByMe": true }));
     }
 
     let post_id = common::raw_id(&post);
-    let rows = app
-        .scalar_i64(
-            "SELECT count(*) AS v FROM post_likes WHERE post_id = $1",
-            [post_id.into()],
-        )
-        .await;
-    let counter = app
-        .scalar_i64(
-            "SELECT like_count::bigint AS v FROM posts WHERE id = $1",
-            [post_id.into()],
-        )
-        .await;
+    let rows = app.scalar_i64("SELECT count(*) AS v FROM post_likes WHERE post_id = $1", [post_id.into()]).await;
+    let counter = app.scalar_i64("SELECT like_count::bigint AS v FROM posts WHERE id = $1", [post_id.into()]).await;
     assert_eq!((rows, counter), (1, 1));
 }
 
@@ -121,11 +92,7 @@ async fn two_hundred_concurrent_toggles_keep_every_counter_equal_to_its_rows() {
             let token = tokens[i % tokens.len()].clone();
             let post = posts[(i / 7) % posts.len()].clone();
             // A deterministic mix of likes and unlikes, with repeats of both.
-            let query = if (i * 31) % 5 < 3 {
-                LIKE_POST
-            } else {
-                UNLIKE_POST
-            };
+            let query = if (i * 31) % 5 < 3 { LIKE_POST } else { UNLIKE_POST };
             tokio::spawn(async move {
                 barrier.wait().await;
                 send_alone(url, token, query, post).await
@@ -145,8 +112,6 @@ async fn two_hundred_concurrent_toggles_keep_every_counter_equal_to_its_rows() {
         )
         .await;
     assert_eq!(mismatched, 0, "every like_count equals its rows");
-    let total = app
-        .scalar_i64("SELECT count(*) AS v FROM post_likes", [])
-        .await;
+    let total = app.scalar_i64("SELECT count(*) AS v FROM post_likes", []).await;
     assert!(total > 0, "some likes survived the mix");
 }

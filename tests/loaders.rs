@@ -35,34 +35,16 @@ async fn a_page_of_twenty_posts_costs_a_bounded_number_of_statements() {
                 title likeCount commentCount likedByMe author { handle displayName } } } } } }";
     let alice = app.token(world.alice);
     let before = app.state.sql_statements.get();
-    let data = app
-        .gql_ok(
-            Some(&alice),
-            page,
-            json!({ "c": gid("Course", world.course) }),
-        )
-        .await;
+    let data = app.gql_ok(Some(&alice), page, json!({ "c": gid("Course", world.course) })).await;
     let statements = app.state.sql_statements.get() - before;
 
     let edges = data["course"]["posts"]["edges"].as_array().expect("edges");
     assert_eq!(edges.len(), 20);
-    let liked = edges
-        .iter()
-        .filter(|e| e["node"]["likedByMe"] == true)
-        .count();
+    let liked = edges.iter().filter(|e| e["node"]["likedByMe"] == true).count();
     assert_eq!(liked, 10, "likedByMe is right for every post");
-    let authors: std::collections::HashSet<_> = edges
-        .iter()
-        .map(|e| e["node"]["author"]["handle"].clone())
-        .collect();
+    let authors: std::collections::HashSet<_> = edges.iter().map(|e| e["node"]["author"]["handle"].clone()).collect();
     assert_eq!(authors.len(), 20);
     // course lookup, memberships, the page, one author batch, one likedByMe batch.
-    assert!(
-        statements >= 3,
-        "the counter sees the page's statements ({statements})"
-    );
-    assert!(
-        statements <= 6,
-        "a page of 20 posts ran {statements} SQL statements"
-    );
+    assert!(statements >= 3, "the counter sees the page's statements ({statements})");
+    assert!(statements <= 6, "a page of 20 posts ran {statements} SQL statements");
 }

@@ -19,20 +19,13 @@ impl MigrationName for SqlMigration {
 #[async_trait::async_trait]
 impl MigrationTrait for SqlMigration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .get_connection()
-            .execute_unprepared(self.sql)
-            .await
-            .map(|_| ())
+        manager.get_connection().execute_unprepared(self.sql).await.map(|_| ())
     }
 }
 
 macro_rules! sql_migration {
     ($name:literal) => {
-        Box::new(SqlMigration {
-            name: $name,
-            sql: include_str!(concat!("../../migrations/", $name, ".sql")),
-        })
+        Box::new(SqlMigration { name: $name, sql: include_str!(concat!("../../migrations/", $name, ".sql")) })
     };
 }
 

@@ -5,9 +5,7 @@ pub mod migrator;
 
 use std::time::Duration;
 
-use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement, Value,
-};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement, Value};
 use sea_orm_migration::MigratorTrait;
 
 use crate::config::Settings;
@@ -20,11 +18,7 @@ pub async fn connect(settings: &Settings) -> AppResult<DatabaseConnection> {
     connect_url(url, settings.connect_timeout, settings.db_max_connections).await
 }
 
-pub async fn connect_url(
-    url: &str,
-    timeout: Duration,
-    max_connections: u32,
-) -> AppResult<DatabaseConnection> {
+pub async fn connect_url(url: &str, timeout: Duration, max_connections: u32) -> AppResult<DatabaseConnection> {
     let mut options = ConnectOptions::new(url.to_owned());
     options
         .connect_timeout(timeout)
@@ -32,25 +26,17 @@ pub async fn connect_url(
         .max_connections(max_connections)
         .min_connections(0)
         .sqlx_logging(false);
-    let db = tokio::time::timeout(
-        timeout + Duration::from_millis(500),
-        Database::connect(options),
-    )
-    .await
-    .map_err(|_| unreachable_db(url, "timed out"))?
-    .map_err(|e| unreachable_db(url, &e.to_string()))?;
-    // A pool connects lazily; prove the server answers before anyone relies on it.
-    db.execute_unprepared("SELECT 1")
+    let db = tokio::time::timeout(timeout + Duration::from_millis(500), Database::connect(options))
         .await
+        .map_err(|_| unreachable_db(url, "timed out"))?
         .map_err(|e| unreachable_db(url, &e.to_string()))?;
+    // A pool connects lazily; prove the server answers before anyone relies on it.
+    db.execute_unprepared("SELECT 1").await.map_err(|e| unreachable_db(url, &e.to_string()))?;
     Ok(db)
 }
 
 fn unreachable_db(url: &str, why: &str) -> AppError {
-    AppError::Config(format!(
-        "cannot reach PostgreSQL at {} ({why})",
-        redact(url)
-    ))
+    AppError::Config(format!("cannot reach PostgreSQL at {} ({why})", redact(url)))
 }
 
 /// Hides a password in a URL before it is printed.

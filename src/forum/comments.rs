@@ -26,7 +26,8 @@ pub struct CommentRow {
 
 pub const MAX_COMMENT_CHARS: usize = 5_000;
 
-const COMMENT_COLUMNS: &str = "id, post_id, parent_id, reply_to_user_id, user_id, body, like_count, reply_count, created_at, edited_at";
+const COMMENT_COLUMNS: &str =
+    "id, post_id, parent_id, reply_to_user_id, user_id, body, like_count, reply_count, created_at, edited_at";
 
 /// A live comment or reply on a live post.
 pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<CommentRow>> {
@@ -34,9 +35,7 @@ pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<Commen
                c.like_count, c.reply_count, c.created_at, c.edited_at \
                FROM comments c JOIN posts p ON p.id = c.post_id \
                WHERE c.id = $1 AND c.deleted_at IS NULL AND p.deleted_at IS NULL";
-    Ok(CommentRow::find_by_statement(stmt(sql, [id.into()]))
-        .one(db)
-        .await?)
+    Ok(CommentRow::find_by_statement(stmt(sql, [id.into()])).one(db).await?)
 }
 
 /// Top-level comments of a post, oldest first (served by `comments_top_level_idx`).
@@ -73,9 +72,7 @@ async fn page_of(
     let sql = page_sql(select, scope, scope_values.len(), page, Order::OldestFirst);
     let mut values: Vec<sea_orm::Value> = scope_values.iter().map(|v| (*v).into()).collect();
     values.extend(page.values());
-    let rows = CommentRow::find_by_statement(stmt(&sql, values))
-        .all(db)
-        .await?;
+    let rows = CommentRow::find_by_statement(stmt(&sql, values)).all(db).await?;
     Ok(page.finish(rows))
 }
 
@@ -124,16 +121,8 @@ pub async fn create_reply<C: ConnectionTrait + TransactionTrait>(
         return Err(AppError::not_found("comment"));
     }
     bump_post_comments(&txn, target.post_id, 1).await?;
-    let row = insert(
-        &txn,
-        target.post_id,
-        target.course_id,
-        Some(root_id),
-        Some(target.user_id),
-        user_id,
-        body,
-    )
-    .await?;
+    let row =
+        insert(&txn, target.post_id, target.course_id, Some(root_id), Some(target.user_id), user_id, body).await?;
     txn.commit().await?;
     Ok(row)
 }
@@ -145,9 +134,7 @@ async fn bump_post_comments(txn: &impl ConnectionTrait, post_id: i64, delta: i64
     ))
     .one(txn)
     .await?;
-    bumped
-        .map(|_| ())
-        .ok_or_else(|| AppError::not_found("post"))
+    bumped.map(|_| ()).ok_or_else(|| AppError::not_found("post"))
 }
 
 async fn insert(
@@ -165,44 +152,27 @@ async fn insert(
     );
     CommentRow::find_by_statement(stmt(
         &sql,
-        [
-            post_id.into(),
-            parent_id.into(),
-            reply_to_user_id.into(),
-            user_id.into(),
-            body.into(),
-            course_id.into(),
-        ],
+        [post_id.into(), parent_id.into(), reply_to_user_id.into(), user_id.into(), body.into(), course_id.into()],
     ))
     .one(txn)
     .await?
     .ok_or_else(|| AppError::Internal("INSERT … RETURNING returned no row".into()))
 }
 
-pub async fn edit(
-    db: &impl ConnectionTrait,
-    comment: &CommentRow,
-    body: &str,
-) -> AppResult<CommentRow> {
+pub async fn edit(db: &impl ConnectionTrait, comment: &CommentRow, body: &str) -> AppResult<CommentRow> {
     let sql = format!(
         "UPDATE comments SET body = $2, edited_at = now() WHERE id = $1 AND deleted_at IS NULL \
          RETURNING {COMMENT_COLUMNS}, $3::bigint AS course_id"
     );
-    CommentRow::find_by_statement(stmt(
-        &sql,
-        [comment.id.into(), body.into(), comment.course_id.into()],
-    ))
-    .one(db)
-    .await?
-    .ok_or_else(|| AppError::not_found("comment"))
+    CommentRow::find_by_statement(stmt(&sql, [comment.id.into(), body.into(), comment.course_id.into()]))
+        .one(db)
+        .await?
+        .ok_or_else(|| AppError::not_found("comment"))
 }
 
 /// Soft-deletes a comment and, for a root comment, its replies with it; counters follow the
 /// rows that really changed. Returns false when it was already gone.
-pub async fn soft_delete<C: ConnectionTrait + TransactionTrait>(
-    db: &C,
-    comment: &CommentRow,
-) -> AppResult<bool> {
+pub async fn soft_delete<C: ConnectionTrait + TransactionTrait>(db: &C, comment: &CommentRow) -> AppResult<bool> {
     let txn = db.begin().await?;
     // Lock the root first, so a reply being created concurrently either commits before we read
     // the replies (and is deleted with them) or sees the root deleted and fails.

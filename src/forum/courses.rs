@@ -19,9 +19,7 @@ impl Role {
         match raw {
             "student" => Ok(Role::Student),
             "instructor" => Ok(Role::Instructor),
-            other => Err(AppError::Internal(format!(
-                "unknown role `{other}` in course_members"
-            ))),
+            other => Err(AppError::Internal(format!("unknown role `{other}` in course_members"))),
         }
     }
 }
@@ -37,30 +35,20 @@ pub struct CourseRow {
 const COURSE_COLUMNS: &str = "SELECT id, code, title, created_at FROM courses";
 
 pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<CourseRow>> {
-    Ok(CourseRow::find_by_statement(stmt(
-        &format!("{COURSE_COLUMNS} WHERE id = $1"),
-        [id.into()],
-    ))
-    .one(db)
-    .await?)
+    Ok(CourseRow::find_by_statement(stmt(&format!("{COURSE_COLUMNS} WHERE id = $1"), [id.into()])).one(db).await?)
 }
 
 pub async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<CourseRow>> {
-    Ok(CourseRow::find_by_statement(stmt(
-        &format!("{COURSE_COLUMNS} WHERE id = ANY($1)"),
-        [ids.to_vec().into()],
-    ))
-    .all(db)
-    .await?)
+    Ok(CourseRow::find_by_statement(stmt(&format!("{COURSE_COLUMNS} WHERE id = ANY($1)"), [ids.to_vec().into()]))
+        .all(db)
+        .await?)
 }
 
 /// The courses a user belongs to, in id order.
 pub async fn of_user(db: &impl ConnectionTrait, user_id: i64) -> AppResult<Vec<CourseRow>> {
     let sql = "SELECT c.id, c.code, c.title, c.created_at FROM course_members m \
                JOIN courses c ON c.id = m.course_id WHERE m.user_id = $1 ORDER BY c.id";
-    Ok(CourseRow::find_by_statement(stmt(sql, [user_id.into()]))
-        .all(db)
-        .await?)
+    Ok(CourseRow::find_by_statement(stmt(sql, [user_id.into()])).all(db).await?)
 }
 
 #[derive(FromQueryResult)]
@@ -70,19 +58,14 @@ struct MembershipRow {
 }
 
 /// The user's role in each course they belong to (served by `course_members_user_idx`).
-pub async fn roles_of_user(
-    db: &impl ConnectionTrait,
-    user_id: i64,
-) -> AppResult<HashMap<i64, Role>> {
+pub async fn roles_of_user(db: &impl ConnectionTrait, user_id: i64) -> AppResult<HashMap<i64, Role>> {
     let rows = MembershipRow::find_by_statement(stmt(
         "SELECT course_id, role FROM course_members WHERE user_id = $1",
         [user_id.into()],
     ))
     .all(db)
     .await?;
-    rows.into_iter()
-        .map(|row| Ok((row.course_id, Role::parse(&row.role)?)))
-        .collect()
+    rows.into_iter().map(|row| Ok((row.course_id, Role::parse(&row.role)?))).collect()
 }
 
 #[derive(FromQueryResult)]

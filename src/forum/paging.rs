@@ -26,50 +26,29 @@ pub struct PageRequest {
 
 impl PageRequest {
     /// Validates Relay arguments (cursors already decoded to ids).
-    pub fn new(
-        first: Option<i32>,
-        after: Option<i64>,
-        last: Option<i32>,
-        before: Option<i64>,
-    ) -> AppResult<Self> {
+    pub fn new(first: Option<i32>, after: Option<i64>, last: Option<i32>, before: Option<i64>) -> AppResult<Self> {
         let check = |name: &str, n: i32| {
             if !(1..=MAX_PAGE_SIZE).contains(&n) {
-                Err(AppError::bad_input(format!(
-                    "`{name}` must be between 1 and {MAX_PAGE_SIZE}, got {n}"
-                )))
+                Err(AppError::bad_input(format!("`{name}` must be between 1 and {MAX_PAGE_SIZE}, got {n}")))
             } else {
                 Ok(n as i64)
             }
         };
         if first.is_some() && last.is_some() {
-            return Err(AppError::bad_input(
-                "pass either `first` or `last`, not both",
-            ));
+            return Err(AppError::bad_input("pass either `first` or `last`, not both"));
         }
         if after.is_some() && before.is_some() {
-            return Err(AppError::bad_input(
-                "pass either `after` or `before`, not both",
-            ));
+            return Err(AppError::bad_input("pass either `after` or `before`, not both"));
         }
         if (first.is_some() && before.is_some()) || (last.is_some() && after.is_some()) {
-            return Err(AppError::bad_input(
-                "`after` goes with `first`, and `before` with `last`",
-            ));
+            return Err(AppError::bad_input("`after` goes with `first`, and `before` with `last`"));
         }
         if last.is_some() || before.is_some() {
             let limit = check("last", last.unwrap_or(DEFAULT_PAGE_SIZE))?;
-            Ok(Self {
-                limit,
-                cursor: before,
-                backward: true,
-            })
+            Ok(Self { limit, cursor: before, backward: true })
         } else {
             let limit = check("first", first.unwrap_or(DEFAULT_PAGE_SIZE))?;
-            Ok(Self {
-                limit,
-                cursor: after,
-                backward: false,
-            })
+            Ok(Self { limit, cursor: after, backward: false })
         }
     }
 
@@ -78,11 +57,7 @@ impl PageRequest {
     pub fn keyset_sql(&self, order: Order, param: usize) -> (String, &'static str) {
         // Walking backward is walking the opposite order, then reversing the rows.
         let descending = matches!(order, Order::NewestFirst) != self.backward;
-        let (cmp, order_by) = if descending {
-            ("<", "id DESC")
-        } else {
-            (">", "id ASC")
-        };
+        let (cmp, order_by) = if descending { ("<", "id DESC") } else { (">", "id ASC") };
         let condition = match self.cursor {
             Some(_) => format!("id {cmp} ${param}"),
             None => "TRUE".to_owned(),
@@ -111,17 +86,9 @@ impl PageRequest {
         rows.truncate(self.limit as usize);
         if self.backward {
             rows.reverse();
-            Page {
-                items: rows,
-                has_prev: more,
-                has_next: self.cursor.is_some(),
-            }
+            Page { items: rows, has_prev: more, has_next: self.cursor.is_some() }
         } else {
-            Page {
-                items: rows,
-                has_next: more,
-                has_prev: self.cursor.is_some(),
-            }
+            Page { items: rows, has_next: more, has_prev: self.cursor.is_some() }
         }
     }
 }
@@ -136,18 +103,9 @@ pub struct Page<T> {
 
 /// Builds `SELECT … WHERE <scope> AND <keyset> ORDER BY … LIMIT …` for a keyset page.
 /// `scope` is a condition using `$1..$scope_params`.
-pub fn page_sql(
-    select: &str,
-    scope: &str,
-    scope_params: usize,
-    page: &PageRequest,
-    order: Order,
-) -> String {
+pub fn page_sql(select: &str, scope: &str, scope_params: usize, page: &PageRequest, order: Order) -> String {
     let (keyset, order_by) = page.keyset_sql(order, scope_params + 1);
-    format!(
-        "{select} WHERE {scope} AND {keyset} ORDER BY {order_by} LIMIT ${}",
-        page.limit_param(scope_params)
-    )
+    format!("{select} WHERE {scope} AND {keyset} ORDER BY {order_by} LIMIT ${}", page.limit_param(scope_params))
 }
 
 #[cfg(test)]
@@ -162,20 +120,13 @@ mod tests {
         assert!(PageRequest::new(Some(5), None, Some(5), None).is_err());
         assert!(PageRequest::new(None, Some(3), Some(5), None).is_err());
         assert_eq!(PageRequest::new(None, None, None, None).unwrap().limit, 20);
-        assert!(
-            PageRequest::new(None, None, Some(3), Some(9))
-                .unwrap()
-                .backward
-        );
+        assert!(PageRequest::new(None, None, Some(3), Some(9)).unwrap().backward);
     }
 
     #[test]
     fn backward_walks_reverse_order_and_reverses_rows() {
         let page = PageRequest::new(None, None, Some(2), Some(10)).unwrap();
-        assert_eq!(
-            page.keyset_sql(Order::NewestFirst, 2),
-            ("id > $2".to_owned(), "id ASC")
-        );
+        assert_eq!(page.keyset_sql(Order::NewestFirst, 2), ("id > $2".to_owned(), "id ASC"));
         let finished = page.finish(vec![11, 12, 13]);
         assert_eq!(finished.items, vec![12, 11]);
         assert!(finished.has_prev);

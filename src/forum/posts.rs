@@ -20,7 +20,8 @@ pub struct PostRow {
     pub edited_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-const POST_COLUMNS: &str = "id, course_id, user_id, title, body, like_count, comment_count, view_count, created_at, edited_at";
+const POST_COLUMNS: &str =
+    "id, course_id, user_id, title, body, like_count, comment_count, view_count, created_at, edited_at";
 
 fn select_post() -> String {
     format!("SELECT {POST_COLUMNS} FROM posts")
@@ -38,9 +39,7 @@ pub fn validate_text(field: &str, raw: &str, max_chars: usize) -> AppResult<Stri
     }
     let chars = text.chars().count();
     if chars > max_chars {
-        return Err(AppError::bad_input(format!(
-            "`{field}` is {chars} characters; the limit is {max_chars}"
-        )));
+        return Err(AppError::bad_input(format!("`{field}` is {chars} characters; the limit is {max_chars}")));
     }
     Ok(text.to_owned())
 }
@@ -56,23 +55,11 @@ pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<PostRo
 }
 
 /// A course's posts, newest first (served by `posts_course_feed_idx`).
-pub async fn page_in_course(
-    db: &impl ConnectionTrait,
-    course_id: i64,
-    page: &PageRequest,
-) -> AppResult<Page<PostRow>> {
-    let sql = page_sql(
-        &select_post(),
-        "course_id = $1 AND deleted_at IS NULL",
-        1,
-        page,
-        Order::NewestFirst,
-    );
+pub async fn page_in_course(db: &impl ConnectionTrait, course_id: i64, page: &PageRequest) -> AppResult<Page<PostRow>> {
+    let sql = page_sql(&select_post(), "course_id = $1 AND deleted_at IS NULL", 1, page, Order::NewestFirst);
     let mut values = vec![course_id.into()];
     values.extend(page.values());
-    let rows = PostRow::find_by_statement(stmt(&sql, values))
-        .all(db)
-        .await?;
+    let rows = PostRow::find_by_statement(stmt(&sql, values)).all(db).await?;
     Ok(page.finish(rows))
 }
 
@@ -88,47 +75,29 @@ pub async fn create(
          RETURNING {}",
         POST_COLUMNS
     );
-    PostRow::find_by_statement(stmt(
-        &sql,
-        [course_id.into(), user_id.into(), title.into(), body.into()],
-    ))
-    .one(db)
-    .await?
-    .ok_or_else(|| AppError::Internal("INSERT … RETURNING returned no row".into()))
+    PostRow::find_by_statement(stmt(&sql, [course_id.into(), user_id.into(), title.into(), body.into()]))
+        .one(db)
+        .await?
+        .ok_or_else(|| AppError::Internal("INSERT … RETURNING returned no row".into()))
 }
 
 /// Changes title and/or body of a live post; `None` keeps the old value.
-pub async fn edit(
-    db: &impl ConnectionTrait,
-    id: i64,
-    title: Option<&str>,
-    body: Option<&str>,
-) -> AppResult<PostRow> {
+pub async fn edit(db: &impl ConnectionTrait, id: i64, title: Option<&str>, body: Option<&str>) -> AppResult<PostRow> {
     let sql = format!(
         "UPDATE posts SET title = COALESCE($2, title), body = COALESCE($3, body), edited_at = now() \
          WHERE id = $1 AND deleted_at IS NULL RETURNING {}",
         POST_COLUMNS
     );
-    PostRow::find_by_statement(stmt(
-        &sql,
-        [
-            id.into(),
-            title.map(str::to_owned).into(),
-            body.map(str::to_owned).into(),
-        ],
-    ))
-    .one(db)
-    .await?
-    .ok_or_else(|| AppError::not_found("post"))
+    PostRow::find_by_statement(stmt(&sql, [id.into(), title.map(str::to_owned).into(), body.map(str::to_owned).into()]))
+        .one(db)
+        .await?
+        .ok_or_else(|| AppError::not_found("post"))
 }
 
 /// Soft-deletes a live post. Returns false when it was already gone.
 pub async fn soft_delete(db: &impl ConnectionTrait, id: i64) -> AppResult<bool> {
     let result = db
-        .execute_raw(stmt(
-            "UPDATE posts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL",
-            [id.into()],
-        ))
+        .execute_raw(stmt("UPDATE posts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL", [id.into()]))
         .await?;
     Ok(result.rows_affected() == 1)
 }

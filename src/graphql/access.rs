@@ -13,9 +13,7 @@ use crate::forum::posts::{self, PostRow};
 pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(CourseRow, Role)> {
     let viewer = viewer(ctx)?;
     let db = &state(ctx)?.db;
-    let row = courses::find(db, id)
-        .await?
-        .ok_or_else(|| AppError::not_found("course"))?;
+    let row = courses::find(db, id).await?.ok_or_else(|| AppError::not_found("course"))?;
     let role = viewer.require_member(db, row.id).await?;
     Ok((row, role))
 }
@@ -23,9 +21,7 @@ pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(CourseRow, Role)> 
 pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
     let viewer = viewer(ctx)?;
     let db = &state(ctx)?.db;
-    let row = posts::find(db, id)
-        .await?
-        .ok_or_else(|| AppError::not_found("post"))?;
+    let row = posts::find(db, id).await?.ok_or_else(|| AppError::not_found("post"))?;
     let role = viewer.require_member(db, row.course_id).await?;
     Ok((row, role))
 }
@@ -37,13 +33,7 @@ pub async fn comment(ctx: &Context<'_>, kind: NodeKind, id: i64) -> AppResult<(C
     let row = comments::find(db, id)
         .await?
         .filter(|row| row.parent_id.is_some() == (kind == NodeKind::Reply))
-        .ok_or_else(|| {
-            AppError::not_found(if kind == NodeKind::Reply {
-                "reply"
-            } else {
-                "comment"
-            })
-        })?;
+        .ok_or_else(|| AppError::not_found(if kind == NodeKind::Reply { "reply" } else { "comment" }))?;
     let role = viewer.require_member(db, row.course_id).await?;
     Ok((row, role))
 }
@@ -57,19 +47,13 @@ pub async fn any_comment(ctx: &Context<'_>, raw: &ID) -> AppResult<(CommentRow, 
 
 /// Authors may change their own content; instructors may also delete anything in their course.
 pub fn require_author(viewer_id: i64, author_id: i64) -> AppResult<()> {
-    if viewer_id == author_id {
-        Ok(())
-    } else {
-        Err(AppError::Forbidden("only the author may do this".into()))
-    }
+    if viewer_id == author_id { Ok(()) } else { Err(AppError::Forbidden("only the author may do this".into())) }
 }
 
 pub fn require_author_or_instructor(viewer_id: i64, author_id: i64, role: Role) -> AppResult<()> {
     if viewer_id == author_id || role == Role::Instructor {
         Ok(())
     } else {
-        Err(AppError::Forbidden(
-            "only the author or an instructor of the course may do this".into(),
-        ))
+        Err(AppError::Forbidden("only the author or an instructor of the course may do this".into()))
     }
 }

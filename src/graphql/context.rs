@@ -7,13 +7,11 @@ use crate::error::{AppError, AppResult};
 use crate::state::AppState;
 
 pub fn state<'a>(ctx: &Context<'a>) -> AppResult<&'a AppState> {
-    ctx.data::<AppState>()
-        .map_err(|_| AppError::Internal("AppState missing from schema data".into()))
+    ctx.data::<AppState>().map_err(|_| AppError::Internal("AppState missing from schema data".into()))
 }
 
 /// The authenticated viewer, or UNAUTHENTICATED.
 pub fn viewer<'a>(ctx: &Context<'a>) -> AppResult<&'a Viewer> {
-    ctx.data_opt::<Viewer>().ok_or_else(|| {
-        AppError::Unauthenticated("sign in: send `Authorization: Bearer <token>`".into())
-    })
+    ctx.data_opt::<Viewer>()
+        .ok_or_else(|| AppError::Unauthenticated("sign in: send `Authorization: Bearer <token>`".into()))
 }

@@ -17,11 +17,7 @@ impl CursorType for KeyCursor {
         let bad = || AppError::bad_input("malformed cursor: pass back a cursor this API returned");
         let bytes = URL_SAFE_NO_PAD.decode(raw).map_err(|_| bad())?;
         let text = std::str::from_utf8(&bytes).map_err(|_| bad())?;
-        let id = text
-            .strip_prefix("k:")
-            .and_then(|n| n.parse::<i64>().ok())
-            .filter(|n| *n > 0)
-            .ok_or_else(bad)?;
+        let id = text.strip_prefix("k:").and_then(|n| n.parse::<i64>().ok()).filter(|n| *n > 0).ok_or_else(bad)?;
         Ok(KeyCursor(id))
     }
 
@@ -32,6 +28,5 @@ impl CursorType for KeyCursor {
 
 /// Decodes an optional cursor argument.
 pub fn decode(raw: Option<&str>) -> AppResult<Option<i64>> {
-    raw.map(|r| KeyCursor::decode_cursor(r).map(|c| c.0))
-        .transpose()
+    raw.map(|r| KeyCursor::decode_cursor(r).map(|c| c.0)).transpose()
 }

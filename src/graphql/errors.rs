@@ -30,8 +30,7 @@ impl Extension for ErrorCodesExtension {
 }
 
 fn app_error(err: &ServerError) -> Option<&AppError> {
-    err.source::<AppError>()
-        .or_else(|| err.source::<Arc<AppError>>().map(|arc| arc.as_ref()))
+    err.source::<AppError>().or_else(|| err.source::<Arc<AppError>>().map(|arc| arc.as_ref()))
 }
 
 /// Sets the code of one error (keeping one a resolver set explicitly).
@@ -44,23 +43,15 @@ pub fn assign_code(err: &mut ServerError) {
         }
         Some(app) => app.code(),
         None => {
-            if err
-                .extensions
-                .as_ref()
-                .is_some_and(|ext| ext.get("code").is_some())
-            {
+            if err.extensions.as_ref().is_some_and(|ext| ext.get("code").is_some()) {
                 return;
             }
             "BAD_USER_INPUT"
         }
     };
-    err.extensions
-        .get_or_insert_with(Default::default)
-        .set("code", code);
+    err.extensions.get_or_insert_with(Default::default).set("code", code);
     if let Some(AppError::RateLimited { retry_after_ms }) = app_error(err) {
         let retry = *retry_after_ms;
-        err.extensions
-            .get_or_insert_with(Default::default)
-            .set("retryAfterMs", retry);
+        err.extensions.get_or_insert_with(Default::default).set("retryAfterMs", retry);
     }
 }

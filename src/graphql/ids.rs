@@ -28,15 +28,9 @@ impl NodeKind {
     }
 
     fn parse(name: &str) -> Option<Self> {
-        [
-            NodeKind::User,
-            NodeKind::Course,
-            NodeKind::Post,
-            NodeKind::Comment,
-            NodeKind::Reply,
-        ]
-        .into_iter()
-        .find(|k| k.name() == name)
+        [NodeKind::User, NodeKind::Course, NodeKind::Post, NodeKind::Comment, NodeKind::Reply]
+            .into_iter()
+            .find(|k| k.name() == name)
     }
 }
 
@@ -48,17 +42,11 @@ pub fn encode(kind: NodeKind, id: i64) -> ID {
 /// Decodes any global id.
 pub fn decode(raw: &str) -> AppResult<(NodeKind, i64)> {
     let malformed = || AppError::bad_input(format!("`{}` is not a valid id", truncate(raw)));
-    let bytes = URL_SAFE_NO_PAD
-        .decode(raw.trim_end_matches('='))
-        .map_err(|_| malformed())?;
+    let bytes = URL_SAFE_NO_PAD.decode(raw.trim_end_matches('=')).map_err(|_| malformed())?;
     let text = std::str::from_utf8(&bytes).map_err(|_| malformed())?;
     let (kind, number) = text.split_once(':').ok_or_else(malformed)?;
     let kind = NodeKind::parse(kind).ok_or_else(malformed)?;
-    let id = number
-        .parse::<i64>()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(malformed)?;
+    let id = number.parse::<i64>().ok().filter(|id| *id > 0).ok_or_else(malformed)?;
     Ok((kind, id))
 }
 

@@ -46,17 +46,14 @@ pub struct LikedLoader {
     user_id: i64,
 }
 
-impl Loader<LikeTarget> for LikedLoader {
+/// Keyed by (course id, target): buffered mode asks one liked-set per course.
+impl Loader<(i64, LikeTarget)> for LikedLoader {
     type Value = bool;
     type Error = LoadError;
 
-    async fn load(&self, keys: &[LikeTarget]) -> Result<HashMap<LikeTarget, bool>, LoadError> {
-        let liked = self
-            .likes
-            .liked_by(self.user_id, keys)
-            .await
-            .map_err(Arc::new)?;
-        Ok(keys.iter().map(|k| (*k, liked.contains(k))).collect())
+    async fn load(&self, keys: &[(i64, LikeTarget)]) -> Result<HashMap<(i64, LikeTarget), bool>, LoadError> {
+        let liked = self.likes.liked_by(self.user_id, keys).await.map_err(Arc::new)?;
+        Ok(keys.iter().map(|k| (*k, liked.contains(&k.1))).collect())
     }
 }
 
@@ -73,22 +70,13 @@ impl Loaders {
         Self {
             users: DataLoader::new(UserLoader(db.clone()), tokio::spawn),
             courses: DataLoader::new(CourseLoader(db.clone()), tokio::spawn),
-            liked: viewer.map(|user_id| {
-                DataLoader::new(
-                    LikedLoader {
-                        likes: likes.clone(),
-                        user_id,
-                    },
-                    tokio::spawn,
-                )
-            }),
+            liked: viewer.map(|user_id| DataLoader::new(LikedLoader { likes: likes.clone(), user_id }, tokio::spawn)),
         }
     }
 }
 
 pub fn loaders<'a>(ctx: &Context<'a>) -> AppResult<&'a Loaders> {
-    ctx.data::<Loaders>()
-        .map_err(|_| AppError::Internal("Loaders missing from request data".into()))
+    ctx.data::<Loaders>().map_err(|_| AppError::Internal("Loaders missing from request data".into()))
 }
 
 /// Loads one user; a missing row is an internal inconsistency (authors are never deleted).
@@ -100,10 +88,10 @@ pub async fn user(ctx: &Context<'_>, id: i64) -> async_graphql::Result<UserRow> 
         .ok_or_else(|| AppError::Internal(format!("user {id} referenced but missing")).into())
 }
 
-/// Whether the viewer likes `target` (false for anonymous viewers).
-pub async fn liked_by_me(ctx: &Context<'_>, target: LikeTarget) -> async_graphql::Result<bool> {
+/// Whether the viewer likes `target` of `course_id` (false for anonymous viewers).
+pub async fn liked_by_me(ctx: &Context<'_>, course_id: i64, target: LikeTarget) -> async_graphql::Result<bool> {
     match &loaders(ctx)?.liked {
-        Some(loader) => Ok(loader.load_one(target).await?.unwrap_or(false)),
+        Some(loader) => Ok(loader.load_one((course_id, target)).await?.unwrap_or(false)),
         None => Ok(false),
     }
 }

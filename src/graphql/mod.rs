@@ -23,16 +23,11 @@ pub const MAX_DEPTH: usize = 16;
 pub const MAX_COMPLEXITY: usize = 20_000;
 
 /// The schema without runtime data: for SDL export.
-pub fn schema_builder()
--> async_graphql::SchemaBuilder<query::Query, mutation::Mutation, EmptySubscription> {
-    Schema::build(
-        query::Query,
-        mutation::Mutation::default(),
-        EmptySubscription,
-    )
-    .limit_depth(MAX_DEPTH)
-    .limit_complexity(MAX_COMPLEXITY)
-    .extension(errors::ErrorCodes)
+pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::Mutation, EmptySubscription> {
+    Schema::build(query::Query, mutation::Mutation::default(), EmptySubscription)
+        .limit_depth(MAX_DEPTH)
+        .limit_complexity(MAX_COMPLEXITY)
+        .extension(errors::ErrorCodes)
 }
 
 /// The schema served, with the shared state attached.

@@ -20,13 +20,7 @@ pub struct PostMutations;
 
 #[Object]
 impl PostMutations {
-    async fn create_post(
-        &self,
-        ctx: &Context<'_>,
-        course_id: ID,
-        title: String,
-        body: String,
-    ) -> Result<Post> {
+    async fn create_post(&self, ctx: &Context<'_>, course_id: ID, title: String, body: String) -> Result<Post> {
         let viewer = viewer(ctx)?;
         let course_id = ids::decode_one(&course_id, NodeKind::Course)?;
         let title = validate_text("title", &title, MAX_TITLE_CHARS)?;
@@ -49,12 +43,8 @@ impl PostMutations {
         if title.is_none() && body.is_none() {
             return Err(AppError::bad_input("give a new `title`, a new `body`, or both").into());
         }
-        let title = title
-            .map(|t| validate_text("title", &t, MAX_TITLE_CHARS))
-            .transpose()?;
-        let body = body
-            .map(|b| validate_text("body", &b, MAX_BODY_CHARS))
-            .transpose()?;
+        let title = title.map(|t| validate_text("title", &t, MAX_TITLE_CHARS)).transpose()?;
+        let body = body.map(|b| validate_text("body", &b, MAX_BODY_CHARS)).transpose()?;
         let (post, _) = access::post(ctx, post_id).await?;
         require_author(viewer.user_id, post.user_id)?;
         let row = posts::edit(&state(ctx)?.db, post.id, title.as_deref(), body.as_deref()).await?;
@@ -70,9 +60,7 @@ impl PostMutations {
         if !posts::soft_delete(&state(ctx)?.db, post.id).await? {
             return Err(AppError::not_found("post").into());
         }
-        Ok(DeletePayload {
-            deleted_id: encode(NodeKind::Post, post.id),
-        })
+        Ok(DeletePayload { deleted_id: encode(NodeKind::Post, post.id) })
     }
 }
 
@@ -82,24 +70,12 @@ pub struct CommentMutations;
 #[Object]
 impl CommentMutations {
     /// A top-level comment on a post.
-    async fn create_comment(
-        &self,
-        ctx: &Context<'_>,
-        post_id: ID,
-        body: String,
-    ) -> Result<Comment> {
+    async fn create_comment(&self, ctx: &Context<'_>, post_id: ID, body: String) -> Result<Comment> {
         let viewer = viewer(ctx)?;
         let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
         let (post, _) = access::post(ctx, post_id).await?;
-        let row = comments::create_comment(
-            &state(ctx)?.db,
-            post.id,
-            post.course_id,
-            viewer.user_id,
-            &body,
-        )
-        .await?;
+        let row = comments::create_comment(&state(ctx)?.db, post.id, post.course_id, viewer.user_id, &body).await?;
         Ok(Comment(row))
     }
 
@@ -114,12 +90,7 @@ impl CommentMutations {
     }
 
     /// Changes the body of your own comment or reply.
-    async fn edit_comment(
-        &self,
-        ctx: &Context<'_>,
-        comment_id: ID,
-        body: String,
-    ) -> Result<AnyComment> {
+    async fn edit_comment(&self, ctx: &Context<'_>, comment_id: ID, body: String) -> Result<AnyComment> {
         let viewer = viewer(ctx)?;
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
         let (comment, _) = access::any_comment(ctx, &comment_id).await?;
@@ -136,14 +107,8 @@ impl CommentMutations {
         if !comments::soft_delete(&state(ctx)?.db, &comment).await? {
             return Err(AppError::not_found("comment").into());
         }
-        let kind = if comment.parent_id.is_some() {
-            NodeKind::Reply
-        } else {
-            NodeKind::Comment
-        };
-        Ok(DeletePayload {
-            deleted_id: encode(kind, comment.id),
-        })
+        let kind = if comment.parent_id.is_some() { NodeKind::Reply } else { NodeKind::Comment };
+        Ok(DeletePayload { deleted_id: encode(kind, comment.id) })
     }
 }
 
@@ -179,7 +144,7 @@ async fn set_post_like(ctx: &Context<'_>, post_id: &ID, liked: bool) -> Result<P
     let (mut post, _) = access::post(ctx, post_id).await?;
     post.like_count = state(ctx)?
         .likes
-        .set(viewer.user_id, LikeTarget::Post(post.id), liked)
+        .set(viewer.user_id, post.course_id, LikeTarget::Post(post.id), liked, post.like_count)
         .await?;
     Ok(Post(post))
 }
@@ -189,7 +154,7 @@ async fn set_comment_like(ctx: &Context<'_>, comment_id: &ID, liked: bool) -> Re
     let (mut comment, _) = access::any_comment(ctx, comment_id).await?;
     comment.like_count = state(ctx)?
         .likes
-        .set(viewer.user_id, LikeTarget::Comment(comment.id), liked)
+        .set(viewer.user_id, comment.course_id, LikeTarget::Comment(comment.id), liked, comment.like_count)
         .await?;
     Ok(AnyComment::from_row(comment))
 }

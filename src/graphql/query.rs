@@ -18,9 +18,7 @@ impl Query {
     async fn me(&self, ctx: &Context<'_>) -> Result<User> {
         let viewer = viewer(ctx)?;
         let row = users::find(&state(ctx)?.db, viewer.user_id).await?;
-        row.map(User).ok_or_else(|| {
-            AppError::Unauthenticated("the token's user does not exist".into()).into()
-        })
+        row.map(User).ok_or_else(|| AppError::Unauthenticated("the token's user does not exist".into()).into())
     }
 
     /// The courses the signed-in user belongs to.
@@ -53,9 +51,7 @@ impl Query {
             }
             NodeKind::Course => Node::Course(Course(access::course(ctx, raw_id).await?.0)),
             NodeKind::Post => Node::Post(Post(access::post(ctx, raw_id).await?.0)),
-            NodeKind::Comment => {
-                Node::Comment(Comment(access::comment(ctx, kind, raw_id).await?.0))
-            }
+            NodeKind::Comment => Node::Comment(Comment(access::comment(ctx, kind, raw_id).await?.0)),
             NodeKind::Reply => Node::Reply(Reply(access::comment(ctx, kind, raw_id).await?.0)),
         })
     }

@@ -20,10 +20,7 @@ use crate::likes::LikeTarget;
 
 /// Query cost of a connection field: its page size times what each node asks for.
 pub fn page_cost(first: Option<i32>, last: Option<i32>, child_complexity: usize) -> usize {
-    let n = first
-        .or(last)
-        .unwrap_or(crate::forum::paging::DEFAULT_PAGE_SIZE)
-        .clamp(1, 100) as usize;
+    let n = first.or(last).unwrap_or(crate::forum::paging::DEFAULT_PAGE_SIZE).clamp(1, 100) as usize;
     1 + n * child_complexity
 }
 
@@ -45,11 +42,7 @@ fn connection<R, N: async_graphql::OutputType>(
     node: impl Fn(R) -> N,
 ) -> Connection<KeyCursor, N> {
     let mut conn = Connection::new(page.has_prev, page.has_next);
-    conn.edges.extend(
-        page.items
-            .into_iter()
-            .map(|row| Edge::new(KeyCursor(id_of(&row)), node(row))),
-    );
+    conn.edges.extend(page.items.into_iter().map(|row| Edge::new(KeyCursor(id_of(&row)), node(row))));
     conn
 }
 
@@ -82,11 +75,7 @@ pub enum AnyComment {
 
 impl AnyComment {
     pub fn from_row(row: CommentRow) -> Self {
-        if row.parent_id.is_some() {
-            AnyComment::Reply(Reply(row))
-        } else {
-            AnyComment::Comment(Comment(row))
-        }
+        if row.parent_id.is_some() { AnyComment::Reply(Reply(row)) } else { AnyComment::Comment(Comment(row)) }
     }
 }
 
@@ -131,9 +120,7 @@ impl Course {
     }
     /// The viewer's role in this course.
     async fn my_role(&self, ctx: &Context<'_>) -> Result<Role> {
-        Ok(viewer(ctx)?
-            .require_member(&state(ctx)?.db, self.0.id)
-            .await?)
+        Ok(viewer(ctx)?.require_member(&state(ctx)?.db, self.0.id).await?)
     }
     /// The course's posts, newest first.
     #[graphql(complexity = "page_cost(first, last, child_complexity)")]
@@ -160,8 +147,7 @@ impl Post {
     }
     async fn course(&self, ctx: &Context<'_>) -> Result<Course> {
         let row = loaders(ctx)?.courses.load_one(self.0.course_id).await?;
-        row.map(Course)
-            .ok_or_else(|| AppError::Internal("post without course".into()).into())
+        row.map(Course).ok_or_else(|| AppError::Internal("post without course".into()).into())
     }
     async fn author(&self, ctx: &Context<'_>) -> Result<User> {
         Ok(User(user(ctx, self.0.user_id).await?))
@@ -183,7 +169,7 @@ impl Post {
         self.0.view_count
     }
     async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
-        liked_by_me(ctx, LikeTarget::Post(self.0.id)).await
+        liked_by_me(ctx, self.0.course_id, LikeTarget::Post(self.0.id)).await
     }
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
@@ -203,8 +189,7 @@ impl Post {
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Comment>> {
         let page = page_request(first, after, last, before)?;
-        let rows =
-            comments::page_top_level(&state(ctx)?.db, self.0.id, self.0.course_id, &page).await?;
+        let rows = comments::page_top_level(&state(ctx)?.db, self.0.id, self.0.course_id, &page).await?;
         Ok(connection(rows, |r| r.id, Comment))
     }
 }
@@ -212,8 +197,7 @@ impl Post {
 /// Resolves the live post a comment belongs to.
 async fn post_of(ctx: &Context<'_>, comment: &CommentRow) -> Result<Post> {
     let row = posts::find(&state(ctx)?.db, comment.post_id).await?;
-    row.map(Post)
-        .ok_or_else(|| AppError::not_found("post").into())
+    row.map(Post).ok_or_else(|| AppError::not_found("post").into())
 }
 
 pub struct Comment(pub CommentRow);
@@ -239,7 +223,7 @@ impl Comment {
         self.0.reply_count
     }
     async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
-        liked_by_me(ctx, LikeTarget::Comment(self.0.id)).await
+        liked_by_me(ctx, self.0.course_id, LikeTarget::Comment(self.0.id)).await
     }
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
@@ -258,8 +242,7 @@ impl Comment {
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Reply>> {
         let page = page_request(first, after, last, before)?;
-        let rows =
-            comments::page_replies(&state(ctx)?.db, self.0.id, self.0.course_id, &page).await?;
+        let rows = comments::page_replies(&state(ctx)?.db, self.0.id, self.0.course_id, &page).await?;
         Ok(connection(rows, |r| r.id, Reply))
     }
 }
@@ -277,20 +260,13 @@ impl Reply {
     }
     /// The root comment this reply hangs under.
     async fn comment(&self, ctx: &Context<'_>) -> Result<Comment> {
-        let root = self
-            .0
-            .parent_id
-            .ok_or_else(|| AppError::Internal("reply without parent".into()))?;
+        let root = self.0.parent_id.ok_or_else(|| AppError::Internal("reply without parent".into()))?;
         let row = comments::find(&state(ctx)?.db, root).await?;
-        row.map(Comment)
-            .ok_or_else(|| AppError::not_found("comment").into())
+        row.map(Comment).ok_or_else(|| AppError::not_found("comment").into())
     }
     /// The user this reply answers (the author of the comment or reply it was written to).
     async fn reply_to(&self, ctx: &Context<'_>) -> Result<User> {
-        let id = self
-            .0
-            .reply_to_user_id
-            .ok_or_else(|| AppError::Internal("reply without reply_to".into()))?;
+        let id = self.0.reply_to_user_id.ok_or_else(|| AppError::Internal("reply without reply_to".into()))?;
         Ok(User(user(ctx, id).await?))
     }
     async fn author(&self, ctx: &Context<'_>) -> Result<User> {
@@ -303,7 +279,7 @@ impl Reply {
         self.0.like_count
     }
     async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
-        liked_by_me(ctx, LikeTarget::Comment(self.0.id)).await
+        liked_by_me(ctx, self.0.course_id, LikeTarget::Comment(self.0.id)).await
     }
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at

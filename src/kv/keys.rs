@@ -1,25 +1,101 @@
 //! Every Redis key this service uses, named in one place. All keys start with the configured
 //! prefix, so tests (and several deployments) can share one Redis without meeting.
+//!
+//! Redis Cluster rule: every script touches keys of ONE hash slot. A user's liked-sets and the
+//! like stream they append to share the hash tag `{s<k>}` of the user's shard k.
+//!
+//! | key | type | TTL | purpose |
+//! |---|---|---|---|
+//! | `<p>:{s<k>}:liked:<user>:<course>` | SET | LIKED_SET_TTL | what the user liked in the course (`p:<id>`, `c:<id>`, sentinel `_`) |
+//! | `<p>:{s<k>}:likes` | STREAM | none (entries XDEL'd after commit) | like/unlike events of shard k |
+//! | `<p>:{s<k>}:lease` | STRING | WORKER_LEASE_TTL | owner token of the one active consumer of shard k |
+//! | `<p>:likes:dead` | STREAM | none | dead letters: entries that failed alone, with the error |
+//! | `<p>:{recount}:dirty` | ZSET | none | level 2: targets to recount, scored by mark sequence |
+//! | `<p>:{recount}:seq` | STRING | none | level 2: the mark sequence |
+//! | `<p>:rl:like:<user>` | STRING | 60 s | like toggles in the current rate-limit window |
+
+/// The consumer group every like-stream shard has.
+pub const LIKE_GROUP: &str = "like-writers";
 
 /// Builds key names under one prefix.
 #[derive(Clone, Debug)]
 pub struct Keys {
     prefix: String,
+    shards: u32,
 }
 
 impl Keys {
-    pub fn new(prefix: impl Into<String>) -> Self {
-        Self {
-            prefix: prefix.into(),
-        }
+    pub fn new(prefix: impl Into<String>, shards: u32) -> Self {
+        Self { prefix: prefix.into(), shards: shards.max(1) }
     }
 
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
 
+    pub fn shards(&self) -> u32 {
+        self.shards
+    }
+
+    /// The stream shard a user's likes go to.
+    pub fn shard_of(&self, user_id: i64) -> u32 {
+        user_id.rem_euclid(self.shards as i64) as u32
+    }
+
+    pub fn liked_set(&self, user_id: i64, course_id: i64) -> String {
+        format!("{}:{{s{}}}:liked:{user_id}:{course_id}", self.prefix, self.shard_of(user_id))
+    }
+
+    /// SCAN pattern matching every liked-set (braces are literal in Redis globs).
+    pub fn liked_set_pattern(&self) -> String {
+        format!("{}:{{s*}}:liked:*", self.prefix)
+    }
+
+    pub fn like_stream(&self, shard: u32) -> String {
+        format!("{}:{{s{shard}}}:likes", self.prefix)
+    }
+
+    pub fn worker_lease(&self, shard: u32) -> String {
+        format!("{}:{{s{shard}}}:lease", self.prefix)
+    }
+
+    pub fn dead_letters(&self) -> String {
+        format!("{}:likes:dead", self.prefix)
+    }
+
+    pub fn recount_dirty(&self) -> String {
+        format!("{}:{{recount}}:dirty", self.prefix)
+    }
+
+    pub fn recount_seq(&self) -> String {
+        format!("{}:{{recount}}:seq", self.prefix)
+    }
+
     /// Fixed-window counter of a user's like toggles (STRING, expires with the window).
     pub fn like_rate(&self, user_id: i64) -> String {
         format!("{}:rl:like:{user_id}", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The slot-defining part of a key: the first `{…}` section.
+    fn hash_tag(key: &str) -> &str {
+        let open = key.find('{').expect("key has a hash tag");
+        let close = key[open..].find('}').expect("closed tag") + open;
+        &key[open + 1..close]
+    }
+
+    #[test]
+    fn a_users_sets_share_the_slot_of_their_stream() {
+        let keys = Keys::new("cf", 8);
+        for user in [1, 7, 8, 12345] {
+            let set = keys.liked_set(user, 3);
+            let stream = keys.like_stream(keys.shard_of(user));
+            assert_eq!(hash_tag(&set), hash_tag(&stream));
+        }
+        assert_eq!(hash_tag(&keys.recount_dirty()), hash_tag(&keys.recount_seq()));
     }
 }

@@ -12,9 +12,8 @@ use crate::error::{AppError, AppResult};
 
 /// Opens a self-reconnecting connection, failing within `timeout` with one sentence.
 pub async fn connect(url: &str, timeout: Duration) -> AppResult<ConnectionManager> {
-    let client = redis::Client::open(url).map_err(|e| {
-        AppError::Config(format!("REDIS_URL `{url}` is not a valid Redis URL ({e})"))
-    })?;
+    let client = redis::Client::open(url)
+        .map_err(|e| AppError::Config(format!("REDIS_URL `{url}` is not a valid Redis URL ({e})")))?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
@@ -29,4 +28,21 @@ pub async fn connect(url: &str, timeout: Duration) -> AppResult<ConnectionManage
         .await
         .map_err(|e| AppError::Config(format!("cannot reach Redis at {url} ({e})")))?;
     Ok(conn)
+}
+
+/// Buffered likes live in Redis until the worker commits them: a policy that may evict any
+/// key (`allkeys-*`) could evict the stream and lose likes. Refuse to start on one.
+pub async fn refuse_evicting_policy(redis: &ConnectionManager) -> AppResult<()> {
+    let mut conn = redis.clone();
+    let reply: redis::RedisResult<Vec<String>> =
+        redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut conn).await;
+    // A managed Redis may forbid CONFIG; then the operator's documentation is the guard.
+    let Ok(pair) = reply else { return Ok(()) };
+    match pair.get(1) {
+        Some(policy) if policy.starts_with("allkeys-") => Err(AppError::Config(format!(
+            "Redis maxmemory-policy is `{policy}`, which can evict the like stream: set it to noeviction or \
+             volatile-* (or set ALLOW_EVICTING_REDIS=true to accept losing likes)"
+        ))),
+        _ => Ok(()),
+    }
 }

@@ -19,12 +19,7 @@ pub struct RateLimiter {
 impl RateLimiter {
     pub fn new(redis: ConnectionManager, limit: u32, window: Duration) -> Self {
         let script = std::sync::Arc::new(Script::new(include_str!("../../lua/rate_limit.lua")));
-        Self {
-            redis,
-            script,
-            limit,
-            window,
-        }
+        Self { redis, script, limit, window }
     }
 
     /// Counts one event against `key`, or fails with RATE_LIMITED (counting nothing else).
@@ -33,13 +28,8 @@ impl RateLimiter {
             return Ok(());
         }
         let mut conn = self.redis.clone();
-        let retry_after_ms: u64 = self
-            .script
-            .key(key)
-            .arg(self.limit)
-            .arg(self.window.as_millis() as u64)
-            .invoke_async(&mut conn)
-            .await?;
+        let retry_after_ms: u64 =
+            self.script.key(key).arg(self.limit).arg(self.window.as_millis() as u64).invoke_async(&mut conn).await?;
         if retry_after_ms > 0 {
             return Err(AppError::RateLimited { retry_after_ms });
         }

@@ -1,14 +1,28 @@
-//! Likes on posts and comments: idempotent like/unlike and the viewer's "liked" flags.
+//! Likes on posts and comments: idempotent like/unlike and the viewer's "liked" flags, at the
+//! three levels of DESIGN §2, chosen by `LIKE_MODE`:
+//!
+//! - `sync` (level 1, `sync.rs`): one statement per toggle, counter from RETURNING.
+//! - `recount` (level 2, `recount.rs`): the row is written at once, the counter is recounted
+//!   later by a job for targets marked dirty.
+//! - `buffered` (level 3, `buffered.rs`, the default): Redis liked-sets answer; the toggle
+//!   script appends an event to the shard's stream; the worker (`crate::worker`) applies
+//!   events in batches through `apply.rs`.
 //!
 //! The caller (the GraphQL mutation) has already checked the trust boundary: the target is
-//! live, in the course, and the user is a member. This module rate-limits and writes through
-//! the configured level (DESIGN §2). The database's primary key on (target, user) is the last
-//! line against double likes whatever the level.
+//! live, in the course, and the user is a member. The database's primary key on
+//! (target, user) is the last line against double likes at every level.
 
+pub mod apply;
+pub mod buffered;
+pub mod recount;
 pub mod sync;
 
 use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
+use redis::aio::ConnectionManager;
 use sea_orm::{DatabaseConnection, FromQueryResult};
 
 use crate::config::LikeMode;
@@ -25,77 +39,6 @@ pub enum LikeTarget {
     Comment(i64),
 }
 
-/// Writes likes and answers "did this user like these?".
-#[derive(Clone)]
-pub struct Likes {
-    db: DatabaseConnection,
-    mode: LikeMode,
-    limiter: RateLimiter,
-    keys: Keys,
-}
-
-impl Likes {
-    pub fn new(db: DatabaseConnection, mode: LikeMode, limiter: RateLimiter, keys: Keys) -> Self {
-        Self {
-            db,
-            mode,
-            limiter,
-            keys,
-        }
-    }
-
-    /// Likes (`liked = true`) or unlikes `target` for `user_id`; repeating either is a no-op.
-    /// Returns the target's like count after the change.
-    #[tracing::instrument(skip(self), fields(mode = ?self.mode))]
-    pub async fn set(&self, user_id: i64, target: LikeTarget, liked: bool) -> AppResult<i32> {
-        self.limiter.check(&self.keys.like_rate(user_id)).await?;
-        match self.mode {
-            LikeMode::Sync => sync::set(&self.db, user_id, target, liked)
-                .await?
-                .ok_or_else(|| AppError::not_found(target.kind_name())),
-        }
-    }
-
-    /// The subset of `targets` that `user_id` likes, in one SQL statement.
-    pub async fn liked_by(
-        &self,
-        user_id: i64,
-        targets: &[LikeTarget],
-    ) -> AppResult<HashSet<LikeTarget>> {
-        let (posts, comments): (Vec<i64>, Vec<i64>) =
-            targets.iter().fold((vec![], vec![]), |(mut p, mut c), t| {
-                match t {
-                    LikeTarget::Post(id) => p.push(*id),
-                    LikeTarget::Comment(id) => c.push(*id),
-                }
-                (p, c)
-            });
-        #[derive(FromQueryResult)]
-        struct LikedRow {
-            is_post: bool,
-            target_id: i64,
-        }
-        let rows = LikedRow::find_by_statement(stmt(
-            "SELECT true AS is_post, post_id AS target_id FROM post_likes WHERE user_id = $1 AND post_id = ANY($2) \
-             UNION ALL \
-             SELECT false, comment_id FROM comment_likes WHERE user_id = $1 AND comment_id = ANY($3)",
-            [user_id.into(), posts.into(), comments.into()],
-        ))
-        .all(&self.db)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| {
-                if r.is_post {
-                    LikeTarget::Post(r.target_id)
-                } else {
-                    LikeTarget::Comment(r.target_id)
-                }
-            })
-            .collect())
-    }
-}
-
 impl LikeTarget {
     pub fn kind_name(&self) -> &'static str {
         match self {
@@ -103,4 +46,180 @@ impl LikeTarget {
             LikeTarget::Comment(_) => "comment",
         }
     }
+
+    /// The liked-set / stream member: `p:<id>` or `c:<id>`.
+    pub fn member(&self) -> String {
+        match self {
+            LikeTarget::Post(id) => format!("p:{id}"),
+            LikeTarget::Comment(id) => format!("c:{id}"),
+        }
+    }
+
+    pub fn parse_member(member: &str) -> Option<Self> {
+        let (kind, id) = member.split_once(':')?;
+        let id = id.parse::<i64>().ok().filter(|id| *id > 0)?;
+        match kind {
+            "p" => Some(LikeTarget::Post(id)),
+            "c" => Some(LikeTarget::Comment(id)),
+            _ => None,
+        }
+    }
+}
+
+/// Counters operators and benchmarks read (exported as metrics by the operations layer).
+#[derive(Debug, Default)]
+pub struct LikeStats {
+    /// Toggles that changed something / that repeated the current state.
+    pub toggles_changed: AtomicU64,
+    pub toggles_repeated: AtomicU64,
+    /// SMISMEMBER commands sent for `likedByMe`.
+    pub smismember_calls: AtomicU64,
+    /// Liked-sets loaded from PostgreSQL.
+    pub set_warms: AtomicU64,
+}
+
+impl LikeStats {
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Writes likes and answers "did this user like these?". Cheap to clone.
+#[derive(Clone)]
+pub struct Likes {
+    db: DatabaseConnection,
+    mode: LikeMode,
+    limiter: RateLimiter,
+    keys: Keys,
+    buffered: buffered::LikedSets,
+    recount: recount::DirtyMarks,
+    stats: Arc<LikeStats>,
+}
+
+impl Likes {
+    pub fn new(
+        db: DatabaseConnection,
+        redis: ConnectionManager,
+        mode: LikeMode,
+        limiter: RateLimiter,
+        keys: Keys,
+        set_ttl: Duration,
+    ) -> Self {
+        let stats = Arc::new(LikeStats::default());
+        Self {
+            buffered: buffered::LikedSets::new(db.clone(), redis.clone(), keys.clone(), set_ttl, stats.clone()),
+            recount: recount::DirtyMarks::new(redis, keys.clone()),
+            db,
+            mode,
+            limiter,
+            keys,
+            stats,
+        }
+    }
+
+    pub fn mode(&self) -> LikeMode {
+        self.mode
+    }
+
+    pub fn stats(&self) -> &LikeStats {
+        &self.stats
+    }
+
+    pub fn liked_sets(&self) -> &buffered::LikedSets {
+        &self.buffered
+    }
+
+    /// Likes (`liked = true`) or unlikes `target` in `course_id` for `user_id`; repeating
+    /// either is a no-op. `current_count` is the count the caller just read from PostgreSQL.
+    /// Returns the count to show: exact in sync mode; in the deferred modes the committed count
+    /// adjusted by this toggle (the worker or the recount job makes it exact shortly).
+    #[tracing::instrument(skip(self, current_count), fields(mode = ?self.mode))]
+    pub async fn set(
+        &self,
+        user_id: i64,
+        course_id: i64,
+        target: LikeTarget,
+        liked: bool,
+        current_count: i32,
+    ) -> AppResult<i32> {
+        self.limiter.check(&self.keys.like_rate(user_id)).await?;
+        let (count, changed) = match self.mode {
+            LikeMode::Sync => {
+                let outcome = sync::set(&self.db, user_id, target, liked)
+                    .await?
+                    .ok_or_else(|| AppError::not_found(target.kind_name()))?;
+                (outcome.like_count, outcome.changed)
+            }
+            LikeMode::Recount => {
+                let changed = recount::set(&self.db, user_id, target, liked).await?;
+                if changed {
+                    self.recount.mark(target).await?;
+                }
+                (adjusted(current_count, liked, changed), changed)
+            }
+            LikeMode::Buffered => {
+                let changed = self.buffered.toggle(user_id, course_id, target, liked).await?;
+                (adjusted(current_count, liked, changed), changed)
+            }
+        };
+        LikeStats::bump(if changed { &self.stats.toggles_changed } else { &self.stats.toggles_repeated });
+        Ok(count)
+    }
+
+    /// The subset of `targets` (each with its course) that `user_id` likes: in buffered mode one
+    /// SMISMEMBER per (user, course) set; otherwise one SQL statement.
+    pub async fn liked_by(&self, user_id: i64, targets: &[(i64, LikeTarget)]) -> AppResult<HashSet<LikeTarget>> {
+        match self.mode {
+            LikeMode::Buffered => self.buffered.liked(user_id, targets).await,
+            LikeMode::Sync | LikeMode::Recount => {
+                let only_targets: Vec<LikeTarget> = targets.iter().map(|(_, t)| *t).collect();
+                liked_in_database(&self.db, user_id, &only_targets).await
+            }
+        }
+    }
+}
+
+fn adjusted(current: i32, liked: bool, changed: bool) -> i32 {
+    match (changed, liked) {
+        (false, _) => current,
+        (true, true) => current.saturating_add(1),
+        (true, false) => (current - 1).max(0),
+    }
+}
+
+/// The subset of `targets` with a like row of `user_id`, in one statement.
+pub async fn liked_in_database(
+    db: &DatabaseConnection,
+    user_id: i64,
+    targets: &[LikeTarget],
+) -> AppResult<HashSet<LikeTarget>> {
+    let mut posts = Vec::new();
+    let mut comments = Vec::new();
+    for target in targets {
+        match target {
+            LikeTarget::Post(id) => posts.push(*id),
+            LikeTarget::Comment(id) => comments.push(*id),
+        }
+    }
+    #[derive(FromQueryResult)]
+    struct LikedRow {
+        is_post: bool,
+        target_id: i64,
+    }
+    let rows = LikedRow::find_by_statement(stmt(
+        "SELECT true AS is_post, post_id AS target_id FROM post_likes WHERE user_id = $1 AND post_id = ANY($2) \
+         UNION ALL \
+         SELECT false, comment_id FROM comment_likes WHERE user_id = $1 AND comment_id = ANY($3)",
+        [user_id.into(), posts.into(), comments.into()],
+    ))
+    .all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| if r.is_post { LikeTarget::Post(r.target_id) } else { LikeTarget::Comment(r.target_id) })
+        .collect())
 }

@@ -17,22 +17,8 @@ struct LikeTables {
 
 fn tables(target: LikeTarget) -> (LikeTables, i64) {
     match target {
-        LikeTarget::Post(id) => (
-            LikeTables {
-                likes: "post_likes",
-                key: "post_id",
-                target: "posts",
-            },
-            id,
-        ),
-        LikeTarget::Comment(id) => (
-            LikeTables {
-                likes: "comment_likes",
-                key: "comment_id",
-                target: "comments",
-            },
-            id,
-        ),
+        LikeTarget::Post(id) => (LikeTables { likes: "post_likes", key: "post_id", target: "posts" }, id),
+        LikeTarget::Comment(id) => (LikeTables { likes: "comment_likes", key: "comment_id", target: "comments" }, id),
     }
 }
 
@@ -41,13 +27,21 @@ struct CountRow {
     like_count: Option<i32>,
 }
 
+/// What one toggle did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncOutcome {
+    pub like_count: i32,
+    /// False for a repeat (or a race another request won).
+    pub changed: bool,
+}
+
 /// Applies the like or unlike; `None` when the target is gone (deleted meanwhile).
 pub async fn set(
     db: &impl ConnectionTrait,
     user_id: i64,
     target: LikeTarget,
     liked: bool,
-) -> AppResult<Option<i32>> {
+) -> AppResult<Option<SyncOutcome>> {
     let (t, id) = tables(target);
     let sql = if liked {
         format!(
@@ -70,22 +64,16 @@ pub async fn set(
             key = t.key
         )
     };
-    if let Some(row) = CountRow::find_by_statement(stmt(&sql, [id.into(), user_id.into()]))
-        .one(db)
-        .await?
-    {
-        return Ok(row.like_count);
+    if let Some(row) = CountRow::find_by_statement(stmt(&sql, [id.into(), user_id.into()])).one(db).await? {
+        return Ok(row.like_count.map(|like_count| SyncOutcome { like_count, changed: true }));
     }
     // Nothing changed (a repeat, or another request won the race). Read the count in a new
     // statement: the one above ran on a snapshot that may predate the winner's commit.
     let current = CountRow::find_by_statement(stmt(
-        &format!(
-            "SELECT like_count FROM {} WHERE id = $1 AND deleted_at IS NULL",
-            t.target
-        ),
+        &format!("SELECT like_count FROM {} WHERE id = $1 AND deleted_at IS NULL", t.target),
         [id.into()],
     ))
     .one(db)
     .await?;
-    Ok(current.and_then(|row| row.like_count))
+    Ok(current.and_then(|row| row.like_count).map(|like_count| SyncOutcome { like_count, changed: false }))
 }

@@ -18,8 +18,7 @@ pub const JWT_SECRET: &str = "test-secret-0123456789abcdef";
 
 /// Where the tests find PostgreSQL (an admin database to create test databases from) and Redis.
 pub fn admin_database_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
 pub fn redis_url() -> String {
@@ -43,6 +42,15 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         jwt_secret: Some(JWT_SECRET.to_owned()),
         bind: "127.0.0.1:0".parse().expect("loopback address"),
         like_mode: LikeMode::Sync,
+        like_stream_shards: 4,
+        like_batch_size: 500,
+        liked_set_ttl: Duration::from_secs(3600),
+        worker_lease_ttl: Duration::from_secs(10),
+        worker_max_deliveries: 5,
+        recount_interval: Duration::from_millis(100),
+        // Tests step the worker by hand (`TestApp::worker`) unless they ask otherwise.
+        worker_in_serve: false,
+        allow_evicting_redis: false,
         like_rate_per_minute: 10_000,
         connect_timeout: Duration::from_secs(5),
         db_max_connections: 30,
@@ -80,22 +88,14 @@ impl TestApp {
         let admin = course_forum::db::connect_url(&admin_database_url(), Duration::from_secs(5), 1)
             .await
             .expect("PostgreSQL must be running for the tests (script/services starts it)");
-        admin
-            .execute_unprepared(&format!("CREATE DATABASE \"{database}\""))
-            .await
-            .expect("create test database");
+        admin.execute_unprepared(&format!("CREATE DATABASE \"{database}\"")).await.expect("create test database");
         let mut settings = test_settings(&database, &redis_prefix);
         tweak(&mut settings);
-        let db =
-            course_forum::db::connect_url(&database_url(&database), Duration::from_secs(5), 10)
-                .await
-                .expect("connect to test database");
-        course_forum::db::migrate(&db)
+        let db = course_forum::db::connect_url(&database_url(&database), Duration::from_secs(5), 10)
             .await
-            .expect("migrate test database");
-        let app = Application::build(settings)
-            .await
-            .expect("build application");
+            .expect("connect to test database");
+        course_forum::db::migrate(&db).await.expect("migrate test database");
+        let app = Application::build(settings).await.expect("build application");
         let addr = app.local_addr();
         let state = app.state().clone();
         let (tx, rx) = oneshot::channel::<()>();
@@ -123,46 +123,37 @@ impl TestApp {
         format!("http://{}{path}", self.addr)
     }
 
+    /// A like worker on this app's database and prefix, to step by hand.
+    pub async fn worker(&self) -> course_forum::worker::LikeWorker {
+        course_forum::startup::build_worker(&self.state).await.expect("build worker")
+    }
+
     /// A valid bearer token for a database user id.
     pub fn token(&self, user_id: i64) -> String {
-        self.tokens
-            .mint(user_id, Duration::from_secs(3600))
-            .expect("mint token")
+        self.tokens.mint(user_id, Duration::from_secs(3600)).expect("mint token")
     }
 
     /// Posts a GraphQL request and returns the whole JSON response (`data` and `errors`).
     pub async fn gql(&self, token: Option<&str>, query: &str, variables: Json) -> Json {
-        let mut request = self
-            .http
-            .post(self.url("/graphql"))
-            .json(&json!({ "query": query, "variables": variables }));
+        let mut request = self.http.post(self.url("/graphql")).json(&json!({ "query": query, "variables": variables }));
         if let Some(token) = token {
             request = request.header("Authorization", format!("Bearer {token}"));
         }
         let response = request.send().await.expect("send GraphQL request");
-        response
-            .json::<Json>()
-            .await
-            .expect("GraphQL response is JSON")
+        response.json::<Json>().await.expect("GraphQL response is JSON")
     }
 
     /// Like `gql`, but panics on any error and returns `data`.
     pub async fn gql_ok(&self, token: Option<&str>, query: &str, variables: Json) -> Json {
         let response = self.gql(token, query, variables).await;
-        assert!(
-            response.get("errors").is_none(),
-            "unexpected errors: {response}"
-        );
+        assert!(response.get("errors").is_none(), "unexpected errors: {response}");
         response["data"].clone()
     }
 
     /// Inserts a user directly; returns the database id.
     pub async fn create_user(&self, handle: &str) -> i64 {
-        self.scalar_i64(
-            "INSERT INTO users (handle, display_name) VALUES ($1, $1) RETURNING id AS v",
-            [handle.into()],
-        )
-        .await
+        self.scalar_i64("INSERT INTO users (handle, display_name) VALUES ($1, $1) RETURNING id AS v", [handle.into()])
+            .await
     }
 
     /// Inserts a course directly; returns the database id.
@@ -193,16 +184,12 @@ impl TestApp {
         struct One {
             v: i64,
         }
-        One::find_by_statement(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql,
-            values,
-        ))
-        .one(&self.db)
-        .await
-        .unwrap_or_else(|e| panic!("query `{sql}` failed: {e}"))
-        .unwrap_or_else(|| panic!("query `{sql}` returned no row"))
-        .v
+        One::find_by_statement(Statement::from_sql_and_values(DbBackend::Postgres, sql, values))
+            .one(&self.db)
+            .await
+            .unwrap_or_else(|e| panic!("query `{sql}` failed: {e}"))
+            .unwrap_or_else(|| panic!("query `{sql}` returned no row"))
+            .v
     }
 }
 
@@ -219,22 +206,14 @@ impl Drop for TestApp {
         // Cleanup runs on its own runtime: Drop cannot await, and the test's runtime may be
         // shutting down already.
         let cleanup = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
             };
             runtime.block_on(async move {
-                if let Ok(admin) =
-                    course_forum::db::connect_url(&admin_database_url(), Duration::from_secs(5), 1)
-                        .await
+                if let Ok(admin) = course_forum::db::connect_url(&admin_database_url(), Duration::from_secs(5), 1).await
                 {
-                    let _ = admin
-                        .execute_unprepared(&format!(
-                            "DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)"
-                        ))
-                        .await;
+                    let _ =
+                        admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)")).await;
                 }
                 if let Ok(client) = redis::Client::open(redis_url()) {
                     if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
@@ -244,8 +223,7 @@ impl Drop for TestApp {
                             .await
                             .unwrap_or_default();
                         if !keys.is_empty() {
-                            let _: Result<(), _> =
-                                redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
+                            let _: Result<(), _> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
                         }
                     }
                 }
@@ -278,14 +256,7 @@ impl World {
         app.enroll(course, alice, "student").await;
         app.enroll(course, bob, "student").await;
         app.enroll(other_course, outsider, "student").await;
-        World {
-            course,
-            other_course,
-            instructor,
-            alice,
-            bob,
-            outsider,
-        }
+        World { course, other_course, instructor, alice, bob, outsider }
     }
 }
 
@@ -298,22 +269,14 @@ pub fn gid(kind: &str, id: i64) -> String {
 /// Decodes a global id back to its database id (panics on a malformed one).
 pub fn raw_id(global: &str) -> i64 {
     use base64::Engine;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(global)
-        .expect("base64 id");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(global).expect("base64 id");
     let text = String::from_utf8(bytes).expect("utf8 id");
-    text.split_once(':')
-        .expect("Kind:id")
-        .1
-        .parse()
-        .expect("numeric id")
+    text.split_once(':').expect("Kind:id").1.parse().expect("numeric id")
 }
 
 /// The `extensions.code` of the first error, if any.
 pub fn error_code(response: &Json) -> Option<String> {
-    response["errors"][0]["extensions"]["code"]
-        .as_str()
-        .map(str::to_owned)
+    response["errors"][0]["extensions"]["code"].as_str().map(str::to_owned)
 }
 
 /// Shares one app across tasks.

@@ -1,0 +1,173 @@
+//! Level 3, the PostgreSQL side: applying a batch of like events in ONE transaction with
+//! array-parameter SQL. Events are first collapsed to the last op per (target, user, course);
+//! JOINs drop targets that are deleted or belong to another course than the event claims
+//! (the second fence: Redis cannot know that `p:3` is another course's post); counters move
+//! only by the rows RETURNING reports, so replaying a batch changes nothing.
+
+use std::collections::HashMap;
+
+use sea_orm::{ConnectionTrait, FromQueryResult};
+
+use super::LikeTarget;
+use crate::db::stmt;
+use crate::error::AppResult;
+
+/// One like or unlike, as the toggle script recorded it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LikeEvent {
+    pub target: LikeTarget,
+    pub user_id: i64,
+    pub course_id: i64,
+    pub liked: bool,
+}
+
+/// Keeps only the last op of each (target, user, course), in order of last appearance.
+pub fn collapse(events: impl IntoIterator<Item = LikeEvent>) -> Vec<LikeEvent> {
+    let mut last: HashMap<(LikeTarget, i64, i64), (usize, LikeEvent)> = HashMap::new();
+    for (position, event) in events.into_iter().enumerate() {
+        last.insert((event.target, event.user_id, event.course_id), (position, event));
+    }
+    let mut kept: Vec<(usize, LikeEvent)> = last.into_values().collect();
+    kept.sort_by_key(|(position, _)| *position);
+    kept.into_iter().map(|(_, event)| event).collect()
+}
+
+#[derive(FromQueryResult)]
+struct NewCount {
+    id: i64,
+    like_count: i32,
+}
+
+/// Applies collapsed events inside the caller's transaction. Returns every target whose
+/// counter changed, with its new count (visible to others once the caller commits).
+pub async fn apply(txn: &impl ConnectionTrait, events: &[LikeEvent]) -> AppResult<Vec<(LikeTarget, i32)>> {
+    let mut changed = Vec::new();
+    for kind in [Kind::Post, Kind::Comment] {
+        let of_kind: Vec<(i64, &LikeEvent)> = events
+            .iter()
+            .filter_map(|e| match (kind, e.target) {
+                (Kind::Post, LikeTarget::Post(id)) | (Kind::Comment, LikeTarget::Comment(id)) => Some((id, e)),
+                _ => None,
+            })
+            .collect();
+        if of_kind.is_empty() {
+            continue;
+        }
+        let mut target_ids: Vec<i64> = of_kind.iter().map(|(id, _)| *id).collect();
+        let user_ids: Vec<i64> = of_kind.iter().map(|(_, e)| e.user_id).collect();
+        let course_ids: Vec<i64> = of_kind.iter().map(|(_, e)| e.course_id).collect();
+        let liked: Vec<bool> = of_kind.iter().map(|(_, e)| e.liked).collect();
+        let values = vec![target_ids.clone().into(), user_ids.into(), course_ids.into(), liked.into()];
+        // Lock the counter rows in id order first: several shard workers may touch the same
+        // hot post, and a fixed lock order means they queue instead of deadlocking.
+        target_ids.sort_unstable();
+        target_ids.dedup();
+        txn.execute_raw(stmt(kind.lock_sql(), [target_ids.into()])).await?;
+        let rows = NewCount::find_by_statement(stmt(kind.apply_sql(), values)).all(txn).await?;
+        changed.extend(rows.into_iter().map(|r| (kind.target(r.id), r.like_count)));
+    }
+    Ok(changed)
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Post,
+    Comment,
+}
+
+impl Kind {
+    fn target(self, id: i64) -> LikeTarget {
+        match self {
+            Kind::Post => LikeTarget::Post(id),
+            Kind::Comment => LikeTarget::Comment(id),
+        }
+    }
+
+    fn lock_sql(self) -> &'static str {
+        match self {
+            Kind::Post => "SELECT id FROM posts WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+            Kind::Comment => "SELECT id FROM comments WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+        }
+    }
+
+    /// $1 target ids, $2 user ids, $3 course ids, $4 liked flags (parallel arrays).
+    fn apply_sql(self) -> &'static str {
+        match self {
+            Kind::Post => {
+                "WITH input AS ( \
+                   SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bool[]) \
+                     AS i(target_id, user_id, course_id, liked)), \
+                 valid AS ( \
+                   SELECT i.* FROM input i \
+                   JOIN posts p ON p.id = i.target_id AND p.course_id = i.course_id AND p.deleted_at IS NULL), \
+                 inserted AS ( \
+                   INSERT INTO post_likes (post_id, user_id) \
+                   SELECT target_id, user_id FROM valid WHERE liked \
+                   ON CONFLICT DO NOTHING RETURNING post_id AS target_id), \
+                 deleted AS ( \
+                   DELETE FROM post_likes l USING valid v \
+                   WHERE NOT v.liked AND l.post_id = v.target_id AND l.user_id = v.user_id \
+                   RETURNING l.post_id AS target_id), \
+                 delta AS ( \
+                   SELECT target_id, sum(d)::int AS d FROM ( \
+                     SELECT target_id, 1 AS d FROM inserted UNION ALL SELECT target_id, -1 FROM deleted) x \
+                   GROUP BY target_id) \
+                 UPDATE posts p SET like_count = p.like_count + delta.d FROM delta \
+                 WHERE p.id = delta.target_id AND delta.d <> 0 \
+                 RETURNING p.id, p.like_count"
+            }
+            Kind::Comment => {
+                "WITH input AS ( \
+                   SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bool[]) \
+                     AS i(target_id, user_id, course_id, liked)), \
+                 valid AS ( \
+                   SELECT i.* FROM input i \
+                   JOIN comments c ON c.id = i.target_id AND c.deleted_at IS NULL \
+                   JOIN posts p ON p.id = c.post_id AND p.course_id = i.course_id AND p.deleted_at IS NULL), \
+                 inserted AS ( \
+                   INSERT INTO comment_likes (comment_id, user_id) \
+                   SELECT target_id, user_id FROM valid WHERE liked \
+                   ON CONFLICT DO NOTHING RETURNING comment_id AS target_id), \
+                 deleted AS ( \
+                   DELETE FROM comment_likes l USING valid v \
+                   WHERE NOT v.liked AND l.comment_id = v.target_id AND l.user_id = v.user_id \
+                   RETURNING l.comment_id AS target_id), \
+                 delta AS ( \
+                   SELECT target_id, sum(d)::int AS d FROM ( \
+                     SELECT target_id, 1 AS d FROM inserted UNION ALL SELECT target_id, -1 FROM deleted) x \
+                   GROUP BY target_id) \
+                 UPDATE comments c SET like_count = c.like_count + delta.d FROM delta \
+                 WHERE c.id = delta.target_id AND delta.d <> 0 \
+                 RETURNING c.id, c.like_count"
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(target: LikeTarget, user_id: i64, liked: bool) -> LikeEvent {
+        LikeEvent { target, user_id, course_id: 1, liked }
+    }
+
+    #[test]
+    fn collapse_keeps_the_last_op_per_pair() {
+        let events = vec![
+            event(LikeTarget::Post(1), 7, true),
+            event(LikeTarget::Post(1), 8, true),
+            event(LikeTarget::Post(1), 7, false),
+            event(LikeTarget::Comment(1), 7, true),
+        ];
+        let collapsed = collapse(events);
+        assert_eq!(
+            collapsed,
+            vec![
+                event(LikeTarget::Post(1), 8, true),
+                event(LikeTarget::Post(1), 7, false),
+                event(LikeTarget::Comment(1), 7, true)
+            ]
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! Level 3, the Redis side: per (user, course) liked-sets, the atomic toggle that appends to
+//! the shard's stream (`lua/like_toggle.lua`), warming a set from PostgreSQL when it is not
+//! loaded (`lua/liked_set_warm.lua`), and `likedByMe` by SMISMEMBER.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Script;
+use redis::aio::ConnectionManager;
+use sea_orm::{DatabaseConnection, FromQueryResult};
+
+use super::{LikeStats, LikeTarget};
+use crate::db::stmt;
+use crate::error::{AppError, AppResult};
+use crate::kv::keys::Keys;
+
+/// The sentinel member every loaded set holds.
+pub const SENTINEL: &str = "_";
+
+#[derive(Clone)]
+pub struct LikedSets {
+    db: DatabaseConnection,
+    redis: ConnectionManager,
+    keys: Keys,
+    ttl: Duration,
+    toggle: Arc<Script>,
+    warm: Arc<Script>,
+    stats: Arc<LikeStats>,
+}
+
+impl LikedSets {
+    pub fn new(
+        db: DatabaseConnection,
+        redis: ConnectionManager,
+        keys: Keys,
+        ttl: Duration,
+        stats: Arc<LikeStats>,
+    ) -> Self {
+        Self {
+            db,
+            redis,
+            keys,
+            ttl,
+            toggle: Arc::new(Script::new(include_str!("../../lua/like_toggle.lua"))),
+            warm: Arc::new(Script::new(include_str!("../../lua/liked_set_warm.lua"))),
+            stats,
+        }
+    }
+
+    /// Likes or unlikes in the set (warming it first when needed) and, if that changed the set,
+    /// appends the event to the stream in the same script. Returns whether it changed.
+    pub async fn toggle(&self, user_id: i64, course_id: i64, target: LikeTarget, liked: bool) -> AppResult<bool> {
+        let set = self.keys.liked_set(user_id, course_id);
+        let stream = self.keys.like_stream(self.keys.shard_of(user_id));
+        let op = if liked { "like" } else { "unlike" };
+        // Twice at most: a missing set is warmed once; missing again means Redis drops keys
+        // as fast as we load them, which must not turn into a loop.
+        for _ in 0..2 {
+            let mut conn = self.redis.clone();
+            let result: i64 = self
+                .toggle
+                .key(&set)
+                .key(&stream)
+                .arg(target.member())
+                .arg(op)
+                .arg(user_id)
+                .arg(course_id)
+                .arg(self.ttl.as_millis() as u64)
+                .invoke_async(&mut conn)
+                .await?;
+            match result {
+                1 => return Ok(true),
+                0 => return Ok(false),
+                _ => self.warm(user_id, course_id).await?,
+            }
+        }
+        Err(AppError::Internal(format!("liked-set {set} vanished right after warming: is Redis evicting keys?")))
+    }
+
+    /// Loads the user's likes in the course from PostgreSQL into the set, unless it exists.
+    pub async fn warm(&self, user_id: i64, course_id: i64) -> AppResult<()> {
+        #[derive(FromQueryResult)]
+        struct Member {
+            member: String,
+        }
+        // Served by the (user_id, target) indexes of both like tables.
+        let members = Member::find_by_statement(stmt(
+            "SELECT 'p:' || l.post_id AS member FROM post_likes l JOIN posts p ON p.id = l.post_id \
+             WHERE l.user_id = $1 AND p.course_id = $2 \
+             UNION ALL \
+             SELECT 'c:' || l.comment_id FROM comment_likes l JOIN comments c ON c.id = l.comment_id \
+             JOIN posts p ON p.id = c.post_id WHERE l.user_id = $1 AND p.course_id = $2",
+            [user_id.into(), course_id.into()],
+        ))
+        .all(&self.db)
+        .await?;
+        let mut invocation = self.warm.key(self.keys.liked_set(user_id, course_id));
+        invocation.arg(self.ttl.as_millis() as u64);
+        for member in &members {
+            invocation.arg(&member.member);
+        }
+        let mut conn = self.redis.clone();
+        let _: i64 = invocation.invoke_async(&mut conn).await?;
+        LikeStats::bump(&self.stats.set_warms);
+        Ok(())
+    }
+
+    /// Which of `targets` the user likes: ONE SMISMEMBER per (user, course) set, all sent in
+    /// one pipeline; a set found missing (sentinel absent) is warmed and asked again.
+    pub async fn liked(&self, user_id: i64, targets: &[(i64, LikeTarget)]) -> AppResult<HashSet<LikeTarget>> {
+        let mut by_course: BTreeMap<i64, Vec<LikeTarget>> = BTreeMap::new();
+        for (course_id, target) in targets {
+            by_course.entry(*course_id).or_default().push(*target);
+        }
+        let courses: Vec<i64> = by_course.keys().copied().collect();
+        let mut answers = self.smismember(user_id, &courses, &by_course).await?;
+        let cold: Vec<i64> = courses
+            .iter()
+            .zip(&answers)
+            .filter(|(_, a)| !a.first().copied().unwrap_or(false))
+            .map(|(c, _)| *c)
+            .collect();
+        if !cold.is_empty() {
+            for course_id in &cold {
+                self.warm(user_id, *course_id).await?;
+            }
+            let rewarmed = self.smismember(user_id, &cold, &by_course).await?;
+            for (course_id, answer) in cold.iter().zip(rewarmed) {
+                if let Some(position) = courses.iter().position(|c| c == course_id) {
+                    answers[position] = answer;
+                }
+            }
+        }
+        let mut liked = HashSet::new();
+        for (course_id, answer) in courses.iter().zip(answers) {
+            let asked = &by_course[course_id];
+            // answer[0] is the sentinel; the rest line up with `asked`.
+            liked.extend(asked.iter().zip(answer.into_iter().skip(1)).filter(|(_, is)| *is).map(|(t, _)| *t));
+        }
+        Ok(liked)
+    }
+
+    async fn smismember(
+        &self,
+        user_id: i64,
+        courses: &[i64],
+        by_course: &BTreeMap<i64, Vec<LikeTarget>>,
+    ) -> AppResult<Vec<Vec<bool>>> {
+        let mut pipe = redis::pipe();
+        for course_id in courses {
+            let cmd = pipe.cmd("SMISMEMBER").arg(self.keys.liked_set(user_id, *course_id)).arg(SENTINEL);
+            for target in &by_course[course_id] {
+                cmd.arg(target.member());
+            }
+            self.stats.smismember_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mut conn = self.redis.clone();
+        let raw: Vec<Vec<i64>> = pipe.query_async(&mut conn).await?;
+        Ok(raw.into_iter().map(|flags| flags.into_iter().map(|f| f == 1).collect()).collect())
+    }
+
+    /// Drops every liked-set (SCAN + UNLINK), so each reloads from PostgreSQL on next use.
+    /// Returns how many were dropped.
+    pub async fn drop_all(&self) -> AppResult<u64> {
+        let mut conn = self.redis.clone();
+        let mut cursor: u64 = 0;
+        let mut dropped = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(self.keys.liked_set_pattern())
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            if !keys.is_empty() {
+                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
+                dropped += n;
+            }
+            if next == 0 {
+                return Ok(dropped);
+            }
+            cursor = next;
+        }
+    }
+}

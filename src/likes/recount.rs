@@ -1,0 +1,162 @@
+//! Level 2, recount: the like row is inserted or deleted at once without touching the counter,
+//! the target is marked dirty in Redis, and a job recomputes `like_count` from `count(*)` for
+//! dirty targets in batches (`… WHERE like_count <> n`). The same recount, over every row, is
+//! the reconciliation (`course-forum reconcile`) that repairs any level's drift.
+
+use std::sync::Arc;
+
+use redis::Script;
+use redis::aio::ConnectionManager;
+use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
+
+use super::LikeTarget;
+use crate::db::stmt;
+use crate::error::AppResult;
+use crate::kv::keys::Keys;
+
+/// Inserts or deletes the like row; returns whether a row changed.
+pub async fn set(db: &impl ConnectionTrait, user_id: i64, target: LikeTarget, liked: bool) -> AppResult<bool> {
+    let (sql, id) = match (target, liked) {
+        (LikeTarget::Post(id), true) => (
+            "INSERT INTO post_likes (post_id, user_id) SELECT id, $2 FROM posts \
+             WHERE id = $1 AND deleted_at IS NULL ON CONFLICT DO NOTHING",
+            id,
+        ),
+        (LikeTarget::Post(id), false) => ("DELETE FROM post_likes WHERE post_id = $1 AND user_id = $2", id),
+        (LikeTarget::Comment(id), true) => (
+            "INSERT INTO comment_likes (comment_id, user_id) SELECT id, $2 FROM comments \
+             WHERE id = $1 AND deleted_at IS NULL ON CONFLICT DO NOTHING",
+            id,
+        ),
+        (LikeTarget::Comment(id), false) => ("DELETE FROM comment_likes WHERE comment_id = $1 AND user_id = $2", id),
+    };
+    let result = db.execute_raw(stmt(sql, [id.into(), user_id.into()])).await?;
+    Ok(result.rows_affected() > 0)
+}
+
+/// The dirty set of targets awaiting a recount.
+#[derive(Clone)]
+pub struct DirtyMarks {
+    redis: ConnectionManager,
+    keys: Keys,
+    mark: Arc<Script>,
+    clear: Arc<Script>,
+}
+
+impl DirtyMarks {
+    pub fn new(redis: ConnectionManager, keys: Keys) -> Self {
+        Self {
+            redis,
+            keys,
+            mark: Arc::new(Script::new(include_str!("../../lua/recount_mark.lua"))),
+            clear: Arc::new(Script::new(include_str!("../../lua/recount_clear.lua"))),
+        }
+    }
+
+    pub async fn mark(&self, target: LikeTarget) -> AppResult<()> {
+        let mut conn = self.redis.clone();
+        let _: i64 = self
+            .mark
+            .key(self.keys.recount_dirty())
+            .key(self.keys.recount_seq())
+            .arg(target.member())
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Recounts up to `batch` dirty targets; returns the targets whose counter changed, with
+    /// the new count (committed when this returns).
+    pub async fn recount_once(&self, db: &DatabaseConnection, batch: usize) -> AppResult<Vec<(LikeTarget, i32)>> {
+        let mut conn = self.redis.clone();
+        let marked: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(self.keys.recount_dirty())
+            .arg(0)
+            .arg(batch.saturating_sub(1) as i64)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await?;
+        if marked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let targets: Vec<LikeTarget> = marked.iter().filter_map(|(m, _)| LikeTarget::parse_member(m)).collect();
+        let changed = recount(db, &targets).await?;
+        // Clear only marks not renewed since we read them: a like that landed after our count
+        // has a higher score and stays dirty for the next round.
+        let mut clear = self.clear.key(self.keys.recount_dirty());
+        for (member, score) in &marked {
+            clear.arg(member).arg(*score as i64);
+        }
+        let _: i64 = clear.invoke_async(&mut conn).await?;
+        Ok(changed)
+    }
+}
+
+#[derive(FromQueryResult)]
+struct Recounted {
+    id: i64,
+    like_count: i32,
+}
+
+/// Sets `like_count` to the number of like rows for each target, touching only rows that
+/// disagree. Returns the changed targets with their new counts.
+pub async fn recount(db: &impl ConnectionTrait, targets: &[LikeTarget]) -> AppResult<Vec<(LikeTarget, i32)>> {
+    let posts: Vec<i64> =
+        targets.iter().filter_map(|t| if let LikeTarget::Post(id) = t { Some(*id) } else { None }).collect();
+    let comments: Vec<i64> =
+        targets.iter().filter_map(|t| if let LikeTarget::Comment(id) = t { Some(*id) } else { None }).collect();
+    let mut changed = Vec::new();
+    if !posts.is_empty() {
+        let rows = Recounted::find_by_statement(stmt(
+            "UPDATE posts p SET like_count = c.n \
+             FROM (SELECT t.id, (SELECT count(*) FROM post_likes l WHERE l.post_id = t.id)::int AS n \
+                   FROM unnest($1::bigint[]) AS t(id)) c \
+             WHERE p.id = c.id AND p.like_count <> c.n RETURNING p.id, p.like_count",
+            [posts.into()],
+        ))
+        .all(db)
+        .await?;
+        changed.extend(rows.into_iter().map(|r| (LikeTarget::Post(r.id), r.like_count)));
+    }
+    if !comments.is_empty() {
+        let rows = Recounted::find_by_statement(stmt(
+            "UPDATE comments cm SET like_count = c.n \
+             FROM (SELECT t.id, (SELECT count(*) FROM comment_likes l WHERE l.comment_id = t.id)::int AS n \
+                   FROM unnest($1::bigint[]) AS t(id)) c \
+             WHERE cm.id = c.id AND cm.like_count <> c.n RETURNING cm.id, cm.like_count",
+            [comments.into()],
+        ))
+        .all(db)
+        .await?;
+        changed.extend(rows.into_iter().map(|r| (LikeTarget::Comment(r.id), r.like_count)));
+    }
+    Ok(changed)
+}
+
+/// Recounts every post and comment in id-ordered chunks (each chunk its own short statement,
+/// so it is safe on a live system). Returns what it fixed.
+pub async fn reconcile_all(db: &DatabaseConnection, chunk: i64) -> AppResult<Vec<(LikeTarget, i32)>> {
+    #[derive(FromQueryResult)]
+    struct Ids {
+        ids: Option<Vec<i64>>,
+    }
+    let mut fixed = Vec::new();
+    for (table, make) in [("posts", LikeTarget::Post as fn(i64) -> LikeTarget), ("comments", LikeTarget::Comment)] {
+        let mut after = 0i64;
+        loop {
+            let ids = Ids::find_by_statement(stmt(
+                &format!("SELECT array_agg(id ORDER BY id) AS ids FROM (SELECT id FROM {table} WHERE id > $1 ORDER BY id LIMIT $2) s"),
+                [after.into(), chunk.into()],
+            ))
+            .one(db)
+            .await?
+            .and_then(|row| row.ids)
+            .unwrap_or_default();
+            let Some(last) = ids.last().copied() else { break };
+            let targets: Vec<LikeTarget> = ids.into_iter().map(make).collect();
+            fixed.extend(recount(db, &targets).await?);
+            after = last;
+        }
+    }
+    Ok(fixed)
+}

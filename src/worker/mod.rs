@@ -1,0 +1,518 @@
+//! The like worker (level 3): the one active consumer of each like-stream shard.
+//!
+//! Each round, per shard: hold the shard's lease (taking over a lapsed one claims the previous
+//! consumer's pending entries with XAUTOCLAIM); read our own pending entries first (id `0`),
+//! then new ones (`>`), up to a batch; collapse; apply everything in ONE PostgreSQL
+//! transaction (`likes::apply`); only after COMMIT, XACK + XDEL. A crash between COMMIT and
+//! ACK replays the batch, and because counters follow RETURNING, nothing counts twice.
+//!
+//! A batch that fails for a reason other than an unavailable database is retried entry by
+//! entry; an entry that still fails alone after `max_deliveries` deliveries moves to the
+//! dead-letter stream with its error, and the stream goes on. PostgreSQL down: nothing is
+//! acked, the worker backs off exponentially and drains when it returns.
+//!
+//! In `recount` mode the same loop runs the recount job instead. Tests step the worker by
+//! hand with `process_one_batch`.
+
+pub mod lease;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use redis::{FromRedisValue, Value};
+use sea_orm::{DatabaseConnection, DbErr, TransactionTrait};
+use tokio::sync::watch;
+
+use crate::config::{LikeMode, Settings};
+use crate::error::{AppError, AppResult};
+use crate::kv::keys::{Keys, LIKE_GROUP};
+use crate::likes::LikeTarget;
+use crate::likes::apply::{self, LikeEvent};
+use crate::likes::recount::DirtyMarks;
+use lease::{Holding, Lease};
+
+/// A deliberate crash for fault tests: `COURSE_FORUM_FAULT=abort-after-commit` (or
+/// `abort-before-commit`) makes the process abort at that point of its first batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    AbortBeforeCommit,
+    AbortAfterCommit,
+}
+
+impl Fault {
+    pub fn from_env() -> Option<Self> {
+        match std::env::var("COURSE_FORUM_FAULT").ok()?.as_str() {
+            "abort-before-commit" => Some(Fault::AbortBeforeCommit),
+            "abort-after-commit" => Some(Fault::AbortAfterCommit),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    pub mode: LikeMode,
+    pub batch_size: usize,
+    pub lease_ttl: Duration,
+    pub max_deliveries: u64,
+    /// How long a read waits for new entries when the stream is idle.
+    pub idle_wait: Duration,
+    pub recount_interval: Duration,
+    pub fault: Option<Fault>,
+}
+
+impl WorkerConfig {
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            mode: settings.like_mode,
+            batch_size: settings.like_batch_size,
+            lease_ttl: settings.worker_lease_ttl,
+            max_deliveries: settings.worker_max_deliveries,
+            idle_wait: Duration::from_millis(200),
+            recount_interval: settings.recount_interval,
+            fault: Fault::from_env(),
+        }
+    }
+}
+
+/// Counters for operators (stream gauges are read from Redis on demand, see `shard_status`).
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    pub batches: AtomicU64,
+    pub events_applied: AtomicU64,
+    pub dead_letters: AtomicU64,
+    pub batch_failures: AtomicU64,
+    pub last_batch_size: AtomicU64,
+    pub last_batch_micros: AtomicU64,
+}
+
+/// What one step did.
+#[derive(Debug, Default, Clone)]
+pub struct BatchReport {
+    /// Entries read from the stream.
+    pub read: usize,
+    /// Entries acknowledged after their batch committed (or after dead-lettering).
+    pub acked: usize,
+    pub dead_lettered: usize,
+    /// Targets whose counter changed, with the committed count.
+    pub changed: Vec<(LikeTarget, i32)>,
+    /// False when another consumer holds the shard's lease.
+    pub leader: bool,
+}
+
+/// One stream entry, parsed or not.
+struct Entry {
+    id: String,
+    event: Result<LikeEvent, String>,
+}
+
+#[derive(Clone)]
+pub struct LikeWorker {
+    db: DatabaseConnection,
+    redis: ConnectionManager,
+    keys: Keys,
+    config: WorkerConfig,
+    lease: Lease,
+    recount: DirtyMarks,
+    stats: Arc<WorkerStats>,
+}
+
+impl LikeWorker {
+    /// `redis` should be a connection of the worker's own: blocking reads hold it.
+    pub fn new(db: DatabaseConnection, redis: ConnectionManager, keys: Keys, config: WorkerConfig) -> Self {
+        let consumer = format!("worker-{}", uuid::Uuid::new_v4().simple());
+        Self {
+            lease: Lease::new(redis.clone(), consumer, config.lease_ttl),
+            recount: DirtyMarks::new(redis.clone(), keys.clone()),
+            db,
+            redis,
+            keys,
+            config,
+            stats: Arc::new(WorkerStats::default()),
+        }
+    }
+
+    pub fn consumer(&self) -> &str {
+        self.lease.owner()
+    }
+
+    pub fn stats(&self) -> &WorkerStats {
+        &self.stats
+    }
+
+    /// Creates the consumer group of every shard (idempotent; MKSTREAM creates the stream).
+    /// The group starts at `0` so entries written before it existed are applied too.
+    pub async fn ensure_groups(&self) -> AppResult<()> {
+        let mut conn = self.redis.clone();
+        for shard in 0..self.keys.shards() {
+            let created: redis::RedisResult<String> = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(self.keys.like_stream(shard))
+                .arg(LIKE_GROUP)
+                .arg("0")
+                .arg("MKSTREAM")
+                .query_async(&mut conn)
+                .await;
+            match created {
+                Ok(_) => {}
+                Err(e) if e.code() == Some("BUSYGROUP") => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Holds the shard's lease; on taking it over, claims every entry pending elsewhere.
+    pub async fn hold_lease(&self, shard: u32) -> AppResult<bool> {
+        match self.lease.hold(&self.keys.worker_lease(shard)).await? {
+            Holding::Renewed => Ok(true),
+            Holding::Acquired => {
+                self.claim_pending(shard).await?;
+                tracing::info!(shard, consumer = self.consumer(), "took the shard lease");
+                Ok(true)
+            }
+            Holding::Elsewhere => Ok(false),
+        }
+    }
+
+    async fn claim_pending(&self, shard: u32) -> AppResult<()> {
+        let mut conn = self.redis.clone();
+        let stream = self.keys.like_stream(shard);
+        let mut start = "0-0".to_owned();
+        loop {
+            let reply: redis::streams::StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+                .arg(&stream)
+                .arg(LIKE_GROUP)
+                .arg(self.consumer())
+                .arg(0)
+                .arg(&start)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("JUSTID")
+                .query_async(&mut conn)
+                .await?;
+            if reply.next_stream_id == "0-0" {
+                return Ok(());
+            }
+            start = reply.next_stream_id;
+        }
+    }
+
+    /// Gives up every lease this worker holds (on shutdown), so a successor starts at once.
+    pub async fn release_leases(&self) {
+        for shard in 0..self.keys.shards() {
+            let _ = self.lease.release(&self.keys.worker_lease(shard)).await;
+        }
+    }
+
+    /// One step on one shard: read up to a batch (own pending first), apply, ack. Does not
+    /// block waiting for entries.
+    #[tracing::instrument(name = "like_batch", skip(self), fields(batch_id = %uuid::Uuid::now_v7()))]
+    pub async fn process_one_batch(&self, shard: u32) -> AppResult<BatchReport> {
+        self.step(shard, None).await
+    }
+
+    /// Steps every shard until a full round reads nothing. Returns entries acked.
+    pub async fn drain(&self) -> AppResult<usize> {
+        let mut acked = 0;
+        loop {
+            let mut read = 0;
+            for shard in 0..self.keys.shards() {
+                let report = self.process_one_batch(shard).await?;
+                read += report.read;
+                acked += report.acked;
+            }
+            if read == 0 {
+                return Ok(acked);
+            }
+        }
+    }
+
+    async fn step(&self, shard: u32, block: Option<Duration>) -> AppResult<BatchReport> {
+        if !self.hold_lease(shard).await? {
+            return Ok(BatchReport::default());
+        }
+        let stream = self.keys.like_stream(shard);
+        let mut entries = self.read(&stream, "0", None).await?;
+        let from_pending = !entries.is_empty();
+        if !from_pending {
+            entries = self.read(&stream, ">", block).await?;
+        }
+        let mut report = BatchReport { leader: true, read: entries.len(), ..Default::default() };
+        if entries.is_empty() {
+            return Ok(report);
+        }
+        let started = Instant::now();
+        let events: Vec<LikeEvent> = entries.iter().filter_map(|e| e.event.as_ref().ok().copied()).collect();
+        match self.apply_in_transaction(&events).await {
+            Ok(changed) => {
+                let ids: Vec<&str> = entries.iter().filter(|e| e.event.is_ok()).map(|e| e.id.as_str()).collect();
+                self.ack(&stream, &ids).await?;
+                report.acked += ids.len();
+                report.changed = changed;
+                // Malformed entries can never apply: straight to the dead letters.
+                for entry in entries.iter().filter(|e| e.event.is_err()) {
+                    let why = entry.event.as_ref().err().cloned().unwrap_or_default();
+                    self.dead_letter(shard, &stream, entry, &why).await?;
+                    report.dead_lettered += 1;
+                    report.acked += 1;
+                }
+            }
+            Err(err) if is_transient(&err) => {
+                self.stats.batch_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(err);
+            }
+            Err(err) => {
+                self.stats.batch_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(shard, error = %err, entries = entries.len(), "batch failed; retrying entries one by one");
+                self.one_by_one(shard, &stream, &entries, &mut report).await?;
+            }
+        }
+        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        self.stats.events_applied.fetch_add(report.acked as u64, Ordering::Relaxed);
+        self.stats.last_batch_size.store(report.read as u64, Ordering::Relaxed);
+        self.stats.last_batch_micros.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        Ok(report)
+    }
+
+    /// The poison path: each entry alone, in stream order. What fails alone stays pending until
+    /// it has been delivered `max_deliveries` times, then goes to the dead letters.
+    async fn one_by_one(&self, shard: u32, stream: &str, entries: &[Entry], report: &mut BatchReport) -> AppResult<()> {
+        let deliveries = self.delivery_counts(stream, entries).await?;
+        for entry in entries {
+            let outcome = match &entry.event {
+                Ok(event) => self.apply_in_transaction(std::slice::from_ref(event)).await,
+                Err(why) => Err(AppError::Internal(why.clone())),
+            };
+            match outcome {
+                Ok(changed) => {
+                    self.ack(stream, &[entry.id.as_str()]).await?;
+                    report.acked += 1;
+                    report.changed.extend(changed);
+                }
+                Err(err) if is_transient(&err) => return Err(err),
+                Err(err) => {
+                    let delivered = deliveries.get(&entry.id).copied().unwrap_or(u64::MAX);
+                    if entry.event.is_err() || delivered >= self.config.max_deliveries {
+                        self.dead_letter(shard, stream, entry, &err.to_string()).await?;
+                        report.dead_lettered += 1;
+                        report.acked += 1;
+                    } else {
+                        tracing::warn!(shard, id = %entry.id, delivered, error = %err, "entry failed alone; will retry");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn apply_in_transaction(&self, events: &[LikeEvent]) -> AppResult<Vec<(LikeTarget, i32)>> {
+        let collapsed = apply::collapse(events.iter().copied());
+        let txn = self.db.begin().await?;
+        let changed = apply::apply(&txn, &collapsed).await?;
+        if self.config.fault == Some(Fault::AbortBeforeCommit) {
+            tracing::error!("fault injection: aborting before COMMIT");
+            std::process::abort();
+        }
+        txn.commit().await?;
+        if self.config.fault == Some(Fault::AbortAfterCommit) {
+            tracing::error!("fault injection: aborting after COMMIT, before ACK");
+            std::process::abort();
+        }
+        Ok(changed)
+    }
+
+    async fn read(&self, stream: &str, from: &str, block: Option<Duration>) -> AppResult<Vec<Entry>> {
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP").arg(LIKE_GROUP).arg(self.consumer()).arg("COUNT").arg(self.config.batch_size);
+        if let Some(block) = block {
+            cmd.arg("BLOCK").arg(block.as_millis() as u64);
+        }
+        cmd.arg("STREAMS").arg(stream).arg(from);
+        let mut conn = self.redis.clone();
+        let reply: Option<redis::streams::StreamReadReply> = match cmd.query_async(&mut conn).await {
+            Ok(reply) => reply,
+            // The group vanished (Redis restarted empty or the stream was deleted): recreate it.
+            Err(e) if e.code() == Some("NOGROUP") => {
+                self.ensure_groups().await?;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some(reply) = reply else { return Ok(Vec::new()) };
+        Ok(reply
+            .keys
+            .into_iter()
+            .flat_map(|k| k.ids)
+            .map(|entry| Entry { event: parse_event(&entry.map), id: entry.id })
+            .collect())
+    }
+
+    async fn delivery_counts(&self, stream: &str, entries: &[Entry]) -> AppResult<HashMap<String, u64>> {
+        let (Some(first), Some(last)) = (entries.first(), entries.last()) else { return Ok(HashMap::new()) };
+        let mut conn = self.redis.clone();
+        let reply: redis::streams::StreamPendingCountReply = redis::cmd("XPENDING")
+            .arg(stream)
+            .arg(LIKE_GROUP)
+            .arg(&first.id)
+            .arg(&last.id)
+            .arg(entries.len())
+            .arg(self.consumer())
+            .query_async(&mut conn)
+            .await?;
+        Ok(reply.ids.into_iter().map(|p| (p.id, p.times_delivered as u64)).collect())
+    }
+
+    async fn ack(&self, stream: &str, ids: &[&str]) -> AppResult<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.redis.clone();
+        let _: (i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("XACK")
+            .arg(stream)
+            .arg(LIKE_GROUP)
+            .arg(ids)
+            .cmd("XDEL")
+            .arg(stream)
+            .arg(ids)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn dead_letter(&self, shard: u32, stream: &str, entry: &Entry, why: &str) -> AppResult<()> {
+        let mut conn = self.redis.clone();
+        let (op, target, user, course) = match &entry.event {
+            Ok(e) => (
+                if e.liked { "like" } else { "unlike" }.to_owned(),
+                e.target.member(),
+                e.user_id.to_string(),
+                e.course_id.to_string(),
+            ),
+            Err(_) => (String::new(), String::new(), String::new(), String::new()),
+        };
+        let _: String = redis::cmd("XADD")
+            .arg(self.keys.dead_letters())
+            .arg("*")
+            .arg("shard")
+            .arg(shard)
+            .arg("entry")
+            .arg(&entry.id)
+            .arg("op")
+            .arg(op)
+            .arg("t")
+            .arg(target)
+            .arg("u")
+            .arg(user)
+            .arg("c")
+            .arg(course)
+            .arg("error")
+            .arg(why)
+            .query_async(&mut conn)
+            .await?;
+        self.ack(stream, &[entry.id.as_str()]).await?;
+        self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(shard, id = %entry.id, error = why, "like event moved to the dead-letter stream");
+        Ok(())
+    }
+
+    /// Runs until `shutdown` turns true: every shard in turn (buffered), or the recount job.
+    /// A batch in flight at shutdown finishes (it is one transaction; an abandoned one is
+    /// rolled back and stays pending, never acked).
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        if let Err(err) = self.ensure_groups().await {
+            tracing::error!(error = %err, "cannot create consumer groups; will retry");
+        }
+        let mut backoff = Duration::from_millis(100);
+        while !*shutdown.borrow() {
+            let round = match self.config.mode {
+                LikeMode::Buffered => self.round().await,
+                LikeMode::Recount => self.recount.recount_once(&self.db, self.config.batch_size).await.map(|c| c.len()),
+                LikeMode::Sync => Ok(0),
+            };
+            let pause = match round {
+                Ok(0) if self.config.mode == LikeMode::Buffered => Duration::ZERO,
+                Ok(0) => self.config.recount_interval,
+                Ok(_) => {
+                    backoff = Duration::from_millis(100);
+                    Duration::ZERO
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, retry_in = ?backoff, "like worker round failed");
+                    let pause = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    pause
+                }
+            };
+            if !pause.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+        }
+        self.release_leases().await;
+        tracing::info!("like worker stopped");
+    }
+
+    /// One pass over all shards. When every shard was idle, the last read blocked briefly, so
+    /// an idle worker does not spin.
+    async fn round(&self) -> AppResult<usize> {
+        let mut read = 0;
+        let shards = self.keys.shards();
+        for shard in 0..shards {
+            let block = (read == 0 && shard + 1 == shards).then_some(self.config.idle_wait);
+            read += self.step(shard, block).await?.read;
+        }
+        Ok(read)
+    }
+}
+
+fn parse_event(map: &HashMap<String, Value>) -> Result<LikeEvent, String> {
+    let field = |name: &str| -> Result<String, String> {
+        map.get(name)
+            .map(|v| String::from_redis_value(v.clone()).map_err(|e| format!("field {name}: {e}")))
+            .unwrap_or_else(|| Err(format!("missing field {name}")))
+    };
+    let target = LikeTarget::parse_member(&field("t")?).ok_or("bad target")?;
+    let user_id = field("u")?.parse::<i64>().map_err(|_| "bad user id")?;
+    let course_id = field("c")?.parse::<i64>().map_err(|_| "bad course id")?;
+    let liked = match field("op")?.as_str() {
+        "like" => true,
+        "unlike" => false,
+        other => return Err(format!("bad op {other}")),
+    };
+    Ok(LikeEvent { target, user_id, course_id, liked })
+}
+
+/// Errors that mean "PostgreSQL (or Redis) is not there right now", as opposed to "this batch
+/// can never apply". Transient ones are retried with backoff and never dead-lettered.
+pub fn is_transient(err: &AppError) -> bool {
+    match err {
+        AppError::Redis(_) => true,
+        AppError::Database(db) => match db {
+            DbErr::Conn(_) | DbErr::ConnectionAcquire(_) => true,
+            DbErr::Exec(runtime) | DbErr::Query(runtime) => match runtime {
+                sea_orm::RuntimeErr::SqlxError(sqlx_err) => match sqlx_err.as_database_error() {
+                    Some(db_error) => db_error.code().is_some_and(|code| {
+                        // connection exceptions, shutdown, resources, serialization/deadlock
+                        code.starts_with("08")
+                            || code.starts_with("57")
+                            || code.starts_with("53")
+                            || code == "40001"
+                            || code == "40P01"
+                    }),
+                    None => true,
+                },
+                _ => false,
+            },
+            _ => false,
+        },
+        _ => false,
+    }
+}
