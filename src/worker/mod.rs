@@ -215,6 +215,11 @@ impl LikeWorker {
         self.step(shard, None).await
     }
 
+    /// One run of the recount job (level 2): returns how many counters it changed.
+    pub async fn recount_once(&self) -> AppResult<usize> {
+        Ok(self.recount.recount_once(&self.db, self.config.batch_size).await?.len())
+    }
+
     /// Steps every shard until a full round reads nothing. Returns entries acked.
     pub async fn drain(&self) -> AppResult<usize> {
         let mut acked = 0;
@@ -432,7 +437,7 @@ impl LikeWorker {
         while !*shutdown.borrow() {
             let round = match self.config.mode {
                 LikeMode::Buffered => self.round().await,
-                LikeMode::Recount => self.recount.recount_once(&self.db, self.config.batch_size).await.map(|c| c.len()),
+                LikeMode::Recount => self.recount_once().await,
                 LikeMode::Sync => Ok(0),
             };
             let pause = match round {

@@ -4,6 +4,8 @@
 //! the database and the keys, even when the test panicked.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,0 +1,287 @@
+//! Level 3 end to end against real PostgreSQL and Redis: the liked-sets answer, the stream
+//! carries the events, and the worker (stepped by hand) turns them into exact rows and counters.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestApp, World, gid, raw_id};
+use course_forum::config::LikeMode;
+use course_forum::kv::keys::LIKE_GROUP;
+use course_forum::likes::LikeTarget;
+use sea_orm::ConnectionTrait;
+use serde_json::{Value, json};
+
+async fn buffered_app() -> TestApp {
+    TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await
+}
+
+async fn create_post(app: &TestApp, user: i64, course: i64, title: &str) -> i64 {
+    let data = app
+        .gql_ok(
+            Some(&app.token(user)),
+            "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"b\") { id } }",
+            json!({ "c": gid("Course", course), "t": title }),
+        )
+        .await;
+    raw_id(data["createPost"]["id"].as_str().expect("id"))
+}
+
+async fn set_post_like(app: &TestApp, user: i64, post: i64, liked: bool) -> Value {
+    let field = if liked { "likePost" } else { "unlikePost" };
+    let query = format!("mutation($p: ID!) {{ {field}(postId: $p) {{ likeCount likedByMe }} }}");
+    let data = app.gql_ok(Some(&app.token(user)), &query, json!({ "p": gid("Post", post) })).await;
+    data[field].clone()
+}
+
+async fn post_rows_and_counter(app: &TestApp, post: i64) -> (i64, i64) {
+    (
+        app.scalar_i64("SELECT count(*) AS v FROM post_likes WHERE post_id = $1", [post.into()]).await,
+        app.scalar_i64("SELECT like_count::bigint AS v FROM posts WHERE id = $1", [post.into()]).await,
+    )
+}
+
+async fn stream_len(app: &TestApp) -> i64 {
+    let mut conn = app.state.redis.clone();
+    let mut total = 0;
+    for shard in 0..app.state.keys.shards() {
+        let n: i64 = redis::cmd("XLEN").arg(app.state.keys.like_stream(shard)).query_async(&mut conn).await.expect("xlen");
+        total += n;
+    }
+    total
+}
+
+#[tokio::test]
+async fn the_seed_story_end_to_end() {
+    let app = buffered_app().await;
+    let world = World::create(&app).await;
+    let carol = app.create_user("carol").await;
+    app.enroll(world.course, carol, "student").await;
+    let worker = app.worker().await;
+    let p1 = create_post(&app, world.instructor, world.course, "announcement").await;
+    let p2 = create_post(&app, world.instructor, world.course, "second").await;
+    let foreign = create_post(&app, world.outsider, world.other_course, "not yours").await;
+
+    // A like answers from Redis at once; the database sees it only after the worker.
+    assert_eq!(set_post_like(&app, world.alice, p1, true).await, json!({ "likeCount": 1, "likedByMe": true }));
+    assert_eq!(post_rows_and_counter(&app, p1).await, (0, 0), "nothing written before the worker runs");
+    // A duplicate like appends no event.
+    let before = stream_len(&app).await;
+    assert_eq!(set_post_like(&app, world.alice, p1, true).await["likedByMe"], true);
+    assert_eq!(stream_len(&app).await, before, "a repeated like appends nothing");
+
+    // Bob's like exists only in PostgreSQL (his set is cold): likedByMe warms it, and his
+    // unlike removes the database row.
+    app.db
+        .execute_unprepared(&format!(
+            "INSERT INTO post_likes (post_id, user_id) VALUES ({p2}, {bob}); UPDATE posts SET like_count = 1 WHERE id = {p2}",
+            bob = world.bob
+        ))
+        .await
+        .expect("seed bob's like");
+    let liked = app
+        .gql_ok(Some(&app.token(world.bob)), "query($p: ID!) { post(id: $p) { likedByMe } }", json!({ "p": gid("Post", p2) }))
+        .await;
+    assert_eq!(liked["post"]["likedByMe"], true, "the cold set was warmed from the database");
+    assert_eq!(set_post_like(&app, world.bob, p2, false).await, json!({ "likeCount": 0, "likedByMe": false }));
+
+    // Carol likes and unlikes p2 before the worker runs: one batch, no effect.
+    set_post_like(&app, carol, p2, true).await;
+    set_post_like(&app, carol, p2, false).await;
+
+    // A like on another course's post pushed through this course's set (as a bug or a forged
+    // call would) is dropped by the worker's JOIN.
+    let likes = &app.state.likes;
+    assert!(likes.liked_sets().toggle(world.alice, world.course, LikeTarget::Post(foreign), true).await.unwrap());
+
+    // A comment like.
+    let comment = app
+        .gql_ok(
+            Some(&app.token(world.bob)),
+            "mutation($p: ID!) { createComment(postId: $p, body: \"nice\") { id } }",
+            json!({ "p": gid("Post", p1) }),
+        )
+        .await["createComment"]["id"]
+        .as_str()
+        .map(raw_id)
+        .expect("comment id");
+    app.gql_ok(
+        Some(&app.token(world.alice)),
+        "mutation($c: ID!) { likeComment(commentId: $c) { likeCount likedByMe } }",
+        json!({ "c": gid("Comment", comment) }),
+    )
+    .await;
+
+    let acked = worker.drain().await.expect("drain");
+    assert!(acked >= 5, "the worker acked every event ({acked})");
+    assert_eq!(stream_len(&app).await, 0, "acked entries are deleted from the stream");
+    assert_eq!(post_rows_and_counter(&app, p1).await, (1, 1));
+    assert_eq!(post_rows_and_counter(&app, p2).await, (0, 0));
+    assert_eq!(post_rows_and_counter(&app, foreign).await, (0, 0), "foreign-course like filtered");
+    let comment_rows = app.scalar_i64("SELECT count(*) AS v FROM comment_likes WHERE comment_id = $1", [comment.into()]).await;
+    let comment_counter = app.scalar_i64("SELECT like_count::bigint AS v FROM comments WHERE id = $1", [comment.into()]).await;
+    assert_eq!((comment_rows, comment_counter), (1, 1));
+    // Replaying the same events again (as after a crash between COMMIT and ACK) changes nothing.
+    assert_eq!(worker.drain().await.expect("drain again"), 0);
+}
+
+#[tokio::test]
+async fn a_page_of_twenty_posts_costs_exactly_one_smismember() {
+    let app = buffered_app().await;
+    let world = World::create(&app).await;
+    let mut posts = Vec::new();
+    for n in 0..20 {
+        posts.push(create_post(&app, world.bob, world.course, &format!("p{n}")).await);
+    }
+    for post in posts.iter().step_by(3) {
+        set_post_like(&app, world.alice, *post, true).await;
+    }
+    let page = "query($c: ID!) { course(id: $c) { posts(first: 20) { edges { node { id likedByMe } } } } }";
+    let calls = || app.state.likes.stats().smismember_calls.load(std::sync::atomic::Ordering::Relaxed);
+    let before = calls();
+    let data = app.gql_ok(Some(&app.token(world.alice)), page, json!({ "c": gid("Course", world.course) })).await;
+    assert_eq!(calls() - before, 1, "one SMISMEMBER for the whole page");
+    let liked: Vec<i64> = data["course"]["posts"]["edges"]
+        .as_array()
+        .expect("edges")
+        .iter()
+        .filter(|e| e["node"]["likedByMe"] == true)
+        .map(|e| raw_id(e["node"]["id"].as_str().expect("id")))
+        .collect();
+    let mut expected: Vec<i64> = posts.iter().step_by(3).copied().collect();
+    expected.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(liked, expected);
+}
+
+#[tokio::test]
+async fn liked_by_me_stays_right_after_every_liked_set_is_dropped() {
+    let app = buffered_app().await;
+    let world = World::create(&app).await;
+    let worker = app.worker().await;
+    let liked_post = create_post(&app, world.bob, world.course, "liked").await;
+    let other_post = create_post(&app, world.bob, world.course, "not liked").await;
+    set_post_like(&app, world.alice, liked_post, true).await;
+    worker.drain().await.expect("drain");
+
+    let dropped = app.state.likes.liked_sets().drop_all().await.expect("drop all");
+    assert!(dropped >= 1);
+    let warms_before = app.state.likes.stats().set_warms.load(std::sync::atomic::Ordering::Relaxed);
+    let query = "query($a: ID!, $b: ID!) { a: post(id: $a) { likedByMe } b: post(id: $b) { likedByMe } }";
+    let data = app
+        .gql_ok(Some(&app.token(world.alice)), query, json!({ "a": gid("Post", liked_post), "b": gid("Post", other_post) }))
+        .await;
+    assert_eq!((data["a"]["likedByMe"].clone(), data["b"]["likedByMe"].clone()), (json!(true), json!(false)));
+    assert!(app.state.likes.stats().set_warms.load(std::sync::atomic::Ordering::Relaxed) > warms_before, "rewarmed");
+    // And the rewarmed set still refuses a double like.
+    set_post_like(&app, world.alice, liked_post, true).await;
+    worker.drain().await.expect("drain");
+    assert_eq!(post_rows_and_counter(&app, liked_post).await, (1, 1));
+}
+
+#[tokio::test]
+async fn a_poison_event_is_dead_lettered_and_later_events_still_apply() {
+    let app = TestApp::spawn_with(|s| {
+        s.like_mode = LikeMode::Buffered;
+        s.worker_max_deliveries = 2;
+    })
+    .await;
+    let world = World::create(&app).await;
+    let worker = app.worker().await;
+    let post = create_post(&app, world.bob, world.course, "target").await;
+    // An event for a user that does not exist: the insert violates the foreign key.
+    let ghost = 999_999_i64;
+    let mut conn = app.state.redis.clone();
+    let stream = app.state.keys.like_stream(app.state.keys.shard_of(ghost));
+    let _: String = redis::cmd("XADD")
+        .arg(&stream)
+        .arg("*")
+        .arg(&["op", "like", "t", &format!("p:{post}"), "u", &ghost.to_string(), "c", &world.course.to_string()])
+        .query_async(&mut conn)
+        .await
+        .expect("xadd poison");
+    // Good events on the poison's own shard, after it in the stream.
+    let mut neighbours = Vec::new();
+    for n in 0.. {
+        let user = app.create_user(&format!("neighbour{n}")).await;
+        if app.state.keys.shard_of(user) == app.state.keys.shard_of(ghost) {
+            app.enroll(world.course, user, "student").await;
+            neighbours.push(user);
+            if neighbours.len() == 2 {
+                break;
+            }
+        }
+    }
+    for user in &neighbours {
+        set_post_like(&app, *user, post, true).await;
+    }
+
+    // Step until the stream is empty; bounded so a stalled stream fails the test.
+    for _ in 0..20 {
+        worker.drain().await.expect("drain");
+        if stream_len(&app).await == 0 {
+            break;
+        }
+    }
+    assert_eq!(stream_len(&app).await, 0, "the poison entry did not stall the stream");
+    assert_eq!(post_rows_and_counter(&app, post).await, (2, 2), "the good events applied");
+    let dead: Vec<redis::streams::StreamId> = {
+        let reply: redis::streams::StreamRangeReply =
+            redis::cmd("XRANGE").arg(app.state.keys.dead_letters()).arg("-").arg("+").query_async(&mut conn).await.expect("xrange");
+        reply.ids
+    };
+    assert_eq!(dead.len(), 1, "exactly the poison entry is dead-lettered");
+    let error: String = redis::FromRedisValue::from_redis_value(dead[0].map["error"].clone()).expect("error text");
+    assert!(error.contains("foreign key") || error.contains("violates"), "{error}");
+    let pending: (i64, Value2, Value2, Value2) = redis::cmd("XPENDING").arg(&stream).arg(LIKE_GROUP).query_async(&mut conn).await.expect("xpending");
+    assert_eq!(pending.0, 0, "nothing left pending");
+}
+
+type Value2 = redis::Value;
+
+#[tokio::test]
+async fn postgres_unreachable_during_a_batch_loses_nothing() {
+    let app = buffered_app().await;
+    let world = World::create(&app).await;
+    let post = create_post(&app, world.bob, world.course, "hot").await;
+    let proxy = common::proxy::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let url = format!("postgres://postgres@{}/{}", proxy.addr, app.database);
+    let db = course_forum::db::connect_url(&url, Duration::from_secs(2), 2).await.expect("db via proxy");
+    let config = course_forum::worker::WorkerConfig::from_settings(&app.state.settings);
+    let worker = course_forum::worker::LikeWorker::new(db, app.state.redis.clone(), app.state.keys.clone(), config);
+    worker.ensure_groups().await.expect("groups");
+
+    let mut users = Vec::new();
+    for n in 0..10 {
+        let user = app.create_user(&format!("fan{n}")).await;
+        app.enroll(world.course, user, "student").await;
+        users.push(user);
+    }
+    for user in &users[..5] {
+        set_post_like(&app, *user, post, true).await;
+    }
+    proxy.cut();
+    let mut failures = 0;
+    for shard in 0..app.state.keys.shards() {
+        if let Err(err) = worker.process_one_batch(shard).await {
+            assert!(course_forum::worker::is_transient(&err), "an outage is transient: {err}");
+            failures += 1;
+        }
+    }
+    assert!(failures > 0, "the worker saw the outage");
+    // Likes keep being accepted meanwhile (the API reaches PostgreSQL directly here).
+    for user in &users[5..] {
+        set_post_like(&app, *user, post, true).await;
+    }
+    assert_eq!(post_rows_and_counter(&app, post).await, (0, 0));
+    proxy.restore();
+    let mut drained = false;
+    for _ in 0..50 {
+        if worker.drain().await.is_ok() && stream_len(&app).await == 0 {
+            drained = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(drained, "the worker drained after PostgreSQL returned");
+    assert_eq!(post_rows_and_counter(&app, post).await, (10, 10), "nothing lost, nothing doubled");
+}
