@@ -28,6 +28,8 @@ pub fn router(app: AppState, schema: AppSchema) -> Router {
         .route("/graphql", get(graphiql).post(graphql))
         .route("/healthz", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(body_limit))
+        // async-graphql-axum reads the body stream itself, past DefaultBodyLimit: limit the stream.
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(body_limit))
         .with_state(HttpState { app, schema })
 }
 

@@ -37,6 +37,10 @@ pub fn validate_text(field: &str, raw: &str, max_chars: usize) -> AppResult<Stri
     if text.is_empty() {
         return Err(AppError::bad_input(format!("`{field}` must not be empty")));
     }
+    // PostgreSQL text cannot hold NUL, and other control characters are never meant.
+    if text.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r')) {
+        return Err(AppError::bad_input(format!("`{field}` contains a control character")));
+    }
     let chars = text.chars().count();
     if chars > max_chars {
         return Err(AppError::bad_input(format!("`{field}` is {chars} characters; the limit is {max_chars}")));

@@ -46,7 +46,11 @@ pub fn decode(raw: &str) -> AppResult<(NodeKind, i64)> {
     let text = std::str::from_utf8(&bytes).map_err(|_| malformed())?;
     let (kind, number) = text.split_once(':').ok_or_else(malformed)?;
     let kind = NodeKind::parse(kind).ok_or_else(malformed)?;
-    let id = number.parse::<i64>().ok().filter(|id| *id > 0).ok_or_else(malformed)?;
+    // Canonical digits only ("+1" and "01" would give one object many ids).
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) || number.starts_with('0') {
+        return Err(malformed());
+    }
+    let id = number.parse::<i64>().map_err(|_| malformed())?;
     Ok((kind, id))
 }
 

@@ -1,0 +1,794 @@
+//! The authorization matrix: every query and every mutation, asked by an anonymous viewer, a
+//! member student, a non-member and the course's instructor. Refused requests must say why
+//! (`extensions.code`), return no data, leak nothing, and change nothing in the database.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{JWT_SECRET, TestApp, World, error_code, gid};
+use serde_json::{Value as Json, json};
+
+// ---------------------------------------------------------------------------------------------
+// Fixture
+// ---------------------------------------------------------------------------------------------
+
+/// Marker carried by every piece of CS101 content, so a leak to a non-member is easy to spot.
+const SECRET: &str = "SECRET-CS101";
+
+/// The world plus content in CS101 written by alice (a post, a comment, a reply), likes by
+/// alice on each of them, and a post by the outsider in their own course.
+struct Fixture {
+    app: TestApp,
+    w: World,
+    post: String,
+    comment: String,
+    reply: String,
+    other_post: String,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        Self::from_app(TestApp::spawn().await).await
+    }
+
+    async fn from_app(app: TestApp) -> Fixture {
+        let w = World::create(&app).await;
+        let alice = app.token(w.alice);
+        let data = app
+            .gql_ok(
+                Some(&alice),
+                "mutation($c: ID!, $t: String!, $b: String!) { createPost(courseId: $c, title: $t, body: $b) { id } }",
+                json!({ "c": gid("Course", w.course), "t": format!("{SECRET} title"), "b": format!("{SECRET} post body") }),
+            )
+            .await;
+        let post = data["createPost"]["id"].as_str().unwrap().to_owned();
+        let data = app
+            .gql_ok(
+                Some(&alice),
+                "mutation($p: ID!, $b: String!) { createComment(postId: $p, body: $b) { id } }",
+                json!({ "p": post, "b": format!("{SECRET} comment") }),
+            )
+            .await;
+        let comment = data["createComment"]["id"].as_str().unwrap().to_owned();
+        let data = app
+            .gql_ok(
+                Some(&alice),
+                "mutation($c: ID!, $b: String!) { createReply(commentId: $c, body: $b) { id } }",
+                json!({ "c": comment, "b": format!("{SECRET} reply") }),
+            )
+            .await;
+        let reply = data["createReply"]["id"].as_str().unwrap().to_owned();
+        app.gql_ok(
+            Some(&alice),
+            "mutation($p: ID!, $c: ID!, $r: ID!) { likePost(postId: $p) { id } a: likeComment(commentId: $c) { id } b: likeComment(commentId: $r) { id } }",
+            json!({ "p": post, "c": comment, "r": reply }),
+        )
+        .await;
+        let data = app
+            .gql_ok(
+                Some(&app.token(w.outsider)),
+                "mutation($c: ID!) { createPost(courseId: $c, title: \"bio title\", body: \"bio body\") { id } }",
+                json!({ "c": gid("Course", w.other_course) }),
+            )
+            .await;
+        let other_post = data["createPost"]["id"].as_str().unwrap().to_owned();
+        Fixture { app, w, post, comment, reply, other_post }
+    }
+
+    fn token(&self, user: i64) -> String {
+        self.app.token(user)
+    }
+}
+
+/// Counts and fingerprints of every table a request could change.
+const SNAPSHOT: &[&str] = &[
+    "SELECT count(*) AS v FROM posts",
+    "SELECT count(*) AS v FROM posts WHERE deleted_at IS NOT NULL",
+    "SELECT count(*) AS v FROM posts WHERE edited_at IS NOT NULL",
+    "SELECT coalesce(sum(like_count + comment_count), 0)::bigint AS v FROM posts",
+    "SELECT coalesce(sum(hashtext(title || '|' || body)::bigint), 0)::bigint AS v FROM posts",
+    "SELECT count(*) AS v FROM comments",
+    "SELECT count(*) AS v FROM comments WHERE deleted_at IS NOT NULL",
+    "SELECT count(*) AS v FROM comments WHERE edited_at IS NOT NULL",
+    "SELECT coalesce(sum(like_count + reply_count), 0)::bigint AS v FROM comments",
+    "SELECT coalesce(sum(hashtext(body)::bigint), 0)::bigint AS v FROM comments",
+    "SELECT count(*) AS v FROM post_likes",
+    "SELECT count(*) AS v FROM comment_likes",
+    "SELECT count(*) AS v FROM course_members",
+    "SELECT count(*) AS v FROM users",
+];
+
+async fn snapshot(app: &TestApp) -> Vec<(&'static str, i64)> {
+    let mut out = Vec::new();
+    for sql in SNAPSHOT {
+        out.push((*sql, app.scalar_i64(sql, []).await));
+    }
+    out
+}
+
+async fn count(app: &TestApp, sql: &str) -> i64 {
+    app.scalar_i64(sql, []).await
+}
+
+/// Posts a GraphQL request with a raw `Authorization` header value.
+async fn gql_with_header(app: &TestApp, authorization: &str, query: &str, variables: Json) -> Json {
+    app.http
+        .post(app.url("/graphql"))
+        .header("Authorization", authorization)
+        .json(&json!({ "query": query, "variables": variables }))
+        .send()
+        .await
+        .expect("send GraphQL request")
+        .json::<Json>()
+        .await
+        .expect("GraphQL response is JSON")
+}
+
+/// Checks a refusal: the code, no data, and no CS101 content anywhere in the response.
+fn refusal_problem(response: &Json, code: &str) -> Option<String> {
+    if error_code(response).as_deref() != Some(code) {
+        return Some(format!("expected {code}, got {response}"));
+    }
+    if !response["data"].is_null() {
+        return Some(format!("expected no data with {code}, got {response}"));
+    }
+    if response.to_string().contains(SECRET) {
+        return Some(format!("refused response leaks course content: {response}"));
+    }
+    None
+}
+
+fn assert_no_failures(failures: Vec<String>) {
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queries
+// ---------------------------------------------------------------------------------------------
+
+const NODE_QUERY: &str = "query($id: ID!) { node(id: $id) { id \
+    ... on User { handle } ... on Course { code } ... on Post { title } \
+    ... on Comment { body } ... on Reply { body } } }";
+
+/// (name, query, variables, JSON pointer into `data`, value expected there when allowed).
+fn read_table(f: &Fixture, viewer_handle: &str, viewer_courses: Json) -> Vec<(String, String, Json, String, Json)> {
+    let w = &f.w;
+    let mut rows = vec![
+        ("me".to_owned(), "{ me { handle } }".to_owned(), json!({}), "/me/handle".to_owned(), json!(viewer_handle)),
+        ("myCourses".to_owned(), "{ myCourses { id } }".to_owned(), json!({}), "/myCourses".to_owned(), viewer_courses),
+        (
+            "course".to_owned(),
+            "query($id: ID!) { course(id: $id) { code } }".to_owned(),
+            json!({ "id": gid("Course", w.course) }),
+            "/course/code".to_owned(),
+            json!("CS101"),
+        ),
+        (
+            "post".to_owned(),
+            "query($id: ID!) { post(id: $id) { title } }".to_owned(),
+            json!({ "id": f.post }),
+            "/post/title".to_owned(),
+            json!(format!("{SECRET} title")),
+        ),
+    ];
+    let nodes = [
+        ("User", gid("User", w.alice), "/node/handle", json!("alice")),
+        ("Course", gid("Course", w.course), "/node/code", json!("CS101")),
+        ("Post", f.post.clone(), "/node/title", json!(format!("{SECRET} title"))),
+        ("Comment", f.comment.clone(), "/node/body", json!(format!("{SECRET} comment"))),
+        ("Reply", f.reply.clone(), "/node/body", json!(format!("{SECRET} reply"))),
+    ];
+    for (kind, id, pointer, value) in nodes {
+        rows.push((format!("node({kind})"), NODE_QUERY.to_owned(), json!({ "id": id }), pointer.to_owned(), value));
+    }
+    rows
+}
+
+#[tokio::test]
+async fn anonymous_viewer_is_unauthenticated_for_every_query() {
+    let f = Fixture::new().await;
+    let before = snapshot(&f.app).await;
+    let mut failures = Vec::new();
+    for (name, query, vars, _, _) in read_table(&f, "", json!(null)) {
+        let response = f.app.gql(None, &query, vars).await;
+        if let Some(problem) = refusal_problem(&response, "UNAUTHENTICATED") {
+            failures.push(format!("anonymous {name}: {problem}"));
+        }
+    }
+    assert_no_failures(failures);
+    assert_eq!(snapshot(&f.app).await, before);
+}
+
+#[tokio::test]
+async fn member_and_instructor_read_everything_in_their_course() {
+    let f = Fixture::new().await;
+    let course = json!([{ "id": gid("Course", f.w.course) }]);
+    let mut failures = Vec::new();
+    for (who, user) in [("prof", f.w.instructor), ("bob", f.w.bob), ("alice", f.w.alice)] {
+        let token = f.token(user);
+        for (name, query, vars, pointer, expected) in read_table(&f, who, course.clone()) {
+            let response = f.app.gql(Some(&token), &query, vars).await;
+            if response.get("errors").is_some() {
+                failures.push(format!("{who} {name}: unexpected errors {response}"));
+            } else if response["data"].pointer(&pointer) != Some(&expected) {
+                failures.push(format!("{who} {name}: expected {pointer} = {expected}, got {response}"));
+            }
+        }
+    }
+    assert_no_failures(failures);
+}
+
+#[tokio::test]
+async fn non_member_is_forbidden_from_every_read_of_the_course() {
+    let f = Fixture::new().await;
+    let token = f.token(f.w.outsider);
+    let own = json!([{ "id": gid("Course", f.w.other_course) }]);
+    let before = snapshot(&f.app).await;
+    let mut failures = Vec::new();
+    for (name, query, vars, pointer, expected) in read_table(&f, "outsider", own) {
+        let response = f.app.gql(Some(&token), &query, vars).await;
+        // Users are not course content; their own identity and course list are theirs.
+        let allowed = matches!(name.as_str(), "me" | "myCourses" | "node(User)");
+        if allowed {
+            if response.get("errors").is_some() || response["data"].pointer(&pointer) != Some(&expected) {
+                failures.push(format!("outsider {name}: expected {pointer} = {expected}, got {response}"));
+            }
+        } else if let Some(problem) = refusal_problem(&response, "FORBIDDEN") {
+            failures.push(format!("outsider {name}: {problem}"));
+        }
+    }
+    assert_no_failures(failures);
+    assert_eq!(snapshot(&f.app).await, before);
+}
+
+#[tokio::test]
+async fn non_member_cannot_reach_course_content_through_nested_fields() {
+    let f = Fixture::new().await;
+    let token = f.token(f.w.outsider);
+    let nested = [
+        (
+            "node(Reply) → comment/post/course/posts",
+            "query($id: ID!) { node(id: $id) { ... on Reply { body comment { body post { title } } \
+             post { title body course { code posts(first: 3) { edges { node { title comments(first: 3) { edges { node { body \
+             replies(first: 3) { edges { node { body } } } } } } } } } } } } } }",
+            json!({ "id": f.reply }),
+        ),
+        (
+            "node(Comment) → post → comments",
+            "query($id: ID!) { node(id: $id) { ... on Comment { post { title comments { nodes { body } } } \
+             replies { nodes { body author { handle } } } } } }",
+            json!({ "id": f.comment }),
+        ),
+        (
+            "post → course → posts",
+            "query($id: ID!) { post(id: $id) { course { posts { nodes { title body } } } } }",
+            json!({ "id": f.post }),
+        ),
+        (
+            "course → posts → comments → replies",
+            "query($id: ID!) { course(id: $id) { posts { nodes { comments { nodes { body replies { nodes { body } } } } } } } }",
+            json!({ "id": gid("Course", f.w.course) }),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, query, vars) in nested {
+        let response = f.app.gql(Some(&token), query, vars).await;
+        if let Some(problem) = refusal_problem(&response, "FORBIDDEN") {
+            failures.push(format!("outsider {name}: {problem}"));
+        }
+    }
+    // Through their own courses the outsider sees only their own course's posts.
+    let data = f
+        .app
+        .gql_ok(
+            Some(&token),
+            "{ myCourses { code posts { nodes { id title comments { nodes { body } } } } } }",
+            json!({}),
+        )
+        .await;
+    assert!(!data.to_string().contains(SECRET), "leak via myCourses: {data}");
+    assert_eq!(
+        data["myCourses"],
+        json!([{ "code": "BIO200", "posts": { "nodes": [
+            { "id": f.other_post, "title": "bio title", "comments": { "nodes": [] } }
+        ] } }])
+    );
+    // A cursor is only a position: one from CS101 does not open CS101 from the outsider's course.
+    let cursor = {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("k:{}", common::raw_id(&f.post) + 1))
+    };
+    let data = f
+        .app
+        .gql_ok(
+            Some(&token),
+            "query($id: ID!, $after: String) { node(id: $id) { ... on Post { comments(after: $after) { nodes { body } } } } }",
+            json!({ "id": f.other_post, "after": cursor }),
+        )
+        .await;
+    assert!(!data.to_string().contains(SECRET), "leak via cursor: {data}");
+    assert_no_failures(failures);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mutations
+// ---------------------------------------------------------------------------------------------
+
+/// Every mutation, each aimed at alice's CS101 content: (name, query, variables).
+fn mutation_table(f: &Fixture) -> Vec<(&'static str, &'static str, Json)> {
+    let course = gid("Course", f.w.course);
+    vec![
+        (
+            "createPost",
+            "mutation($id: ID!) { createPost(courseId: $id, title: \"intruder\", body: \"intruder\") { id title } }",
+            json!({ "id": course }),
+        ),
+        (
+            "editPost",
+            "mutation($id: ID!) { editPost(postId: $id, title: \"hacked\", body: \"hacked\") { id title } }",
+            json!({ "id": f.post }),
+        ),
+        ("deletePost", "mutation($id: ID!) { deletePost(postId: $id) { deletedId } }", json!({ "id": f.post })),
+        (
+            "createComment",
+            "mutation($id: ID!) { createComment(postId: $id, body: \"intruder\") { id post { title } } }",
+            json!({ "id": f.post }),
+        ),
+        (
+            "createReply(comment)",
+            "mutation($id: ID!) { createReply(commentId: $id, body: \"intruder\") { id comment { body } } }",
+            json!({ "id": f.comment }),
+        ),
+        (
+            "createReply(reply)",
+            "mutation($id: ID!) { createReply(commentId: $id, body: \"intruder\") { id comment { body } } }",
+            json!({ "id": f.reply }),
+        ),
+        (
+            "editComment(comment)",
+            "mutation($id: ID!) { editComment(commentId: $id, body: \"hacked\") { id body } }",
+            json!({ "id": f.comment }),
+        ),
+        (
+            "editComment(reply)",
+            "mutation($id: ID!) { editComment(commentId: $id, body: \"hacked\") { id body } }",
+            json!({ "id": f.reply }),
+        ),
+        (
+            "deleteComment(reply)",
+            "mutation($id: ID!) { deleteComment(commentId: $id) { deletedId } }",
+            json!({ "id": f.reply }),
+        ),
+        (
+            "deleteComment(comment)",
+            "mutation($id: ID!) { deleteComment(commentId: $id) { deletedId } }",
+            json!({ "id": f.comment }),
+        ),
+        ("likePost", "mutation($id: ID!) { likePost(postId: $id) { id likeCount title } }", json!({ "id": f.post })),
+        (
+            "unlikePost",
+            "mutation($id: ID!) { unlikePost(postId: $id) { id likeCount title } }",
+            json!({ "id": f.post }),
+        ),
+        (
+            "likeComment(comment)",
+            "mutation($id: ID!) { likeComment(commentId: $id) { id likeCount body } }",
+            json!({ "id": f.comment }),
+        ),
+        (
+            "likeComment(reply)",
+            "mutation($id: ID!) { likeComment(commentId: $id) { id likeCount body } }",
+            json!({ "id": f.reply }),
+        ),
+        (
+            "unlikeComment(comment)",
+            "mutation($id: ID!) { unlikeComment(commentId: $id) { id likeCount body } }",
+            json!({ "id": f.comment }),
+        ),
+        (
+            "unlikeComment(reply)",
+            "mutation($id: ID!) { unlikeComment(commentId: $id) { id likeCount body } }",
+            json!({ "id": f.reply }),
+        ),
+    ]
+}
+
+/// Runs every mutation as one viewer, expecting `code` and an unchanged database after each.
+async fn expect_every_mutation_refused(f: &Fixture, who: &str, token: Option<&str>, code: &str) {
+    let mut failures = Vec::new();
+    for (name, query, vars) in mutation_table(f) {
+        let before = snapshot(&f.app).await;
+        let response = f.app.gql(token, query, vars).await;
+        if let Some(problem) = refusal_problem(&response, code) {
+            failures.push(format!("{who} {name}: {problem}"));
+        }
+        let after = snapshot(&f.app).await;
+        if after != before {
+            failures.push(format!("{who} {name}: database changed\n  before {before:?}\n  after  {after:?}"));
+        }
+    }
+    assert_no_failures(failures);
+}
+
+#[tokio::test]
+async fn anonymous_viewer_is_unauthenticated_for_every_mutation() {
+    let f = Fixture::new().await;
+    expect_every_mutation_refused(&f, "anonymous", None, "UNAUTHENTICATED").await;
+}
+
+#[tokio::test]
+async fn non_member_is_forbidden_from_every_mutation_and_changes_nothing() {
+    let f = Fixture::new().await;
+    let token = f.token(f.w.outsider);
+    expect_every_mutation_refused(&f, "outsider", Some(&token), "FORBIDDEN").await;
+    // The same token works in the outsider's own course: the refusal is about membership.
+    let data = f
+        .app
+        .gql_ok(
+            Some(&token),
+            "mutation($id: ID!) { likePost(postId: $id) { likeCount } }",
+            json!({ "id": f.other_post }),
+        )
+        .await;
+    assert_eq!(data["likePost"]["likeCount"], 1);
+}
+
+#[tokio::test]
+async fn an_instructor_of_another_course_has_no_power_here() {
+    let f = Fixture::new().await;
+    let other_prof = f.app.create_user("otherprof").await;
+    f.app.enroll(f.w.other_course, other_prof, "instructor").await;
+    let token = f.token(other_prof);
+    expect_every_mutation_refused(&f, "otherprof", Some(&token), "FORBIDDEN").await;
+    // And CS101's instructor cannot moderate BIO200.
+    let before = snapshot(&f.app).await;
+    let response = f
+        .app
+        .gql(
+            Some(&f.token(f.w.instructor)),
+            "mutation($id: ID!) { deletePost(postId: $id) { deletedId } }",
+            json!({ "id": f.other_post }),
+        )
+        .await;
+    assert_eq!(error_code(&response).as_deref(), Some("FORBIDDEN"), "{response}");
+    assert_eq!(snapshot(&f.app).await, before);
+}
+
+#[tokio::test]
+async fn member_may_create_and_like_in_their_course() {
+    let f = Fixture::new().await;
+    let bob = f.token(f.w.bob);
+    let app = &f.app;
+
+    let posts = count(app, "SELECT count(*) AS v FROM posts").await;
+    let data = app
+        .gql_ok(
+            Some(&bob),
+            "mutation($id: ID!) { createPost(courseId: $id, title: \"bob's\", body: \"question\") { id title author { handle } course { code } } }",
+            json!({ "id": gid("Course", f.w.course) }),
+        )
+        .await;
+    assert_eq!(data["createPost"]["author"]["handle"], "bob");
+    assert_eq!(data["createPost"]["course"]["code"], "CS101");
+    assert_eq!(count(app, "SELECT count(*) AS v FROM posts").await, posts + 1);
+
+    let data = app
+        .gql_ok(
+            Some(&bob),
+            "mutation($id: ID!) { createComment(postId: $id, body: \"bob comments\") { id author { handle } } }",
+            json!({ "id": f.post }),
+        )
+        .await;
+    assert_eq!(data["createComment"]["author"]["handle"], "bob");
+    for target in [&f.comment, &f.reply] {
+        let data = app
+            .gql_ok(
+                Some(&bob),
+                "mutation($id: ID!) { createReply(commentId: $id, body: \"bob replies\") { replyTo { handle } comment { id } } }",
+                json!({ "id": target }),
+            )
+            .await;
+        assert_eq!(data["createReply"]["replyTo"]["handle"], "alice");
+        assert_eq!(data["createReply"]["comment"]["id"], f.comment.as_str());
+    }
+    let bob_comments = app.scalar_i64("SELECT count(*) AS v FROM comments WHERE user_id = $1", [f.w.bob.into()]).await;
+    assert_eq!(bob_comments, 3);
+
+    // Likes: alice already likes each target, so bob's like makes 2 and his unlike 1 again.
+    let data = app
+        .gql_ok(
+            Some(&bob),
+            "mutation($id: ID!) { likePost(postId: $id) { likeCount likedByMe } }",
+            json!({ "id": f.post }),
+        )
+        .await;
+    assert_eq!(data["likePost"], json!({ "likeCount": 2, "likedByMe": true }));
+    let data = app
+        .gql_ok(
+            Some(&bob),
+            "mutation($id: ID!) { unlikePost(postId: $id) { likeCount likedByMe } }",
+            json!({ "id": f.post }),
+        )
+        .await;
+    assert_eq!(data["unlikePost"], json!({ "likeCount": 1, "likedByMe": false }));
+    for target in [&f.comment, &f.reply] {
+        let data = app
+            .gql_ok(
+                Some(&bob),
+                "mutation($id: ID!) { likeComment(commentId: $id) { likeCount likedByMe } }",
+                json!({ "id": target }),
+            )
+            .await;
+        assert_eq!(data["likeComment"], json!({ "likeCount": 2, "likedByMe": true }));
+        assert_eq!(
+            app.scalar_i64("SELECT count(*) AS v FROM comment_likes WHERE user_id = $1", [f.w.bob.into()]).await,
+            1
+        );
+        let data = app
+            .gql_ok(
+                Some(&bob),
+                "mutation($id: ID!) { unlikeComment(commentId: $id) { likeCount likedByMe } }",
+                json!({ "id": target }),
+            )
+            .await;
+        assert_eq!(data["unlikeComment"], json!({ "likeCount": 1, "likedByMe": false }));
+    }
+    assert_eq!(
+        app.scalar_i64(
+            "SELECT (SELECT count(*) FROM post_likes WHERE user_id = $1) + (SELECT count(*) FROM comment_likes WHERE user_id = $1) AS v",
+            [f.w.bob.into()]
+        )
+        .await,
+        0
+    );
+}
+
+/// The mutations that change or remove alice's content: (name, query, variables).
+fn edit_and_delete_table(
+    f: &Fixture,
+) -> (Vec<(&'static str, &'static str, Json)>, Vec<(&'static str, &'static str, Json)>) {
+    let edits = mutation_table(f).into_iter().filter(|(name, _, _)| name.starts_with("edit")).collect();
+    // Reply, then comment, then post: deleting a parent first would take the child with it.
+    let deletes = ["deleteComment(reply)", "deleteComment(comment)", "deletePost"]
+        .into_iter()
+        .map(|wanted| {
+            mutation_table(f).into_iter().find(|(name, _, _)| *name == wanted).expect("delete mutation in the table")
+        })
+        .collect();
+    (edits, deletes)
+}
+
+#[tokio::test]
+async fn a_student_may_neither_edit_nor_delete_someone_elses_content() {
+    let f = Fixture::new().await;
+    let bob = f.token(f.w.bob);
+    let (edits, deletes) = edit_and_delete_table(&f);
+    let mut failures = Vec::new();
+    for (name, query, vars) in edits.into_iter().chain(deletes) {
+        let before = snapshot(&f.app).await;
+        let response = f.app.gql(Some(&bob), query, vars).await;
+        if let Some(problem) = refusal_problem(&response, "FORBIDDEN") {
+            failures.push(format!("bob {name}: {problem}"));
+        }
+        if snapshot(&f.app).await != before {
+            failures.push(format!("bob {name}: database changed"));
+        }
+    }
+    assert_no_failures(failures);
+    let title =
+        f.app.gql_ok(Some(&bob), "query($id: ID!) { post(id: $id) { title editedAt } }", json!({ "id": f.post })).await;
+    assert_eq!(title["post"], json!({ "title": format!("{SECRET} title"), "editedAt": null }));
+}
+
+#[tokio::test]
+async fn the_instructor_may_delete_but_not_edit_a_students_content() {
+    let f = Fixture::new().await;
+    let prof = f.token(f.w.instructor);
+    let (edits, deletes) = edit_and_delete_table(&f);
+    let mut failures = Vec::new();
+    for (name, query, vars) in edits {
+        let before = snapshot(&f.app).await;
+        let response = f.app.gql(Some(&prof), query, vars).await;
+        if let Some(problem) = refusal_problem(&response, "FORBIDDEN") {
+            failures.push(format!("prof {name}: {problem}"));
+        }
+        if snapshot(&f.app).await != before {
+            failures.push(format!("prof {name}: database changed"));
+        }
+    }
+    assert_no_failures(failures);
+
+    let live_comments = "SELECT count(*) AS v FROM comments WHERE deleted_at IS NULL";
+    let live_posts = "SELECT count(*) AS v FROM posts WHERE deleted_at IS NULL";
+    let (comments, posts) = (count(&f.app, live_comments).await, count(&f.app, live_posts).await);
+    let mut expected = [
+        (f.reply.as_str(), comments - 1, posts),
+        (f.comment.as_str(), comments - 2, posts),
+        (f.post.as_str(), comments - 2, posts - 1),
+    ]
+    .into_iter();
+    for (name, query, vars) in deletes {
+        let data = f.app.gql_ok(Some(&prof), query, vars).await;
+        let (id, want_comments, want_posts) = expected.next().unwrap();
+        let deleted = data.as_object().unwrap().values().next().unwrap()["deletedId"].clone();
+        assert_eq!(deleted, id, "{name}");
+        assert_eq!(count(&f.app, live_comments).await, want_comments, "{name}");
+        assert_eq!(count(&f.app, live_posts).await, want_posts, "{name}");
+    }
+    // Gone for everyone now.
+    let response =
+        f.app.gql(Some(&f.token(f.w.alice)), "query($id: ID!) { post(id: $id) { id } }", json!({ "id": f.post })).await;
+    assert_eq!(error_code(&response).as_deref(), Some("NOT_FOUND"), "{response}");
+}
+
+#[tokio::test]
+async fn the_author_may_edit_and_delete_their_own_content() {
+    let f = Fixture::new().await;
+    let alice = f.token(f.w.alice);
+    let data = f
+        .app
+        .gql_ok(
+            Some(&alice),
+            "mutation($p: ID!, $c: ID!, $r: ID!) { editPost(postId: $p, title: \"new title\") { title body editedAt } \
+             c: editComment(commentId: $c, body: \"new comment\") { __typename body editedAt } \
+             r: editComment(commentId: $r, body: \"new reply\") { __typename body editedAt } }",
+            json!({ "p": f.post, "c": f.comment, "r": f.reply }),
+        )
+        .await;
+    assert_eq!(data["editPost"]["title"], "new title");
+    assert_eq!(data["editPost"]["body"], format!("{SECRET} post body"));
+    assert!(data["editPost"]["editedAt"].is_string());
+    assert_eq!(data["c"]["__typename"], "Comment");
+    assert_eq!(data["c"]["body"], "new comment");
+    assert_eq!(data["r"]["__typename"], "Reply");
+    assert_eq!(data["r"]["body"], "new reply");
+    assert_eq!(count(&f.app, "SELECT count(*) AS v FROM comments WHERE edited_at IS NOT NULL").await, 2);
+
+    let data = f
+        .app
+        .gql_ok(
+            Some(&alice),
+            "mutation($p: ID!, $r: ID!) { r: deleteComment(commentId: $r) { deletedId } p: deletePost(postId: $p) { deletedId } }",
+            json!({ "p": f.post, "r": f.reply }),
+        )
+        .await;
+    assert_eq!(data["r"]["deletedId"], f.reply.as_str());
+    assert_eq!(data["p"]["deletedId"], f.post.as_str());
+    assert_eq!(count(&f.app, "SELECT count(*) AS v FROM posts WHERE deleted_at IS NOT NULL").await, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokens
+// ---------------------------------------------------------------------------------------------
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+}
+
+fn sign(claims: Json, secret: &str, algorithm: jsonwebtoken::Algorithm) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(algorithm),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// `Authorization` header values that must not authenticate anyone (alice is `user`).
+fn bad_headers(user: i64) -> Vec<(&'static str, String)> {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let hs256 = jsonwebtoken::Algorithm::HS256;
+    let valid_claims = json!({ "sub": user.to_string(), "iat": now(), "exp": now() + 3600 });
+    let other_secret = course_forum::auth::TokenKeys::new("a-completely-different-secret-0000")
+        .unwrap()
+        .mint(user, Duration::from_secs(3600))
+        .unwrap();
+    let good = sign(valid_claims.clone(), JWT_SECRET, hs256);
+    let mut tampered = good.clone();
+    // Flip the last signature character.
+    let last = tampered.pop().unwrap();
+    tampered.push(if last == 'A' { 'B' } else { 'A' });
+    vec![
+        ("signed with another secret", format!("Bearer {other_secret}")),
+        (
+            "expired an hour ago",
+            format!(
+                "Bearer {}",
+                sign(json!({ "sub": user.to_string(), "iat": now() - 7200, "exp": now() - 3600 }), JWT_SECRET, hs256)
+            ),
+        ),
+        (
+            "without exp",
+            format!("Bearer {}", sign(json!({ "sub": user.to_string(), "iat": now() }), JWT_SECRET, hs256)),
+        ),
+        ("without sub", format!("Bearer {}", sign(json!({ "iat": now(), "exp": now() + 3600 }), JWT_SECRET, hs256))),
+        (
+            "sub is not a user id",
+            format!("Bearer {}", sign(json!({ "sub": "alice", "iat": now(), "exp": now() + 3600 }), JWT_SECRET, hs256)),
+        ),
+        (
+            "HS512 instead of HS256",
+            format!("Bearer {}", sign(valid_claims.clone(), JWT_SECRET, jsonwebtoken::Algorithm::HS512)),
+        ),
+        ("alg none", format!("Bearer {}.{}.", b64(r#"{"alg":"none","typ":"JWT"}"#), b64(&valid_claims.to_string()))),
+        ("tampered signature", format!("Bearer {tampered}")),
+        ("garbage token", "Bearer garbage".to_owned()),
+        ("three garbage parts", "Bearer a.b.c".to_owned()),
+        ("empty bearer", "Bearer ".to_owned()),
+        ("no scheme", good.clone()),
+        ("basic scheme", format!("Basic {}", b64("alice:password"))),
+    ]
+}
+
+#[tokio::test]
+async fn invalid_tokens_are_unauthenticated_and_change_nothing() {
+    let f = Fixture::new().await;
+    let mut failures = Vec::new();
+    let create = "mutation($id: ID!) { createPost(courseId: $id, title: \"forged\", body: \"forged\") { id } }";
+    for (name, header) in bad_headers(f.w.alice) {
+        let response = gql_with_header(&f.app, &header, "{ me { handle } }", json!({})).await;
+        if let Some(problem) = refusal_problem(&response, "UNAUTHENTICATED") {
+            failures.push(format!("{name}: me: {problem}"));
+        }
+        let before = snapshot(&f.app).await;
+        let response = gql_with_header(&f.app, &header, create, json!({ "id": gid("Course", f.w.course) })).await;
+        if let Some(problem) = refusal_problem(&response, "UNAUTHENTICATED") {
+            failures.push(format!("{name}: createPost: {problem}"));
+        }
+        let response = gql_with_header(&f.app, &header, NODE_QUERY, json!({ "id": f.post })).await;
+        if let Some(problem) = refusal_problem(&response, "UNAUTHENTICATED") {
+            failures.push(format!("{name}: node(Post): {problem}"));
+        }
+        if snapshot(&f.app).await != before {
+            failures.push(format!("{name}: database changed"));
+        }
+    }
+    assert_no_failures(failures);
+    // Control: a well-formed header with the test secret does authenticate.
+    let good = format!("Bearer {}", f.token(f.w.alice));
+    let response = gql_with_header(&f.app, &good, "{ me { handle } }", json!({})).await;
+    assert_eq!(response["data"]["me"]["handle"], "alice", "{response}");
+}
+
+#[tokio::test]
+async fn a_token_for_a_user_that_does_not_exist_is_unauthenticated() {
+    let f = Fixture::new().await;
+    let ghost = count(&f.app, "SELECT coalesce(max(id), 0) + 1000 AS v FROM users").await;
+    let token = f.token(ghost);
+    let response = f.app.gql(Some(&token), "{ me { id handle } }", json!({})).await;
+    assert_eq!(error_code(&response).as_deref(), Some("UNAUTHENTICATED"), "{response}");
+    assert!(response["data"].is_null(), "{response}");
+    // The ghost belongs nowhere, so it can neither read nor write course content.
+    let response = f.app.gql(Some(&token), "{ myCourses { id } }", json!({})).await;
+    assert!(response["data"]["myCourses"] == json!([]) || response["data"].is_null(), "{response}");
+    let before = snapshot(&f.app).await;
+    for (name, query, vars) in mutation_table(&f) {
+        let response = f.app.gql(Some(&token), query, vars).await;
+        let code = error_code(&response);
+        assert!(matches!(code.as_deref(), Some("UNAUTHENTICATED" | "FORBIDDEN")), "ghost {name}: {response}");
+        assert!(!response.to_string().contains(SECRET), "ghost {name}: {response}");
+    }
+    assert_eq!(snapshot(&f.app).await, before);
+}
+
+#[tokio::test]
+async fn a_member_removed_from_the_course_loses_access_at_once() {
+    let f = Fixture::new().await;
+    let bob = f.token(f.w.bob);
+    let query = "query($id: ID!) { post(id: $id) { title } }";
+    let data = f.app.gql_ok(Some(&bob), query, json!({ "id": f.post })).await;
+    assert_eq!(data["post"]["title"], format!("{SECRET} title"));
+    f.app
+        .scalar_i64(
+            "WITH gone AS (DELETE FROM course_members WHERE course_id = $1 AND user_id = $2 RETURNING 1) \
+             SELECT count(*) AS v FROM gone",
+            [f.w.course.into(), f.w.bob.into()],
+        )
+        .await;
+    // The same, still valid, token.
+    let response = f.app.gql(Some(&bob), query, json!({ "id": f.post })).await;
+    assert_eq!(refusal_problem(&response, "FORBIDDEN"), None);
+    expect_every_mutation_refused(&f, "removed bob", Some(&bob), "FORBIDDEN").await;
+}
