@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //!
-//! - `cli`       — subcommands (`serve`, `migrate`, `seed --demo`, `token`, `export-schema`).
+//! - `cli`       — subcommands: `serve`, `worker`, `migrate`, `seed --demo`, `token`,
+//!                 `export-schema`, `reconcile`, `reset-like-cache`.
 //! - `config`    — settings from flags and env, validated once with one clear sentence.
 //! - `startup`   — connect, assemble `AppState`, bind, serve until a shutdown future resolves.
 //! - `state`     — the one context every handler and resolver receives.
@@ -11,20 +12,38 @@
 //! - `graphql`   — the schema apart from transport: types, queries, mutations, loaders,
 //!                 global ids, cursors, access checks, error codes.
 //! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging.
-//! - `likes`     — like/unlike and "liked by me", written through the configured level.
-//! - `kv`        — Redis: connection, key layout, Lua scripts (`lua/`), rate limits.
+//! - `likes`     — like/unlike and "liked by me" at three levels: `sync` (one statement),
+//!                 `recount` (row now, counter by a job), `buffered` (Redis liked-sets + stream);
+//!                 `likes::apply` is the worker's one-transaction batch SQL.
+//! - `worker`    — the one active consumer per like-stream shard (lease, claim, batch, ack,
+//!                 dead letters), or the recount job; steppable by hand (`process_one_batch`).
+//! - `kv`        — Redis: connection, key layout (`kv::keys`, the key table), rate limits.
 //! - `db`        — PostgreSQL pool with bounded timeouts; migrations from `migrations/`.
 //! - `seed`      — the demo forum.
 //! - `error`     — the one error type and its machine-readable codes.
 //! - `telemetry` — tracing subscriber (text or JSON).
 //!
-//! # The life of a like (LIKE_MODE=sync, level 1)
+//! Lua scripts live in `lua/` as real files, loaded once and run by EVALSHA.
 //!
-//! `likePost` mutation (`graphql::mutation`) → `graphql::access::post` proves the post is live
-//! and the viewer a member of its course → `likes::Likes::set` rate-limits in Redis
-//! (`lua/rate_limit.lua`) → `likes::sync::set` runs ONE statement: insert into `post_likes`
-//! ON CONFLICT DO NOTHING, and bump `posts.like_count` by exactly the rows RETURNING reports →
-//! the mutation returns the post with its new `likeCount` and `likedByMe` for client caches.
+//! # The life of a like (LIKE_MODE=buffered, the default)
+//!
+//! 1. `likePost` mutation (`graphql::mutation`) → `graphql::access::post` proves the post is
+//!    live and the viewer a member of its course (the trust boundary, before Redis).
+//! 2. `likes::Likes::set` rate-limits (`lua/rate_limit.lua`), then `likes::buffered` runs
+//!    `lua/like_toggle.lua` on the user's (user, course) liked-set: SADD, and only if that
+//!    changed the set, XADD the event to the user's stream shard, atomically. A set not
+//!    loaded answers -1; it is warmed from PostgreSQL (`lua/liked_set_warm.lua`) and the
+//!    toggle runs again. The mutation answers at once.
+//! 3. `worker::LikeWorker` — the shard's one consumer, by lease — reads the entry (own
+//!    pending first, then new), collapses the batch to the last op per (target, user,
+//!    course), and `likes::apply` writes everything in ONE transaction: JOINs drop deleted
+//!    or foreign-course targets, counters follow RETURNING.
+//! 4. After COMMIT: XACK + XDEL. A crash before this replays the batch with no effect twice.
+//! 5. The committed counts are what live subscriptions will publish (after commit, never
+//!    before).
+//!
+//! In `sync` mode step 2 is instead one SQL statement (`likes::sync`): insert ON CONFLICT
+//! DO NOTHING, and bump the counter by exactly the rows RETURNING reports.
 
 pub mod auth;
 pub mod cli;

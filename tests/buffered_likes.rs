@@ -45,7 +45,8 @@ async fn stream_len(app: &TestApp) -> i64 {
     let mut conn = app.state.redis.clone();
     let mut total = 0;
     for shard in 0..app.state.keys.shards() {
-        let n: i64 = redis::cmd("XLEN").arg(app.state.keys.like_stream(shard)).query_async(&mut conn).await.expect("xlen");
+        let n: i64 =
+            redis::cmd("XLEN").arg(app.state.keys.like_stream(shard)).query_async(&mut conn).await.expect("xlen");
         total += n;
     }
     total
@@ -80,7 +81,11 @@ async fn the_seed_story_end_to_end() {
         .await
         .expect("seed bob's like");
     let liked = app
-        .gql_ok(Some(&app.token(world.bob)), "query($p: ID!) { post(id: $p) { likedByMe } }", json!({ "p": gid("Post", p2) }))
+        .gql_ok(
+            Some(&app.token(world.bob)),
+            "query($p: ID!) { post(id: $p) { likedByMe } }",
+            json!({ "p": gid("Post", p2) }),
+        )
         .await;
     assert_eq!(liked["post"]["likedByMe"], true, "the cold set was warmed from the database");
     assert_eq!(set_post_like(&app, world.bob, p2, false).await, json!({ "likeCount": 0, "likedByMe": false }));
@@ -118,8 +123,10 @@ async fn the_seed_story_end_to_end() {
     assert_eq!(post_rows_and_counter(&app, p1).await, (1, 1));
     assert_eq!(post_rows_and_counter(&app, p2).await, (0, 0));
     assert_eq!(post_rows_and_counter(&app, foreign).await, (0, 0), "foreign-course like filtered");
-    let comment_rows = app.scalar_i64("SELECT count(*) AS v FROM comment_likes WHERE comment_id = $1", [comment.into()]).await;
-    let comment_counter = app.scalar_i64("SELECT like_count::bigint AS v FROM comments WHERE id = $1", [comment.into()]).await;
+    let comment_rows =
+        app.scalar_i64("SELECT count(*) AS v FROM comment_likes WHERE comment_id = $1", [comment.into()]).await;
+    let comment_counter =
+        app.scalar_i64("SELECT like_count::bigint AS v FROM comments WHERE id = $1", [comment.into()]).await;
     assert_eq!((comment_rows, comment_counter), (1, 1));
     // Replaying the same events again (as after a crash between COMMIT and ACK) changes nothing.
     assert_eq!(worker.drain().await.expect("drain again"), 0);
@@ -168,7 +175,11 @@ async fn liked_by_me_stays_right_after_every_liked_set_is_dropped() {
     let warms_before = app.state.likes.stats().set_warms.load(std::sync::atomic::Ordering::Relaxed);
     let query = "query($a: ID!, $b: ID!) { a: post(id: $a) { likedByMe } b: post(id: $b) { likedByMe } }";
     let data = app
-        .gql_ok(Some(&app.token(world.alice)), query, json!({ "a": gid("Post", liked_post), "b": gid("Post", other_post) }))
+        .gql_ok(
+            Some(&app.token(world.alice)),
+            query,
+            json!({ "a": gid("Post", liked_post), "b": gid("Post", other_post) }),
+        )
         .await;
     assert_eq!((data["a"]["likedByMe"].clone(), data["b"]["likedByMe"].clone()), (json!(true), json!(false)));
     assert!(app.state.likes.stats().set_warms.load(std::sync::atomic::Ordering::Relaxed) > warms_before, "rewarmed");
@@ -225,14 +236,20 @@ async fn a_poison_event_is_dead_lettered_and_later_events_still_apply() {
     assert_eq!(stream_len(&app).await, 0, "the poison entry did not stall the stream");
     assert_eq!(post_rows_and_counter(&app, post).await, (2, 2), "the good events applied");
     let dead: Vec<redis::streams::StreamId> = {
-        let reply: redis::streams::StreamRangeReply =
-            redis::cmd("XRANGE").arg(app.state.keys.dead_letters()).arg("-").arg("+").query_async(&mut conn).await.expect("xrange");
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(app.state.keys.dead_letters())
+            .arg("-")
+            .arg("+")
+            .query_async(&mut conn)
+            .await
+            .expect("xrange");
         reply.ids
     };
     assert_eq!(dead.len(), 1, "exactly the poison entry is dead-lettered");
     let error: String = redis::FromRedisValue::from_redis_value(dead[0].map["error"].clone()).expect("error text");
     assert!(error.contains("foreign key") || error.contains("violates"), "{error}");
-    let pending: (i64, Value2, Value2, Value2) = redis::cmd("XPENDING").arg(&stream).arg(LIKE_GROUP).query_async(&mut conn).await.expect("xpending");
+    let pending: (i64, Value2, Value2, Value2) =
+        redis::cmd("XPENDING").arg(&stream).arg(LIKE_GROUP).query_async(&mut conn).await.expect("xpending");
     assert_eq!(pending.0, 0, "nothing left pending");
 }
 
@@ -284,4 +301,30 @@ async fn postgres_unreachable_during_a_batch_loses_nothing() {
     }
     assert!(drained, "the worker drained after PostgreSQL returned");
     assert_eq!(post_rows_and_counter(&app, post).await, (10, 10), "nothing lost, nothing doubled");
+}
+
+#[tokio::test]
+async fn the_server_runs_its_own_worker_by_default() {
+    let app = TestApp::spawn_with(|s| {
+        s.like_mode = LikeMode::Buffered;
+        s.worker_in_serve = true;
+    })
+    .await;
+    let world = World::create(&app).await;
+    let post = create_post(&app, world.bob, world.course, "served").await;
+    set_post_like(&app, world.alice, post, true).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while post_rows_and_counter(&app, post).await != (1, 1) {
+        assert!(std::time::Instant::now() < deadline, "the in-process worker did not apply the like");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The applied count is what readers see now.
+    let data = app
+        .gql_ok(
+            Some(&app.token(world.bob)),
+            "query($p: ID!) { post(id: $p) { likeCount } }",
+            json!({ "p": gid("Post", post) }),
+        )
+        .await;
+    assert_eq!(data["post"]["likeCount"], 1);
 }
