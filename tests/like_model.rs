@@ -107,7 +107,7 @@ async fn crash_a_consumer_mid_batch(app: &TestApp, worker: &LikeWorker, shard: u
     let _ = worker; // the real worker notices at its next step
 }
 
-async fn settle(app: &TestApp, mode: LikeMode, worker: &LikeWorker) {
+async fn settle(mode: LikeMode, worker: &LikeWorker) {
     match mode {
         LikeMode::Sync => {}
         LikeMode::Buffered => {
@@ -160,7 +160,7 @@ async fn run_model(mode: LikeMode, seed: u64) {
             _ => {}
         }
     }
-    settle(&app, mode, &worker).await;
+    settle(mode, &worker).await;
 
     let mut expected_counts: BTreeMap<Target, i64> = forum.targets.iter().map(|t| (*t, 0)).collect();
     for (_, target) in &model {
