@@ -107,8 +107,13 @@ pub async fn run(cli: Cli) -> AppResult<()> {
             telemetry::init(settings.log_format);
             let db = db::connect(&settings).await?;
             let fixed = recount::reconcile_all(&db, 1000).await?;
-            for (target, count) in &fixed {
-                println!("fixed {} {} -> like_count {count}", target.kind_name(), target.member());
+            for change in &fixed {
+                println!(
+                    "fixed {} {} -> like_count {}",
+                    change.target.kind_name(),
+                    change.target.member(),
+                    change.like_count
+                );
             }
             println!("reconcile: {} counter(s) fixed", fixed.len());
             Ok(())

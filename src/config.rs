@@ -78,6 +78,14 @@ pub struct Settings {
     #[arg(long, env = "RECOUNT_INTERVAL", default_value = "1s", value_parser = parse_duration, global = true)]
     pub recount_interval: Duration,
 
+    /// Live like counts: at most one update per target per this interval, per subscriber.
+    #[arg(long, env = "LIVE_COALESCE", default_value = "100ms", value_parser = parse_duration, global = true)]
+    pub live_coalesce: Duration,
+
+    /// Most subscriptions one websocket connection may hold open.
+    #[arg(long, env = "LIVE_MAX_SUBSCRIPTIONS", default_value_t = 50, global = true)]
+    pub live_max_subscriptions: usize,
+
     /// Run the like worker inside `serve` (false: run `course-forum worker` separately).
     #[arg(long, env = "WORKER_IN_SERVE", default_value_t = true, action = clap::ArgAction::Set, global = true)]
     pub worker_in_serve: bool,

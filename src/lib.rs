@@ -55,6 +55,7 @@ pub mod graphql;
 pub mod http;
 pub mod kv;
 pub mod likes;
+pub mod live;
 pub mod seed;
 pub mod startup;
 pub mod state;

@@ -17,6 +17,8 @@ use crate::graphql::{AppSchema, build_schema};
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
 use crate::likes::Likes;
+use crate::live::Publisher;
+use crate::live::hub::{Hub, run_relay};
 use crate::state::AppState;
 use crate::worker::{LikeWorker, WorkerConfig};
 use crate::{db, http, kv};
@@ -28,6 +30,8 @@ pub struct Application {
     listener: TcpListener,
     state: AppState,
     schema: AppSchema,
+    /// The process's one Redis subscription for live updates.
+    relay: tokio::task::JoinHandle<()>,
 }
 
 impl Application {
@@ -40,7 +44,8 @@ impl Application {
             .await
             .map_err(|e| AppError::Config(format!("cannot listen on {bind} ({e}); set BIND to a free address")))?;
         let schema = build_schema(state.clone());
-        Ok(Self { listener, state, schema })
+        let relay = start_relay(&state).await?;
+        Ok(Self { listener, state, schema, relay })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -67,6 +72,7 @@ impl Application {
             .await
             .map_err(|e| AppError::Internal(format!("server error: {e}")));
         let _ = stop_worker.send(true);
+        self.relay.abort();
         if let Some(worker) = worker
             && tokio::time::timeout(WORKER_STOP_GRACE, worker).await.is_err()
         {
@@ -76,12 +82,36 @@ impl Application {
     }
 }
 
+/// Starts the live relay and waits until it is subscribed, so nothing published after
+/// start-up is missed.
+async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>> {
+    let (ready, subscribed) = tokio::sync::oneshot::channel();
+    let relay = tokio::spawn(run_relay(
+        state.settings.redis_url.clone(),
+        state.keys.live_channel(),
+        state.live.clone(),
+        Some(ready),
+    ));
+    match tokio::time::timeout(state.settings.connect_timeout, subscribed).await {
+        Ok(Ok(())) => Ok(relay),
+        _ => {
+            relay.abort();
+            Err(AppError::Config("cannot subscribe to Redis for live updates (timed out)".into()))
+        }
+    }
+}
+
 /// A like worker with a Redis connection of its own (its blocking reads must not hold up the
 /// API's multiplexed connection).
 pub async fn build_worker(state: &AppState) -> AppResult<LikeWorker> {
     let redis = kv::connect(state.settings.redis_url()?, state.settings.connect_timeout).await?;
-    let worker =
-        LikeWorker::new(state.db.clone(), redis, state.keys.clone(), WorkerConfig::from_settings(&state.settings));
+    let worker = LikeWorker::new(
+        state.db.clone(),
+        redis,
+        state.keys.clone(),
+        WorkerConfig::from_settings(&state.settings),
+        state.publisher.clone(),
+    );
     worker.ensure_groups().await?;
     Ok(worker)
 }
@@ -98,9 +128,17 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let keys = Keys::new(settings.redis_key_prefix.clone(), settings.like_stream_shards);
     let tokens = TokenKeys::new(settings.jwt_secret()?)?;
     let limiter = RateLimiter::new(redis.clone(), settings.like_rate_per_minute, Duration::from_secs(60));
-    let likes =
-        Likes::new(db.clone(), redis.clone(), settings.like_mode, limiter, keys.clone(), settings.liked_set_ttl);
-    Ok(AppState { settings, db, sql_statements, redis, keys, tokens, likes })
+    let publisher = Publisher::new(redis.clone(), keys.live_channel());
+    let likes = Likes::new(
+        db.clone(),
+        redis.clone(),
+        settings.like_mode,
+        limiter,
+        keys.clone(),
+        settings.liked_set_ttl,
+        publisher.clone(),
+    );
+    Ok(AppState { settings, db, sql_statements, redis, keys, tokens, likes, publisher, live: Hub::new() })
 }
 
 /// Resolves on SIGINT or SIGTERM.

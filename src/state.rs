@@ -10,6 +10,8 @@ use crate::config::Settings;
 use crate::db::StatementCounter;
 use crate::kv::keys::Keys;
 use crate::likes::Likes;
+use crate::live::Publisher;
+use crate::live::hub::Hub;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -22,4 +24,8 @@ pub struct AppState {
     pub keys: Keys,
     pub tokens: TokenKeys,
     pub likes: Likes,
+    /// Publishes committed changes to every instance.
+    pub publisher: Publisher,
+    /// This process's fan-out of live updates to its websocket subscribers.
+    pub live: Arc<Hub>,
 }

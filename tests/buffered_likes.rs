@@ -264,7 +264,13 @@ async fn postgres_unreachable_during_a_batch_loses_nothing() {
     let url = format!("postgres://postgres@{}/{}", proxy.addr, app.database);
     let db = course_forum::db::connect_url(&url, Duration::from_secs(2), 2).await.expect("db via proxy");
     let config = course_forum::worker::WorkerConfig::from_settings(&app.state.settings);
-    let worker = course_forum::worker::LikeWorker::new(db, app.state.redis.clone(), app.state.keys.clone(), config);
+    let worker = course_forum::worker::LikeWorker::new(
+        db,
+        app.state.redis.clone(),
+        app.state.keys.clone(),
+        config,
+        app.state.publisher.clone(),
+    );
     worker.ensure_groups().await.expect("groups");
 
     let mut users = Vec::new();

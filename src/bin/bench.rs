@@ -13,6 +13,7 @@ use course_forum::config::LikeMode;
 use course_forum::db::{self, stmt};
 use course_forum::error::{AppError, AppResult};
 use course_forum::kv::{self, keys::Keys};
+use course_forum::live::Publisher;
 use course_forum::worker::{LikeWorker, WorkerConfig};
 use sea_orm::{ConnectionTrait, FromQueryResult};
 
@@ -80,7 +81,8 @@ async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<(Du
     let admin = db::connect_url(&cli.database_url, Duration::from_secs(5), 1).await?;
     let name = format!("cf_bench_{}", uuid::Uuid::new_v4().simple());
     admin.execute_unprepared(&format!("CREATE DATABASE \"{name}\"")).await?;
-    let url = format!("{}/{name}", cli.database_url.rsplit_once('/').map(|(base, _)| base).unwrap_or(&cli.database_url));
+    let url =
+        format!("{}/{name}", cli.database_url.rsplit_once('/').map(|(base, _)| base).unwrap_or(&cli.database_url));
     let outcome = async {
         let db = db::connect_url(&url, Duration::from_secs(5), 4).await?;
         db::migrate(&db).await?;
@@ -107,7 +109,13 @@ async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<(Du
             recount_interval: Duration::from_secs(1),
             fault: None,
         };
-        let worker = LikeWorker::new(db.clone(), redis.clone(), keys.clone(), config);
+        let worker = LikeWorker::new(
+            db.clone(),
+            redis.clone(),
+            keys.clone(),
+            config,
+            Publisher::new(redis.clone(), keys.live_channel()),
+        );
         worker.ensure_groups().await?;
         // Pre-load the stream exactly as lua/like_toggle.lua writes it.
         let mut conn = redis.clone();

@@ -32,6 +32,6 @@ macro_rules! sql_migration {
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![sql_migration!("0001_forum_core")]
+        vec![sql_migration!("0001_forum_core"), sql_migration!("0002_like_versions")]
     }
 }

@@ -5,8 +5,10 @@
 
 use std::sync::Arc;
 
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextRequest};
+use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextRequest, NextSubscribe};
 use async_graphql::{Response, ServerError};
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
 
 use crate::error::AppError;
 
@@ -26,6 +28,20 @@ impl Extension for ErrorCodesExtension {
         let mut response = next.run(ctx).await;
         response.errors.iter_mut().for_each(assign_code);
         response
+    }
+
+    fn subscribe<'s>(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        stream: BoxStream<'s, Response>,
+        next: NextSubscribe<'_>,
+    ) -> BoxStream<'s, Response> {
+        next.run(ctx, stream)
+            .map(|mut response| {
+                response.errors.iter_mut().for_each(assign_code);
+                response
+            })
+            .boxed()
     }
 }
 

@@ -9,13 +9,14 @@ pub mod ids;
 pub mod loaders;
 pub mod mutation;
 pub mod query;
+pub mod subscription;
 pub mod types;
 
-use async_graphql::{EmptySubscription, Schema};
+use async_graphql::Schema;
 
 use crate::state::AppState;
 
-pub type AppSchema = Schema<query::Query, mutation::Mutation, EmptySubscription>;
+pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subscription>;
 
 /// Deepest selection accepted (a post page with comments, replies and their authors fits).
 pub const MAX_DEPTH: usize = 16;
@@ -23,8 +24,8 @@ pub const MAX_DEPTH: usize = 16;
 pub const MAX_COMPLEXITY: usize = 20_000;
 
 /// The schema without runtime data: for SDL export.
-pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::Mutation, EmptySubscription> {
-    Schema::build(query::Query, mutation::Mutation::default(), EmptySubscription)
+pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::Mutation, subscription::Subscription> {
+    Schema::build(query::Query, mutation::Mutation::default(), subscription::Subscription)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
         .extension(errors::ErrorCodes)

@@ -11,6 +11,7 @@ use crate::error::AppError;
 use crate::forum::comments::{self, MAX_COMMENT_CHARS};
 use crate::forum::posts::{self, MAX_BODY_CHARS, MAX_TITLE_CHARS, validate_text};
 use crate::likes::LikeTarget;
+use crate::live::{Activity, ActivityKind};
 
 #[derive(MergedObject, Default)]
 pub struct Mutation(PostMutations, CommentMutations, LikeMutations);
@@ -27,6 +28,7 @@ impl PostMutations {
         let body = validate_text("body", &body, MAX_BODY_CHARS)?;
         let (course, _) = access::course(ctx, course_id).await?;
         let row = posts::create(&state(ctx)?.db, course.id, viewer.user_id, &title, &body).await?;
+        publish(ctx, row.course_id, ActivityKind::PostCreated, row.id, row.id).await?;
         Ok(Post(row))
     }
 
@@ -60,6 +62,7 @@ impl PostMutations {
         if !posts::soft_delete(&state(ctx)?.db, post.id).await? {
             return Err(AppError::not_found("post").into());
         }
+        publish(ctx, post.course_id, ActivityKind::PostDeleted, post.id, post.id).await?;
         Ok(DeletePayload { deleted_id: encode(NodeKind::Post, post.id) })
     }
 }
@@ -76,6 +79,7 @@ impl CommentMutations {
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
         let (post, _) = access::post(ctx, post_id).await?;
         let row = comments::create_comment(&state(ctx)?.db, post.id, post.course_id, viewer.user_id, &body).await?;
+        publish(ctx, row.course_id, ActivityKind::CommentCreated, row.id, row.post_id).await?;
         Ok(Comment(row))
     }
 
@@ -86,6 +90,7 @@ impl CommentMutations {
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
         let (target, _) = access::any_comment(ctx, &comment_id).await?;
         let row = comments::create_reply(&state(ctx)?.db, &target, viewer.user_id, &body).await?;
+        publish(ctx, row.course_id, ActivityKind::ReplyCreated, row.id, row.post_id).await?;
         Ok(Reply(row))
     }
 
@@ -107,7 +112,12 @@ impl CommentMutations {
         if !comments::soft_delete(&state(ctx)?.db, &comment).await? {
             return Err(AppError::not_found("comment").into());
         }
-        let kind = if comment.parent_id.is_some() { NodeKind::Reply } else { NodeKind::Comment };
+        let (kind, activity) = if comment.parent_id.is_some() {
+            (NodeKind::Reply, ActivityKind::ReplyDeleted)
+        } else {
+            (NodeKind::Comment, ActivityKind::CommentDeleted)
+        };
+        publish(ctx, comment.course_id, activity, comment.id, comment.post_id).await?;
         Ok(DeletePayload { deleted_id: encode(kind, comment.id) })
     }
 }
@@ -136,6 +146,12 @@ impl LikeMutations {
     async fn unlike_comment(&self, ctx: &Context<'_>, comment_id: ID) -> Result<AnyComment> {
         set_comment_like(ctx, &comment_id, false).await
     }
+}
+
+/// Announces a committed content change to the course's live subscribers.
+async fn publish(ctx: &Context<'_>, course_id: i64, kind: ActivityKind, node_id: i64, post_id: i64) -> Result<()> {
+    state(ctx)?.publisher.activity(Activity { course_id, kind, node_id, post_id }).await;
+    Ok(())
 }
 
 async fn set_post_like(ctx: &Context<'_>, post_id: &ID, liked: bool) -> Result<Post> {

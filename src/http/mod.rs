@@ -1,4 +1,5 @@
-//! HTTP transport: `POST /graphql`, GraphiQL at `/`, `/healthz`. Authentication happens here,
+//! HTTP transport: `POST /graphql`, subscriptions at `/graphql/ws` (`ws`), GraphiQL at `/`,
+//! `/healthz`. Authentication happens here,
 //! once per request; the schema only sees the resulting `Viewer`.
 
 use async_graphql::http::GraphiQLSource;
@@ -15,6 +16,8 @@ use crate::error::AppError;
 use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders};
 use crate::state::AppState;
 
+mod ws;
+
 #[derive(Clone)]
 struct HttpState {
     app: AppState,
@@ -26,6 +29,7 @@ pub fn router(app: AppState, schema: AppSchema) -> Router {
     Router::new()
         .route("/", get(graphiql))
         .route("/graphql", get(graphiql).post(graphql))
+        .route("/graphql/ws", get(ws::upgrade))
         .route("/healthz", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(body_limit))
         // async-graphql-axum reads the body stream itself, past DefaultBodyLimit: limit the stream.
@@ -34,7 +38,7 @@ pub fn router(app: AppState, schema: AppSchema) -> Router {
 }
 
 async fn graphiql() -> impl IntoResponse {
-    Html(GraphiQLSource::build().endpoint("/graphql").finish())
+    Html(GraphiQLSource::build().endpoint("/graphql").subscription_endpoint("/graphql/ws").finish())
 }
 
 #[tracing::instrument(name = "graphql", skip_all, fields(request_id = %uuid::Uuid::now_v7()))]

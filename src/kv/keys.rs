@@ -13,6 +13,7 @@
 //! | `<p>:{recount}:dirty` | ZSET | none | level 2: targets to recount, scored by mark sequence |
 //! | `<p>:{recount}:seq` | STRING | none | level 2: the mark sequence |
 //! | `<p>:rl:like:<user>` | STRING | 60 s | like toggles in the current rate-limit window |
+//! | `<p>:{live}:events` | Pub/Sub channel | — | committed like counts and course activity, to every instance |
 
 /// The consumer group every like-stream shard has.
 pub const LIKE_GROUP: &str = "like-writers";
@@ -69,6 +70,11 @@ impl Keys {
 
     pub fn recount_seq(&self) -> String {
         format!("{}:{{recount}}:seq", self.prefix)
+    }
+
+    /// The Pub/Sub channel of committed changes (live counts and activity).
+    pub fn live_channel(&self) -> String {
+        format!("{}:{{live}}:events", self.prefix)
     }
 
     /// Fixed-window counter of a user's like toggles (STRING, expires with the window).

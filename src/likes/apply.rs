@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use sea_orm::{ConnectionTrait, FromQueryResult};
 
-use super::LikeTarget;
+use super::{CountChange, LikeTarget};
 use crate::db::stmt;
 use crate::error::AppResult;
 
@@ -36,11 +36,12 @@ pub fn collapse(events: impl IntoIterator<Item = LikeEvent>) -> Vec<LikeEvent> {
 struct NewCount {
     id: i64,
     like_count: i32,
+    like_version: i64,
 }
 
 /// Applies collapsed events inside the caller's transaction. Returns every target whose
 /// counter changed, with its new count (visible to others once the caller commits).
-pub async fn apply(txn: &impl ConnectionTrait, events: &[LikeEvent]) -> AppResult<Vec<(LikeTarget, i32)>> {
+pub async fn apply(txn: &impl ConnectionTrait, events: &[LikeEvent]) -> AppResult<Vec<CountChange>> {
     let mut changed = Vec::new();
     for kind in [Kind::Post, Kind::Comment] {
         let of_kind: Vec<(i64, &LikeEvent)> = events
@@ -64,7 +65,11 @@ pub async fn apply(txn: &impl ConnectionTrait, events: &[LikeEvent]) -> AppResul
         target_ids.dedup();
         txn.execute_raw(stmt(kind.lock_sql(), [target_ids.into()])).await?;
         let rows = NewCount::find_by_statement(stmt(kind.apply_sql(), values)).all(txn).await?;
-        changed.extend(rows.into_iter().map(|r| (kind.target(r.id), r.like_count)));
+        changed.extend(rows.into_iter().map(|r| CountChange {
+            target: kind.target(r.id),
+            like_count: r.like_count,
+            version: r.like_version,
+        }));
     }
     Ok(changed)
 }
@@ -112,9 +117,9 @@ impl Kind {
                    SELECT target_id, sum(d)::int AS d FROM ( \
                      SELECT target_id, 1 AS d FROM inserted UNION ALL SELECT target_id, -1 FROM deleted) x \
                    GROUP BY target_id) \
-                 UPDATE posts p SET like_count = p.like_count + delta.d FROM delta \
+                 UPDATE posts p SET like_count = p.like_count + delta.d, like_version = p.like_version + 1 FROM delta \
                  WHERE p.id = delta.target_id AND delta.d <> 0 \
-                 RETURNING p.id, p.like_count"
+                 RETURNING p.id, p.like_count, p.like_version"
             }
             Kind::Comment => {
                 "WITH input AS ( \
@@ -136,9 +141,9 @@ impl Kind {
                    SELECT target_id, sum(d)::int AS d FROM ( \
                      SELECT target_id, 1 AS d FROM inserted UNION ALL SELECT target_id, -1 FROM deleted) x \
                    GROUP BY target_id) \
-                 UPDATE comments c SET like_count = c.like_count + delta.d FROM delta \
+                 UPDATE comments c SET like_count = c.like_count + delta.d, like_version = c.like_version + 1 FROM delta \
                  WHERE c.id = delta.target_id AND delta.d <> 0 \
-                 RETURNING c.id, c.like_count"
+                 RETURNING c.id, c.like_count, c.like_version"
             }
         }
     }

@@ -30,6 +30,7 @@ use crate::db::stmt;
 use crate::error::{AppError, AppResult};
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
+use crate::live::Publisher;
 
 /// What can be liked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,6 +67,14 @@ impl LikeTarget {
     }
 }
 
+/// A committed like count, with the version that orders it among the target's changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountChange {
+    pub target: LikeTarget,
+    pub like_count: i32,
+    pub version: i64,
+}
+
 /// Counters operators and benchmarks read (exported as metrics by the operations layer).
 #[derive(Debug, Default)]
 pub struct LikeStats {
@@ -97,6 +106,7 @@ pub struct Likes {
     keys: Keys,
     buffered: buffered::LikedSets,
     recount: recount::DirtyMarks,
+    publisher: Publisher,
     stats: Arc<LikeStats>,
 }
 
@@ -108,6 +118,7 @@ impl Likes {
         limiter: RateLimiter,
         keys: Keys,
         set_ttl: Duration,
+        publisher: Publisher,
     ) -> Self {
         let stats = Arc::new(LikeStats::default());
         Self {
@@ -117,6 +128,7 @@ impl Likes {
             mode,
             limiter,
             keys,
+            publisher,
             stats,
         }
     }
@@ -152,6 +164,11 @@ impl Likes {
                 let outcome = sync::set(&self.db, user_id, target, liked)
                     .await?
                     .ok_or_else(|| AppError::not_found(target.kind_name()))?;
+                if outcome.changed {
+                    // The statement autocommitted: the count is final, publish it.
+                    let change = CountChange { target, like_count: outcome.like_count, version: outcome.version };
+                    self.publisher.counts(&[change]).await;
+                }
                 (outcome.like_count, outcome.changed)
             }
             LikeMode::Recount => {

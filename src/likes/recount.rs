@@ -9,7 +9,7 @@ use redis::Script;
 use redis::aio::ConnectionManager;
 use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
 
-use super::LikeTarget;
+use super::{CountChange, LikeTarget};
 use crate::db::stmt;
 use crate::error::AppResult;
 use crate::kv::keys::Keys;
@@ -67,7 +67,7 @@ impl DirtyMarks {
 
     /// Recounts up to `batch` dirty targets; returns the targets whose counter changed, with
     /// the new count (committed when this returns).
-    pub async fn recount_once(&self, db: &DatabaseConnection, batch: usize) -> AppResult<Vec<(LikeTarget, i32)>> {
+    pub async fn recount_once(&self, db: &DatabaseConnection, batch: usize) -> AppResult<Vec<CountChange>> {
         let mut conn = self.redis.clone();
         let marked: Vec<(String, f64)> = redis::cmd("ZRANGE")
             .arg(self.keys.recount_dirty())
@@ -96,11 +96,12 @@ impl DirtyMarks {
 struct Recounted {
     id: i64,
     like_count: i32,
+    like_version: i64,
 }
 
 /// Sets `like_count` to the number of like rows for each target, touching only rows that
 /// disagree. Returns the changed targets with their new counts.
-pub async fn recount(db: &impl ConnectionTrait, targets: &[LikeTarget]) -> AppResult<Vec<(LikeTarget, i32)>> {
+pub async fn recount(db: &impl ConnectionTrait, targets: &[LikeTarget]) -> AppResult<Vec<CountChange>> {
     let posts: Vec<i64> =
         targets.iter().filter_map(|t| if let LikeTarget::Post(id) = t { Some(*id) } else { None }).collect();
     let comments: Vec<i64> =
@@ -108,34 +109,42 @@ pub async fn recount(db: &impl ConnectionTrait, targets: &[LikeTarget]) -> AppRe
     let mut changed = Vec::new();
     if !posts.is_empty() {
         let rows = Recounted::find_by_statement(stmt(
-            "UPDATE posts p SET like_count = c.n \
+            "UPDATE posts p SET like_count = c.n, like_version = p.like_version + 1 \
              FROM (SELECT t.id, (SELECT count(*) FROM post_likes l WHERE l.post_id = t.id)::int AS n \
                    FROM unnest($1::bigint[]) AS t(id)) c \
-             WHERE p.id = c.id AND p.like_count <> c.n RETURNING p.id, p.like_count",
+             WHERE p.id = c.id AND p.like_count <> c.n RETURNING p.id, p.like_count, p.like_version",
             [posts.into()],
         ))
         .all(db)
         .await?;
-        changed.extend(rows.into_iter().map(|r| (LikeTarget::Post(r.id), r.like_count)));
+        changed.extend(rows.into_iter().map(|r| CountChange {
+            target: LikeTarget::Post(r.id),
+            like_count: r.like_count,
+            version: r.like_version,
+        }));
     }
     if !comments.is_empty() {
         let rows = Recounted::find_by_statement(stmt(
-            "UPDATE comments cm SET like_count = c.n \
+            "UPDATE comments cm SET like_count = c.n, like_version = cm.like_version + 1 \
              FROM (SELECT t.id, (SELECT count(*) FROM comment_likes l WHERE l.comment_id = t.id)::int AS n \
                    FROM unnest($1::bigint[]) AS t(id)) c \
-             WHERE cm.id = c.id AND cm.like_count <> c.n RETURNING cm.id, cm.like_count",
+             WHERE cm.id = c.id AND cm.like_count <> c.n RETURNING cm.id, cm.like_count, cm.like_version",
             [comments.into()],
         ))
         .all(db)
         .await?;
-        changed.extend(rows.into_iter().map(|r| (LikeTarget::Comment(r.id), r.like_count)));
+        changed.extend(rows.into_iter().map(|r| CountChange {
+            target: LikeTarget::Comment(r.id),
+            like_count: r.like_count,
+            version: r.like_version,
+        }));
     }
     Ok(changed)
 }
 
 /// Recounts every post and comment in id-ordered chunks (each chunk its own short statement,
 /// so it is safe on a live system). Returns what it fixed.
-pub async fn reconcile_all(db: &DatabaseConnection, chunk: i64) -> AppResult<Vec<(LikeTarget, i32)>> {
+pub async fn reconcile_all(db: &DatabaseConnection, chunk: i64) -> AppResult<Vec<CountChange>> {
     #[derive(FromQueryResult)]
     struct Ids {
         ids: Option<Vec<i64>>,

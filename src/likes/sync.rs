@@ -25,12 +25,15 @@ fn tables(target: LikeTarget) -> (LikeTables, i64) {
 #[derive(FromQueryResult)]
 struct CountRow {
     like_count: Option<i32>,
+    like_version: Option<i64>,
 }
 
 /// What one toggle did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyncOutcome {
     pub like_count: i32,
+    /// The target's `like_version` after a change (the order of live publications).
+    pub version: i64,
     /// False for a repeat (or a race another request won).
     pub changed: bool,
 }
@@ -48,8 +51,8 @@ pub async fn set(
             "WITH live AS (SELECT id FROM {target} WHERE id = $1 AND deleted_at IS NULL), \
              changed AS (INSERT INTO {likes} ({key}, user_id) SELECT id, $2 FROM live \
                          ON CONFLICT DO NOTHING RETURNING {key}) \
-             UPDATE {target} SET like_count = like_count + 1 WHERE id IN (SELECT {key} FROM changed) \
-             RETURNING like_count",
+             UPDATE {target} SET like_count = like_count + 1, like_version = like_version + 1 \
+             WHERE id IN (SELECT {key} FROM changed) RETURNING like_count, like_version",
             target = t.target,
             likes = t.likes,
             key = t.key
@@ -57,23 +60,33 @@ pub async fn set(
     } else {
         format!(
             "WITH changed AS (DELETE FROM {likes} WHERE {key} = $1 AND user_id = $2 RETURNING {key}) \
-             UPDATE {target} SET like_count = like_count - 1 WHERE id IN (SELECT {key} FROM changed) \
-             RETURNING like_count",
+             UPDATE {target} SET like_count = like_count - 1, like_version = like_version + 1 \
+             WHERE id IN (SELECT {key} FROM changed) RETURNING like_count, like_version",
             target = t.target,
             likes = t.likes,
             key = t.key
         )
     };
     if let Some(row) = CountRow::find_by_statement(stmt(&sql, [id.into(), user_id.into()])).one(db).await? {
-        return Ok(row.like_count.map(|like_count| SyncOutcome { like_count, changed: true }));
+        return Ok(row.like_count.map(|like_count| SyncOutcome {
+            like_count,
+            version: row.like_version.unwrap_or_default(),
+            changed: true,
+        }));
     }
     // Nothing changed (a repeat, or another request won the race). Read the count in a new
     // statement: the one above ran on a snapshot that may predate the winner's commit.
     let current = CountRow::find_by_statement(stmt(
-        &format!("SELECT like_count FROM {} WHERE id = $1 AND deleted_at IS NULL", t.target),
+        &format!("SELECT like_count, like_version FROM {} WHERE id = $1 AND deleted_at IS NULL", t.target),
         [id.into()],
     ))
     .one(db)
     .await?;
-    Ok(current.and_then(|row| row.like_count).map(|like_count| SyncOutcome { like_count, changed: false }))
+    Ok(current.and_then(|row| {
+        row.like_count.map(|like_count| SyncOutcome {
+            like_count,
+            version: row.like_version.unwrap_or_default(),
+            changed: false,
+        })
+    }))
 }

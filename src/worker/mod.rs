@@ -29,9 +29,10 @@ use tokio::sync::watch;
 use crate::config::{LikeMode, Settings};
 use crate::error::{AppError, AppResult};
 use crate::kv::keys::{Keys, LIKE_GROUP};
-use crate::likes::LikeTarget;
 use crate::likes::apply::{self, LikeEvent};
 use crate::likes::recount::DirtyMarks;
+use crate::likes::{CountChange, LikeTarget};
+use crate::live::Publisher;
 use lease::{Holding, Lease};
 
 /// A deliberate crash for fault tests: `COURSE_FORUM_FAULT=abort-after-commit` (or
@@ -98,7 +99,7 @@ pub struct BatchReport {
     pub acked: usize,
     pub dead_lettered: usize,
     /// Targets whose counter changed, with the committed count.
-    pub changed: Vec<(LikeTarget, i32)>,
+    pub changed: Vec<CountChange>,
     /// False when another consumer holds the shard's lease.
     pub leader: bool,
 }
@@ -117,12 +118,19 @@ pub struct LikeWorker {
     config: WorkerConfig,
     lease: Lease,
     recount: DirtyMarks,
+    publisher: Publisher,
     stats: Arc<WorkerStats>,
 }
 
 impl LikeWorker {
     /// `redis` should be a connection of the worker's own: blocking reads hold it.
-    pub fn new(db: DatabaseConnection, redis: ConnectionManager, keys: Keys, config: WorkerConfig) -> Self {
+    pub fn new(
+        db: DatabaseConnection,
+        redis: ConnectionManager,
+        keys: Keys,
+        config: WorkerConfig,
+        publisher: Publisher,
+    ) -> Self {
         let consumer = format!("worker-{}", uuid::Uuid::new_v4().simple());
         Self {
             lease: Lease::new(redis.clone(), consumer, config.lease_ttl),
@@ -131,6 +139,7 @@ impl LikeWorker {
             redis,
             keys,
             config,
+            publisher,
             stats: Arc::new(WorkerStats::default()),
         }
     }
@@ -217,7 +226,9 @@ impl LikeWorker {
 
     /// One run of the recount job (level 2): returns how many counters it changed.
     pub async fn recount_once(&self) -> AppResult<usize> {
-        Ok(self.recount.recount_once(&self.db, self.config.batch_size).await?.len())
+        let changed = self.recount.recount_once(&self.db, self.config.batch_size).await?;
+        self.publisher.counts(&changed).await;
+        Ok(changed.len())
     }
 
     /// Steps every shard until a full round reads nothing. Returns entries acked.
@@ -314,7 +325,7 @@ impl LikeWorker {
         Ok(())
     }
 
-    async fn apply_in_transaction(&self, events: &[LikeEvent]) -> AppResult<Vec<(LikeTarget, i32)>> {
+    async fn apply_in_transaction(&self, events: &[LikeEvent]) -> AppResult<Vec<CountChange>> {
         let collapsed = apply::collapse(events.iter().copied());
         let txn = self.db.begin().await?;
         let changed = apply::apply(&txn, &collapsed).await?;
@@ -327,6 +338,8 @@ impl LikeWorker {
             tracing::error!("fault injection: aborting after COMMIT, before ACK");
             std::process::abort();
         }
+        // Committed: now, and only now, the counts may be shown.
+        self.publisher.counts(&changed).await;
         Ok(changed)
     }
 

@@ -1,0 +1,254 @@
+//! Subscription roots: live like counts for what a client shows, and new activity in a
+//! course. Both check access at subscribe time and stream from the process's `live::Hub`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_graphql::{Context, ID, Object, SimpleObject, Subscription};
+use futures_util::Stream;
+use futures_util::StreamExt;
+use tokio::time::Instant;
+use tokio_stream::wrappers::BroadcastStream;
+
+use super::access;
+use super::context::{state, viewer};
+use super::ids::{self, NodeKind, encode};
+use super::types::{Comment, Post, Reply};
+use crate::error::AppError;
+use crate::forum::{comments, posts};
+use crate::likes::LikeTarget;
+use crate::live::hub::CountWatch;
+use crate::live::{Activity, ActivityKind};
+
+/// Most targets one `likeCounts` subscription may watch.
+pub const MAX_WATCHED_TARGETS: usize = 100;
+
+/// Per-connection cap on open subscriptions (connection data of a websocket).
+#[derive(Clone)]
+pub struct SubscriptionBudget {
+    open: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl SubscriptionBudget {
+    pub fn new(max: usize) -> Self {
+        Self { open: Arc::new(AtomicUsize::new(0)), max }
+    }
+
+    fn take(&self) -> Result<BudgetPermit, AppError> {
+        let previous = self.open.fetch_add(1, Ordering::SeqCst);
+        if previous >= self.max {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            return Err(AppError::RateLimited { retry_after_ms: 0 });
+        }
+        Ok(BudgetPermit(self.open.clone()))
+    }
+}
+
+/// Returned to the budget when the subscription's stream is dropped.
+pub struct BudgetPermit(Arc<AtomicUsize>);
+
+impl Drop for BudgetPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn permit(ctx: &Context<'_>) -> Result<Option<BudgetPermit>, AppError> {
+    ctx.data_opt::<SubscriptionBudget>().map(|b| b.take()).transpose()
+}
+
+/// A committed like count.
+#[derive(SimpleObject, Clone)]
+pub struct LikeCountUpdate {
+    /// The global id as the client passed it (Post, Comment or Reply).
+    pub id: ID,
+    pub like_count: i32,
+}
+
+#[derive(Default)]
+pub struct Subscription;
+
+#[Subscription]
+impl Subscription {
+    /// Committed like counts of up to 100 posts, comments or replies, as they change. A burst
+    /// arrives as its latest values: at most one update per target per coalescing interval.
+    async fn like_counts(
+        &self,
+        ctx: &Context<'_>,
+        ids: Vec<ID>,
+    ) -> async_graphql::Result<impl Stream<Item = LikeCountUpdate> + use<>> {
+        viewer(ctx)?;
+        if ids.is_empty() || ids.len() > MAX_WATCHED_TARGETS {
+            return Err(AppError::bad_input(format!("watch between 1 and {MAX_WATCHED_TARGETS} ids")).into());
+        }
+        let mut targets = HashMap::new();
+        for id in &ids {
+            let (kind, raw) = ids::decode_as(id, &[NodeKind::Post, NodeKind::Comment, NodeKind::Reply])?;
+            let target = match kind {
+                NodeKind::Post => {
+                    access::post(ctx, raw).await?;
+                    LikeTarget::Post(raw)
+                }
+                _ => {
+                    access::comment(ctx, kind, raw).await?;
+                    LikeTarget::Comment(raw)
+                }
+            };
+            targets.insert(target, id.clone());
+        }
+        let permit = permit(ctx)?;
+        let state = state(ctx)?;
+        let list: Vec<LikeTarget> = targets.keys().copied().collect();
+        let watch = state.live.watch_counts(&list);
+        Ok(coalesced(watch, targets, state.settings.live_coalesce, permit))
+    }
+
+    /// New posts, comments and replies in a course as they commit, and deletions.
+    async fn course_activity(
+        &self,
+        ctx: &Context<'_>,
+        course_id: ID,
+    ) -> async_graphql::Result<impl Stream<Item = CourseActivity> + use<>> {
+        viewer(ctx)?;
+        let (course, _) = access::course(ctx, ids::decode_one(&course_id, NodeKind::Course)?).await?;
+        let permit = permit(ctx)?;
+        let (receiver, guard) = state(ctx)?.live.watch_activity(course.id);
+        let held = Arc::new((guard, permit));
+        Ok(BroadcastStream::new(receiver).filter_map(move |item| {
+            let _held = held.clone();
+            // A subscriber too far behind skips what it missed rather than stalling the channel.
+            async move { item.ok().map(CourseActivity) }
+        }))
+    }
+}
+
+struct Coalescer {
+    watch: CountWatch,
+    ids: HashMap<LikeTarget, ID>,
+    interval: Duration,
+    last_emit: HashMap<LikeTarget, Instant>,
+    pending: HashSet<LikeTarget>,
+    ready: VecDeque<LikeCountUpdate>,
+    _permit: Option<BudgetPermit>,
+}
+
+/// Turns per-target latest values into a stream with at most one update per target per
+/// `interval`; the last value always arrives (it stays pending until its slot comes).
+fn coalesced(
+    watch: CountWatch,
+    ids: HashMap<LikeTarget, ID>,
+    interval: Duration,
+    permit: Option<BudgetPermit>,
+) -> impl Stream<Item = LikeCountUpdate> {
+    let state = Coalescer {
+        watch,
+        ids,
+        interval,
+        last_emit: HashMap::new(),
+        pending: HashSet::new(),
+        ready: VecDeque::new(),
+        _permit: permit,
+    };
+    futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(update) = st.ready.pop_front() {
+                return Some((update, st));
+            }
+            for (target, receiver) in &st.watch.receivers {
+                match receiver.has_changed() {
+                    Ok(true) => {
+                        st.pending.insert(*target);
+                    }
+                    Ok(false) => {}
+                    Err(_) => return None,
+                }
+            }
+            let now = Instant::now();
+            let mut next_due: Option<Instant> = None;
+            for (target, receiver) in &mut st.watch.receivers {
+                if !st.pending.contains(target) {
+                    continue;
+                }
+                let due = st.last_emit.get(target).map(|t| *t + st.interval).unwrap_or(now);
+                if due <= now {
+                    let (version, like_count) = *receiver.borrow_and_update();
+                    st.pending.remove(target);
+                    if version != i64::MIN {
+                        st.last_emit.insert(*target, now);
+                        st.ready.push_back(LikeCountUpdate { id: st.ids[target].clone(), like_count });
+                    }
+                } else {
+                    next_due = Some(next_due.map_or(due, |d: Instant| d.min(due)));
+                }
+            }
+            if !st.ready.is_empty() {
+                continue;
+            }
+            if let Some(due) = next_due {
+                tokio::time::sleep_until(due).await;
+                continue;
+            }
+            // Nothing pending: wait for any target to change. `changed()` marks the value
+            // seen, so the woken target is remembered as pending explicitly.
+            let waits = st.watch.receivers.iter_mut().map(|(_, r)| Box::pin(r.changed()));
+            let (result, index, _) = futures_util::future::select_all(waits).await;
+            if result.is_err() {
+                return None;
+            }
+            let target = st.watch.receivers[index].0;
+            st.pending.insert(target);
+        }
+    })
+}
+
+/// One event of `courseActivity`; the node is loaded when the client asks for it (null when
+/// it was deleted since, or for deletions).
+pub struct CourseActivity(Activity);
+
+#[Object]
+impl CourseActivity {
+    async fn kind(&self) -> ActivityKind {
+        self.0.kind
+    }
+
+    /// The global id of the post, comment or reply the event is about.
+    async fn node_id(&self) -> ID {
+        let kind = match self.0.kind {
+            ActivityKind::PostCreated | ActivityKind::PostDeleted => NodeKind::Post,
+            ActivityKind::CommentCreated | ActivityKind::CommentDeleted => NodeKind::Comment,
+            ActivityKind::ReplyCreated | ActivityKind::ReplyDeleted => NodeKind::Reply,
+        };
+        encode(kind, self.0.node_id)
+    }
+
+    async fn post_id(&self) -> ID {
+        encode(NodeKind::Post, self.0.post_id)
+    }
+
+    /// The new post (POST_CREATED).
+    async fn post(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Post>> {
+        if self.0.kind != ActivityKind::PostCreated {
+            return Ok(None);
+        }
+        Ok(posts::find(&state(ctx)?.db, self.0.node_id).await?.map(Post))
+    }
+
+    /// The new comment (COMMENT_CREATED).
+    async fn comment(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Comment>> {
+        if self.0.kind != ActivityKind::CommentCreated {
+            return Ok(None);
+        }
+        Ok(comments::find(&state(ctx)?.db, self.0.node_id).await?.map(Comment))
+    }
+
+    /// The new reply (REPLY_CREATED).
+    async fn reply(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Reply>> {
+        if self.0.kind != ActivityKind::ReplyCreated {
+            return Ok(None);
+        }
+        Ok(comments::find(&state(ctx)?.db, self.0.node_id).await?.filter(|c| c.parent_id.is_some()).map(Reply))
+    }
+}

@@ -1,0 +1,89 @@
+//! GraphQL subscriptions over websockets, speaking `graphql-transport-ws` and the legacy
+//! `graphql-ws`. The token comes in `connection_init` (`{"authorization": "Bearer …"}`); a
+//! missing or bad one closes the socket with 4403 and the reason, as the protocol says.
+
+use async_graphql::Data;
+use async_graphql::http::{WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
+use axum::extract::State;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::{SinkExt, StreamExt, future};
+use std::str::FromStr;
+
+use super::HttpState;
+use crate::auth::Viewer;
+use crate::error::AppError;
+use crate::graphql::loaders::Loaders;
+use crate::graphql::subscription::SubscriptionBudget;
+
+/// Marks connection_init refusals so their close code can be set to the protocol's 4403.
+const AUTH_REFUSED: &str = "authentication failed: ";
+
+pub async fn upgrade(State(state): State<HttpState>, headers: HeaderMap, upgrade: WebSocketUpgrade) -> Response {
+    let Some(protocol) = negotiated_protocol(&headers) else {
+        return (StatusCode::BAD_REQUEST, "Sec-WebSocket-Protocol must be graphql-transport-ws or graphql-ws")
+            .into_response();
+    };
+    upgrade
+        .protocols(async_graphql::http::ALL_WEBSOCKET_PROTOCOLS)
+        .on_upgrade(move |socket| serve(socket, state, protocol))
+        .into_response()
+}
+
+/// The first GraphQL websocket protocol the client offers.
+fn negotiated_protocol(headers: &HeaderMap) -> Option<WebSocketProtocols> {
+    headers
+        .get(header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|offered| offered.split(',').find_map(|p| WebSocketProtocols::from_str(p.trim()).ok()))
+}
+
+async fn serve(socket: WebSocket, state: HttpState, protocol: WebSocketProtocols) {
+    let (mut sink, stream) = socket.split();
+    let input = stream.take_while(|message| future::ready(message.is_ok())).filter_map(|message| {
+        future::ready(match message {
+            Ok(Message::Text(text)) => Some(text.as_bytes().to_vec()),
+            Ok(Message::Binary(bytes)) => Some(bytes.to_vec()),
+            _ => None,
+        })
+    });
+    let app = state.app.clone();
+    let outgoing =
+        GqlWebSocket::new(state.schema.clone(), input, protocol)
+            .on_connection_init(move |payload| {
+                let app = app.clone();
+                async move {
+                    authenticate(&app, payload).map_err(|e| async_graphql::Error::new(format!("{AUTH_REFUSED}{e}")))
+                }
+            })
+            .map(|message| match message {
+                WsMessage::Text(text) => Message::Text(text.into()),
+                WsMessage::Close(code, reason) => {
+                    let code = if reason.starts_with(AUTH_REFUSED) { 4403 } else { code };
+                    Message::Close(Some(CloseFrame { code, reason: reason.into() }))
+                }
+            });
+    futures_util::pin_mut!(outgoing);
+    while let Some(message) = outgoing.next().await {
+        let closing = matches!(message, Message::Close(_));
+        if sink.send(message).await.is_err() || closing {
+            break;
+        }
+    }
+    let _ = sink.close().await;
+}
+
+/// Reads `authorization` (or `Authorization`) from the connection_init payload.
+fn authenticate(app: &crate::state::AppState, payload: serde_json::Value) -> Result<Data, AppError> {
+    let header =
+        payload.get("authorization").or_else(|| payload.get("Authorization")).and_then(|v| v.as_str()).ok_or_else(
+            || AppError::Unauthenticated("connection_init must carry {\"authorization\": \"Bearer <token>\"}".into()),
+        )?;
+    let user_id = app.tokens.verify_header(header)?;
+    let mut data = Data::default();
+    data.insert(Viewer::new(user_id));
+    data.insert(Loaders::new(&app.db, &app.likes, Some(user_id)));
+    data.insert(SubscriptionBudget::new(app.settings.live_max_subscriptions));
+    Ok(data)
+}

@@ -1,0 +1,177 @@
+//! The in-process side of live updates: one Redis subscription per process (`run_relay`),
+//! reconnecting after Redis drops it, feeding a `Hub` that fans out to subscribers.
+//!
+//! Like counts go through a `watch` channel per target: it holds only the latest value, so a
+//! burst coalesces by construction, a slow subscriber loses intermediate values but never the
+//! last one, and nobody waits for a slow subscriber. Versions (`like_version`) order the
+//! values: an older one arriving late is ignored. Activity goes through a bounded `broadcast`
+//! channel per course; a subscriber that falls behind by more than its capacity skips ahead.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{broadcast, watch};
+
+use super::{Activity, LiveMessage};
+use crate::likes::{CountChange, LikeTarget};
+
+/// Activity events a course channel holds for subscribers that are behind.
+const ACTIVITY_CAPACITY: usize = 256;
+
+/// (version, like_count) of one target.
+pub type VersionedCount = (i64, i32);
+
+#[derive(Default)]
+pub struct HubStats {
+    pub messages_received: AtomicU64,
+    pub subscriptions_open: AtomicU64,
+    /// Count updates delivered to subscribers / superseded before delivery (coalesced).
+    pub counts_delivered: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct Hub {
+    counts: Mutex<HashMap<LikeTarget, watch::Sender<VersionedCount>>>,
+    activity: Mutex<HashMap<i64, broadcast::Sender<Activity>>>,
+    pub stats: HubStats,
+}
+
+impl Hub {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Receivers for the latest counts of `targets`; dropping the guard releases them.
+    pub fn watch_counts(self: &Arc<Self>, targets: &[LikeTarget]) -> CountWatch {
+        let mut map = self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let receivers = targets
+            .iter()
+            .map(|target| {
+                let sender = map.entry(*target).or_insert_with(|| watch::channel((i64::MIN, 0)).0);
+                (*target, sender.subscribe())
+            })
+            .collect();
+        self.stats.subscriptions_open.fetch_add(1, Ordering::Relaxed);
+        CountWatch { receivers, guard: HubGuard { hub: self.clone(), targets: targets.to_vec() } }
+    }
+
+    pub fn watch_activity(self: &Arc<Self>, course_id: i64) -> (broadcast::Receiver<Activity>, HubGuard) {
+        let mut map = self.activity.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let receiver = map.entry(course_id).or_insert_with(|| broadcast::channel(ACTIVITY_CAPACITY).0).subscribe();
+        self.stats.subscriptions_open.fetch_add(1, Ordering::Relaxed);
+        (receiver, HubGuard { hub: self.clone(), targets: Vec::new() })
+    }
+
+    /// Applies one message from the channel.
+    pub fn dispatch(&self, message: LiveMessage) {
+        self.stats.messages_received.fetch_add(1, Ordering::Relaxed);
+        match message {
+            LiveMessage::Counts { counts } => {
+                let map = self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                for change in LiveMessage::count_changes(&counts) {
+                    if let Some(sender) = map.get(&change.target) {
+                        publish_if_newer(sender, change);
+                    }
+                }
+            }
+            LiveMessage::Activity { activity } => {
+                let map = self.activity.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if let Some(sender) = map.get(&activity.course_id) {
+                    let _ = sender.send(activity);
+                }
+            }
+        }
+    }
+
+    /// Forgets channels nobody listens to any more.
+    fn release(&self, targets: &[LikeTarget]) {
+        self.stats.subscriptions_open.fetch_sub(1, Ordering::Relaxed);
+        let mut counts = self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for target in targets {
+            if counts.get(target).is_some_and(|s| s.receiver_count() == 0) {
+                counts.remove(target);
+            }
+        }
+        drop(counts);
+        let mut activity = self.activity.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        activity.retain(|_, sender| sender.receiver_count() > 0);
+    }
+
+    /// Targets with at least one live watcher in this process.
+    pub fn watched_targets(&self) -> usize {
+        self.counts.lock().map(|m| m.len()).unwrap_or_default()
+    }
+}
+
+fn publish_if_newer(sender: &watch::Sender<VersionedCount>, change: CountChange) {
+    sender.send_if_modified(|current| {
+        if change.version > current.0 {
+            *current = (change.version, change.like_count);
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// Releases a subscriber's channels when its stream is dropped (unsubscribe or disconnect).
+pub struct HubGuard {
+    hub: Arc<Hub>,
+    targets: Vec<LikeTarget>,
+}
+
+impl Drop for HubGuard {
+    fn drop(&mut self) {
+        self.hub.release(&self.targets);
+    }
+}
+
+pub struct CountWatch {
+    pub receivers: Vec<(LikeTarget, watch::Receiver<VersionedCount>)>,
+    pub guard: HubGuard,
+}
+
+/// Keeps one Redis subscription to `channel` for the life of the process, resubscribing after
+/// Redis drops it, and hands every message to `hub`.
+pub async fn run_relay(
+    redis_url: String,
+    channel: String,
+    hub: Arc<Hub>,
+    ready: Option<tokio::sync::oneshot::Sender<()>>,
+) {
+    let mut ready = ready;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match subscribe(&redis_url, &channel).await {
+            Ok(mut pubsub) => {
+                tracing::info!(channel, "live relay subscribed");
+                backoff = Duration::from_millis(100);
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(());
+                }
+                let mut messages = pubsub.on_message();
+                while let Some(message) = messages.next().await {
+                    let Ok(payload) = message.get_payload::<String>() else { continue };
+                    match serde_json::from_str::<LiveMessage>(&payload) {
+                        Ok(live) => hub.dispatch(live),
+                        Err(err) => tracing::warn!(error = %err, "ignoring a malformed live message"),
+                    }
+                }
+                tracing::warn!("live relay lost its Redis subscription; resubscribing");
+            }
+            Err(err) => tracing::warn!(error = %err, retry_in = ?backoff, "live relay cannot subscribe"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn subscribe(redis_url: &str, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
+    let client = redis::Client::open(redis_url)?;
+    let mut pubsub = client.get_async_pubsub().await?;
+    pubsub.subscribe(channel).await?;
+    Ok(pubsub)
+}

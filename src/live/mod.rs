@@ -1,0 +1,107 @@
+//! Live updates after commit (DESIGN §4). Whoever commits a change — the like worker after a
+//! batch, the sync and recount paths, the content mutations — publishes it to ONE Redis
+//! Pub/Sub channel; every server process holds ONE subscription to it (`hub::run_relay`)
+//! and fans messages out in-process to its websocket subscribers (`hub::Hub`). Nothing is
+//! published before its transaction committed, so a subscriber never sees a number that
+//! could still roll back.
+
+pub mod hub;
+
+use redis::aio::ConnectionManager;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppResult;
+use crate::likes::{CountChange, LikeTarget};
+
+/// What happened in a course, for `courseActivity`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, async_graphql::Enum)]
+pub enum ActivityKind {
+    PostCreated,
+    CommentCreated,
+    ReplyCreated,
+    PostDeleted,
+    CommentDeleted,
+    ReplyDeleted,
+}
+
+/// A committed change in a course: ids only; subscribers resolve the rest lazily.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Activity {
+    pub course_id: i64,
+    pub kind: ActivityKind,
+    /// The post, comment or reply the event is about.
+    pub node_id: i64,
+    pub post_id: i64,
+}
+
+/// The wire format on the Pub/Sub channel.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LiveMessage {
+    /// `(member, like_count, version)` per target, e.g. `("p:12", 40, 57)`.
+    Counts {
+        counts: Vec<(String, i32, i64)>,
+    },
+    Activity {
+        activity: Activity,
+    },
+}
+
+impl LiveMessage {
+    pub fn counts(changes: &[CountChange]) -> Self {
+        LiveMessage::Counts { counts: changes.iter().map(|c| (c.target.member(), c.like_count, c.version)).collect() }
+    }
+
+    /// The counts of a `Counts` message, skipping members that do not parse.
+    pub fn count_changes(counts: &[(String, i32, i64)]) -> Vec<CountChange> {
+        counts
+            .iter()
+            .filter_map(|(member, like_count, version)| {
+                LikeTarget::parse_member(member).map(|target| CountChange {
+                    target,
+                    like_count: *like_count,
+                    version: *version,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Publishes committed changes. Best effort: a lost publication costs a stale number on a
+/// screen until the next change, never a wrong number in the database, so failures are logged
+/// and swallowed rather than failing the write that already committed.
+#[derive(Clone)]
+pub struct Publisher {
+    redis: ConnectionManager,
+    channel: String,
+}
+
+impl Publisher {
+    pub fn new(redis: ConnectionManager, channel: String) -> Self {
+        Self { redis, channel }
+    }
+
+    pub async fn counts(&self, changes: &[CountChange]) {
+        if !changes.is_empty() {
+            self.publish(&LiveMessage::counts(changes)).await;
+        }
+    }
+
+    pub async fn activity(&self, activity: Activity) {
+        self.publish(&LiveMessage::Activity { activity }).await;
+    }
+
+    async fn publish(&self, message: &LiveMessage) {
+        if let Err(err) = self.try_publish(message).await {
+            tracing::warn!(error = %err, "could not publish a live update");
+        }
+    }
+
+    async fn try_publish(&self, message: &LiveMessage) -> AppResult<()> {
+        let payload = serde_json::to_string(message)
+            .map_err(|e| crate::error::AppError::Internal(format!("cannot encode live message: {e}")))?;
+        let mut conn = self.redis.clone();
+        let _: i64 = redis::cmd("PUBLISH").arg(&self.channel).arg(payload).query_async(&mut conn).await?;
+        Ok(())
+    }
+}
