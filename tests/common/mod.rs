@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod ws;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,6 +128,24 @@ impl TestApp {
         format!("http://{}{path}", self.addr)
     }
 
+    /// A second server instance on the same database and Redis prefix (another "machine").
+    pub async fn spawn_peer(&self, tweak: impl FnOnce(&mut Settings)) -> Peer {
+        let mut settings = test_settings(&self.database, &self.redis_prefix);
+        tweak(&mut settings);
+        let app = Application::build(settings).await.expect("build peer");
+        let addr = app.local_addr();
+        let state = app.state().clone();
+        let (tx, rx) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let _ = app
+                .run_until_stopped(async move {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Peer { addr, state, _shutdown: tx, server }
+    }
+
     /// A like worker on this app's database and prefix, to step by hand.
     pub async fn worker(&self) -> course_forum::worker::LikeWorker {
         course_forum::startup::build_worker(&self.state).await.expect("build worker")
@@ -194,6 +213,20 @@ impl TestApp {
             .unwrap_or_else(|e| panic!("query `{sql}` failed: {e}"))
             .unwrap_or_else(|| panic!("query `{sql}` returned no row"))
             .v
+    }
+}
+
+/// A peer instance; stops when dropped (the database belongs to the `TestApp`).
+pub struct Peer {
+    pub addr: std::net::SocketAddr,
+    pub state: course_forum::state::AppState,
+    _shutdown: oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.server.abort();
     }
 }
 

@@ -1,0 +1,109 @@
+//! A real websocket GraphQL client for tests (graphql-transport-ws, or the legacy graphql-ws).
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub struct GqlSocket {
+    ws: WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>,
+    legacy: bool,
+}
+
+/// How a connection attempt ended when it was refused.
+#[derive(Debug)]
+pub struct Refused {
+    pub code: u16,
+    pub reason: String,
+}
+
+impl GqlSocket {
+    /// Connects and completes connection_init (with the token when given).
+    pub async fn connect(addr: std::net::SocketAddr, token: Option<&str>) -> Result<GqlSocket, Refused> {
+        Self::connect_with(addr, token, "graphql-transport-ws").await
+    }
+
+    pub async fn connect_with(
+        addr: std::net::SocketAddr,
+        token: Option<&str>,
+        protocol: &str,
+    ) -> Result<GqlSocket, Refused> {
+        let mut request = format!("ws://{addr}/graphql/ws").into_client_request().expect("request");
+        request.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().expect("header"));
+        let (ws, _) = tokio_tungstenite::connect_async(request).await.expect("websocket handshake");
+        let mut socket = GqlSocket { ws, legacy: protocol == "graphql-ws" };
+        let payload = match token {
+            Some(token) => json!({ "authorization": format!("Bearer {token}") }),
+            None => json!({}),
+        };
+        socket.send(json!({ "type": "connection_init", "payload": payload })).await;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), socket.ws.next()).await {
+                Ok(Some(Ok(Message::Text(text)))) => {
+                    let message: Value = serde_json::from_str(&text).expect("json");
+                    match message["type"].as_str() {
+                        Some("connection_ack") => return Ok(socket),
+                        Some("connection_error") => {
+                            return Err(Refused { code: 0, reason: message["payload"].to_string() });
+                        }
+                        _ => continue,
+                    }
+                }
+                Ok(Some(Ok(Message::Close(frame)))) => {
+                    let (code, reason) =
+                        frame.map(|f| (u16::from(f.code), f.reason.to_string())).unwrap_or((0, String::new()));
+                    return Err(Refused { code, reason });
+                }
+                Ok(Some(Ok(_))) => continue,
+                other => panic!("connection ended without ack or close: {other:?}"),
+            }
+        }
+    }
+
+    async fn send(&mut self, message: Value) {
+        self.ws.send(Message::Text(message.to_string().into())).await.expect("send");
+    }
+
+    pub async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
+        let kind = if self.legacy { "start" } else { "subscribe" };
+        self.send(json!({ "id": id, "type": kind, "payload": { "query": query, "variables": variables } })).await;
+    }
+
+    /// The next protocol message (pings answered), or None on timeout or close.
+    pub async fn next_message(&mut self, timeout: Duration) -> Option<Value> {
+        loop {
+            match tokio::time::timeout(timeout, self.ws.next()).await {
+                Ok(Some(Ok(Message::Text(text)))) => {
+                    let message: Value = serde_json::from_str(&text).expect("json");
+                    if message["type"] == "ping" {
+                        self.send(json!({ "type": "pong" })).await;
+                        continue;
+                    }
+                    if message["type"] == "ka" {
+                        continue;
+                    }
+                    return Some(message);
+                }
+                Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Err(_) => return None,
+                Ok(Some(Ok(_))) => continue,
+                Ok(Some(Err(_))) => return None,
+            }
+        }
+    }
+
+    /// The payload `data` of the next `next`/`data` message.
+    pub async fn next_data(&mut self, timeout: Duration) -> Option<Value> {
+        let message = self.next_message(timeout).await?;
+        match message["type"].as_str() {
+            Some("next") | Some("data") => Some(message["payload"]["data"].clone()),
+            _ => panic!("expected data, got {message}"),
+        }
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+    }
+}
