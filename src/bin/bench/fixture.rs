@@ -1,0 +1,49 @@
+//! A throwaway database for one benchmark run: created, migrated, seeded with one course, one
+//! hot post and N members, and dropped afterwards.
+
+use std::time::Duration;
+
+use course_forum::db::{self, stmt};
+use course_forum::error::AppResult;
+use sea_orm::{ConnectionTrait, DatabaseConnection};
+
+pub struct Fixture {
+    admin: DatabaseConnection,
+    pub name: String,
+    pub url: String,
+    pub db: DatabaseConnection,
+}
+
+impl Fixture {
+    /// Course 1 with post 1 (by user 1) and `members` more users (ids 2..=members+1), all members.
+    pub async fn create(admin_url: &str, members: i64) -> AppResult<Fixture> {
+        let admin = db::connect_url(admin_url, Duration::from_secs(5), 1).await?;
+        let name = format!("cf_bench_{}", uuid::Uuid::new_v4().simple());
+        admin.execute_unprepared(&format!("CREATE DATABASE \"{name}\"")).await?;
+        let base = admin_url.rsplit_once('/').map(|(base, _)| base).unwrap_or(admin_url);
+        let url = format!("{base}/{name}");
+        let db = db::connect_url(&url, Duration::from_secs(5), 4).await?;
+        db::migrate(&db).await?;
+        db.execute_unprepared(
+            "INSERT INTO courses (code, title) VALUES ('BENCH', 'Benchmark course'); \
+             INSERT INTO users (handle, display_name) VALUES ('author', 'Author'); \
+             INSERT INTO course_members (course_id, user_id, role) VALUES (1, 1, 'instructor'); \
+             INSERT INTO posts (course_id, user_id, title, body) VALUES (1, 1, 'hot post', 'everyone likes this')",
+        )
+        .await?;
+        db.execute_raw(stmt(
+            "WITH u AS (INSERT INTO users (handle, display_name) \
+                SELECT 'v' || n, 'Voter ' || n FROM generate_series(1, $1) n RETURNING id) \
+             INSERT INTO course_members (course_id, user_id, role) SELECT 1, id, 'student' FROM u",
+            [members.into()],
+        ))
+        .await?;
+        Ok(Fixture { admin, name, url, db })
+    }
+
+    pub async fn drop(self) -> AppResult<()> {
+        self.db.close().await?;
+        self.admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name)).await?;
+        Ok(())
+    }
+}

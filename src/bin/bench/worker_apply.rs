@@ -1,0 +1,119 @@
+//! `bench worker-apply`: how many likes per second ONE worker applies to PostgreSQL at batch
+//! sizes 500 and 5,000. N distinct users like one hot post; the events are pre-loaded into the
+//! stream in the toggle script's format, then the worker drains it (read, collapse, one unnest
+//! transaction per batch, XACK+XDEL). The run asserts that the final counter equals the events,
+//! then times one more batch of the SQL alone.
+
+use std::time::{Duration, Instant};
+
+use course_forum::config::LikeMode;
+use course_forum::db::stmt;
+use course_forum::error::{AppError, AppResult};
+use course_forum::kv::{self, keys::Keys};
+use course_forum::likes::LikeTarget;
+use course_forum::likes::apply::{self, LikeEvent};
+use course_forum::live::Publisher;
+use course_forum::worker::{LikeWorker, WorkerConfig};
+use sea_orm::{FromQueryResult, TransactionTrait};
+
+use crate::Cli;
+use crate::fixture::Fixture;
+
+#[derive(FromQueryResult)]
+struct One {
+    v: i64,
+}
+
+pub async fn run(cli: &Cli, events: i64, batches: &[usize]) -> AppResult<()> {
+    println!("worker apply rate: {events} likes by distinct users on ONE post, one worker, one shard");
+    println!(
+        "{:>7} {:>8} {:>9} {:>10} {:>14} {:>16}",
+        "batch", "likes", "seconds", "likes/s", "ms per batch", "SQL ms per batch"
+    );
+    for &batch in batches {
+        let run = run_worker_apply(cli, events, batch).await?;
+        let secs = run.elapsed.as_secs_f64();
+        println!(
+            "{batch:>7} {events:>8} {secs:>9.3} {:>10.0} {:>14.2} {:>16.2}",
+            events as f64 / secs,
+            secs * 1000.0 / run.batches.max(1) as f64,
+            run.sql_only.as_secs_f64() * 1000.0
+        );
+    }
+    Ok(())
+}
+
+struct ApplyRun {
+    /// Wall time for the worker to drain the stream.
+    elapsed: Duration,
+    batches: u64,
+    /// One more batch of the same size applied by `likes::apply` alone, in one transaction
+    /// (no Redis): the database's share of a batch.
+    sql_only: Duration,
+}
+
+async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<ApplyRun> {
+    let fixture = Fixture::create(&cli.database_url, events).await?;
+    let db = fixture.db.clone();
+    let outcome = async {
+        let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
+        let keys = Keys::new(prefix.clone(), 1);
+        let redis = kv::connect(&cli.redis_url, Duration::from_secs(5)).await?;
+        let config = WorkerConfig {
+            mode: LikeMode::Buffered,
+            batch_size: batch,
+            lease_ttl: Duration::from_secs(30),
+            max_deliveries: 5,
+            idle_wait: Duration::from_millis(10),
+            recount_interval: Duration::from_secs(1),
+            fault: None,
+        };
+        let worker = LikeWorker::new(
+            db.clone(),
+            redis.clone(),
+            keys.clone(),
+            config,
+            Publisher::new(redis.clone(), keys.live_channel()),
+        );
+        worker.ensure_groups().await?;
+        // Pre-load the stream exactly as lua/like_toggle.lua writes it.
+        let mut conn = redis.clone();
+        let stream = keys.like_stream(0);
+        for chunk_start in (0..events).step_by(1000) {
+            let mut pipe = redis::pipe();
+            for n in chunk_start..(chunk_start + 1000).min(events) {
+                let user = (n + 2).to_string();
+                pipe.cmd("XADD").arg(&stream).arg("*").arg(&["op", "like", "t", "p:1", "u", &user, "c", "1"]).ignore();
+            }
+            let _: () = pipe.query_async(&mut conn).await?;
+        }
+        let started = Instant::now();
+        worker.drain().await?;
+        let elapsed = started.elapsed();
+        let batches_run = worker.stats().batches.load(std::sync::atomic::Ordering::Relaxed);
+        let count = One::find_by_statement(stmt("SELECT like_count::bigint AS v FROM posts WHERE id = 1", []))
+            .one(&db)
+            .await?
+            .map_or(0, |r| r.v);
+        let _: () = redis::cmd("DEL").arg(&stream).arg(keys.worker_lease(0)).query_async(&mut conn).await?;
+        if count != events {
+            return Err(AppError::Internal(format!("counter is {count}, expected {events}")));
+        }
+        // The SQL alone: unlike the first `batch` users again, in one transaction.
+        let unlikes: Vec<LikeEvent> = (0..batch as i64)
+            .map(|n| LikeEvent { target: LikeTarget::Post(1), user_id: n + 2, course_id: 1, liked: false })
+            .collect();
+        let started = Instant::now();
+        let txn = db.begin().await?;
+        let changed = apply::apply(&txn, &unlikes).await?;
+        txn.commit().await?;
+        let sql_only = started.elapsed();
+        if changed.len() != 1 {
+            return Err(AppError::Internal("the SQL-only batch changed nothing".into()));
+        }
+        Ok(ApplyRun { elapsed, batches: batches_run, sql_only })
+    }
+    .await;
+    fixture.drop().await?;
+    outcome
+}
