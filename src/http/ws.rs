@@ -17,6 +17,11 @@ use crate::error::AppError;
 use crate::graphql::loaders::Loaders;
 use crate::graphql::subscription::SubscriptionBudget;
 
+/// Per-connection socket buffer, each way.
+const WS_BUFFER_BYTES: usize = 4 * 1024;
+/// Largest client message (a subscribe with its query and variables).
+const WS_MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
 /// Marks connection_init refusals so their close code can be set to the protocol's 4403.
 const AUTH_REFUSED: &str = "authentication failed: ";
 
@@ -27,6 +32,12 @@ pub async fn upgrade(State(state): State<HttpState>, headers: HeaderMap, upgrade
     };
     upgrade
         .protocols(async_graphql::http::ALL_WEBSOCKET_PROTOCOLS)
+        // Subscribers mostly idle: small buffers (the default 128 KiB each way would cost more
+        // than a gigabyte at 10,000 connections), and bounded messages.
+        .read_buffer_size(WS_BUFFER_BYTES)
+        .write_buffer_size(WS_BUFFER_BYTES)
+        .max_write_buffer_size(WS_MAX_MESSAGE_BYTES * 4)
+        .max_message_size(WS_MAX_MESSAGE_BYTES)
         .on_upgrade(move |socket| serve(socket, state, protocol))
         .into_response()
 }
@@ -83,7 +94,7 @@ fn authenticate(app: &crate::state::AppState, payload: serde_json::Value) -> Res
     let user_id = app.tokens.verify_header(header)?;
     let mut data = Data::default();
     data.insert(Viewer::new(user_id));
-    data.insert(Loaders::new(&app.db, &app.likes, Some(user_id)));
+    data.insert(Loaders::new(&app.db, &app.likes, &app.views, Some(user_id)));
     data.insert(SubscriptionBudget::new(app.settings.live_max_subscriptions));
     Ok(data)
 }

@@ -22,10 +22,10 @@ use crate::{Cli, percentile};
 const SECRET: &str = "bench-secret-0123456789abcdef";
 const POST_ID: &str = "UG9zdDox"; // global id of post 1
 
-pub async fn run(cli: &Cli, subscribers: usize, likes: i64, concurrency: usize) -> AppResult<()> {
+pub async fn run(cli: &Cli, subscribers: usize, likes: i64, concurrency: usize, open_rate: u32) -> AppResult<()> {
     let fixture = Fixture::create(&cli.database_url, likes).await?;
     let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
-    let outcome = measure(cli, &fixture, &prefix, subscribers, likes, concurrency).await;
+    let outcome = measure(cli, &fixture, &prefix, subscribers, likes, concurrency, open_rate).await;
     cleanup_redis(&cli.redis_url, &prefix).await;
     fixture.drop().await?;
     outcome
@@ -42,6 +42,7 @@ async fn measure(
     subscribers: usize,
     likes: i64,
     concurrency: usize,
+    open_rate: u32,
 ) -> AppResult<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -75,9 +76,13 @@ async fn measure(
 
     let tokens = TokenKeys::new(SECRET)?;
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(subscribers.max(1));
+    // Subscribing checks access in PostgreSQL: open at a steady rate rather than all at once,
+    // so the setup does not measure a thundering herd on the pool.
     let opening = Arc::new(Semaphore::new(100));
+    let pace = Duration::from_secs_f64(1.0 / open_rate.max(1) as f64);
     let mut readers = Vec::with_capacity(subscribers);
     for n in 0..subscribers {
+        tokio::time::sleep(pace).await;
         let token = tokens.mint(2 + (n as i64 % likes.max(1)), Duration::from_secs(3600))?;
         let permit = opening.clone().acquire_owned().await.map_err(|e| internal("semaphore")(e.to_string()))?;
         let ready = ready_tx.clone();
@@ -89,7 +94,8 @@ async fn measure(
             return Err(AppError::Internal("subscribers did not all connect within 60 s".into()));
         }
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Let the last subscriptions finish their access checks before the storm starts.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_subscribed = rss_kib(pid);
 
     // The storm: every like by a distinct user, `concurrency` requests in flight.
@@ -218,6 +224,9 @@ async fn subscriber(
     while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_secs(120), ws.next()).await {
         let Message::Text(text) = message else { continue };
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if value["payload"]["errors"].is_array() || value["type"] == "error" {
+            return Err(AppError::Internal(format!("a subscription was refused: {value}")));
+        }
         if let Some(count) = value["payload"]["data"]["likeCounts"]["likeCount"].as_i64() {
             updates.push((Instant::now(), count));
             if count >= final_count {

@@ -45,6 +45,9 @@ enum Scenario {
         /// Concurrent HTTP connections sending likes.
         #[arg(long, default_value_t = 32)]
         concurrency: usize,
+        /// Websocket subscribers opened per second during setup.
+        #[arg(long, default_value_t = 500)]
+        open_rate: u32,
     },
 }
 
@@ -53,7 +56,9 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Scenario::WorkerApply { events, ref batches } => worker_apply::run(&cli, events, batches).await,
-        Scenario::Live { subscribers, likes, concurrency } => live::run(&cli, subscribers, likes, concurrency).await,
+        Scenario::Live { subscribers, likes, concurrency, open_rate } => {
+            live::run(&cli, subscribers, likes, concurrency, open_rate).await
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
