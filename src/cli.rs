@@ -9,7 +9,7 @@ use crate::config::{Settings, parse_duration};
 use crate::error::{AppError, AppResult};
 use crate::graphql::ids::{self, NodeKind};
 use crate::likes::recount;
-use crate::startup::{Application, build_worker, connect_state, shutdown_signal};
+use crate::startup::{Application, build_view_aggregator, build_worker, connect_state, shutdown_signal};
 use crate::{db, graphql, seed, telemetry};
 
 #[derive(Debug, Parser)]
@@ -43,7 +43,7 @@ pub enum Command {
     },
     /// Print the GraphQL schema (SDL).
     ExportSchema,
-    /// Run only the like worker (the stream consumer, or the recount job in recount mode).
+    /// Run only the workers: the like worker (stream consumer, or recount job) and the view aggregator.
     Worker,
     /// Recount every post's and comment's like counter from its rows; prints what it fixed.
     Reconcile,
@@ -97,10 +97,12 @@ pub async fn run(cli: Cli) -> AppResult<()> {
             let state = connect_state(settings).await?;
             let worker = build_worker(&state).await?;
             let (stop, stopped) = tokio::sync::watch::channel(false);
+            let views = tokio::spawn(build_view_aggregator(&state).run(stop.subscribe()));
             let running = tokio::spawn(worker.run(stopped));
             shutdown_signal().await;
             let _ = stop.send(true);
             let _ = running.await;
+            let _ = views.await;
             Ok(())
         }
         Command::Reconcile => {

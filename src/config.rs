@@ -1,7 +1,7 @@
 //! Configuration: every setting is a flag and an environment variable (clap), validated once at
 //! start-up so that a missing or malformed value stops the process with one clear sentence.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -110,6 +110,39 @@ pub struct Settings {
     #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 64 * 1024, global = true)]
     pub max_body_bytes: usize,
 
+    /// Post views: how long a view ticket must be open before completing it counts (server-measured).
+    #[arg(long, env = "VIEW_MIN_DWELL", default_value = "30s", value_parser = parse_duration, global = true)]
+    pub view_min_dwell: Duration,
+
+    /// Post views: how long a started view may still be completed; later it is EXPIRED.
+    #[arg(long, env = "VIEW_TICKET_TTL", default_value = "1h", value_parser = parse_duration, global = true)]
+    pub view_ticket_ttl: Duration,
+
+    /// Post views: most counted views per user per post per VIEW_CAP_WINDOW (0: no cap).
+    #[arg(long, env = "VIEW_CAP_PER_USER", default_value_t = 5, global = true)]
+    pub view_cap_per_user: u32,
+
+    /// Post views: most counted views per client IP per post per VIEW_CAP_WINDOW (0: no cap).
+    #[arg(long, env = "VIEW_CAP_PER_IP", default_value_t = 50, global = true)]
+    pub view_cap_per_ip: u32,
+
+    /// Post views: the window of both caps (fixed, from the first counted view).
+    #[arg(long, env = "VIEW_CAP_WINDOW", default_value = "1h", value_parser = parse_duration, global = true)]
+    pub view_cap_window: Duration,
+
+    /// Post views: counter shards (a counted view INCRs one at random, so a viral post is not one hot key).
+    #[arg(long, env = "VIEW_SHARDS", default_value_t = 10, global = true)]
+    pub view_shards: u32,
+
+    /// Post views: how often the aggregator moves counted views into PostgreSQL (one statement).
+    #[arg(long, env = "VIEW_FLUSH_INTERVAL", default_value = "10s", value_parser = parse_duration, global = true)]
+    pub view_flush_interval: Duration,
+
+    /// The reverse proxy in front of the server: only a request from this address may name the
+    /// client with X-Forwarded-For (its last entry). Unset: the socket's peer is the client.
+    #[arg(long, env = "TRUSTED_PROXY", global = true)]
+    pub trusted_proxy: Option<IpAddr>,
+
     /// Log format: text (human) or json.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text", global = true)]
     pub log_format: LogFormat,
@@ -166,6 +199,18 @@ impl Settings {
         }
         if self.worker_lease_ttl < Duration::from_millis(200) {
             return Err(AppError::Config("WORKER_LEASE_TTL must be at least 200ms".into()));
+        }
+        if self.view_shards == 0 || self.view_shards > 1024 {
+            return Err(AppError::Config("VIEW_SHARDS must be between 1 and 1024".into()));
+        }
+        if self.view_ticket_ttl <= self.view_min_dwell {
+            return Err(AppError::Config("VIEW_TICKET_TTL must be longer than VIEW_MIN_DWELL".into()));
+        }
+        if self.view_flush_interval < Duration::from_millis(100) {
+            return Err(AppError::Config("VIEW_FLUSH_INTERVAL must be at least 100ms".into()));
+        }
+        if self.view_cap_window < Duration::from_secs(1) {
+            return Err(AppError::Config("VIEW_CAP_WINDOW must be at least 1s".into()));
         }
         if self.db_max_connections == 0 {
             return Err(AppError::Config("DB_MAX_CONNECTIONS must be at least 1".into()));

@@ -17,6 +17,9 @@
 //!                 `likes::apply` is the worker's one-transaction batch SQL.
 //! - `worker`    — the one active consumer per like-stream shard (lease, claim, batch, ack,
 //!                 dead letters), or the recount job; steppable by hand (`process_one_batch`).
+//! - `views`     — post views bots cannot inflate: tickets with server-measured dwell, caps per
+//!                 user and IP, random counter shards, unique viewers (HyperLogLog), and the
+//!                 exactly-once aggregator (`views::aggregator`, one SQL statement per flush).
 //! - `kv`        — Redis: connection, key layout (`kv::keys`, the key table), rate limits.
 //! - `db`        — PostgreSQL pool with bounded timeouts; migrations from `migrations/`.
 //! - `seed`      — the demo forum.
@@ -60,4 +63,5 @@ pub mod seed;
 pub mod startup;
 pub mod state;
 pub mod telemetry;
+pub mod views;
 pub mod worker;

@@ -20,6 +20,8 @@ use crate::likes::Likes;
 use crate::live::Publisher;
 use crate::live::hub::{Hub, run_relay};
 use crate::state::AppState;
+use crate::views::aggregator::ViewAggregator;
+use crate::views::{ViewConfig, Views};
 use crate::worker::{LikeWorker, WorkerConfig};
 use crate::{db, http, kv};
 
@@ -65,9 +67,15 @@ impl Application {
         } else {
             None
         };
+        let views = self
+            .state
+            .settings
+            .worker_in_serve
+            .then(|| tokio::spawn(build_view_aggregator(&self.state).run(stop_worker.subscribe())));
         tracing::info!(addr = %self.local_addr(), mode = ?self.state.settings.like_mode, "serving GraphQL");
         let router = http::router(self.state.clone(), self.schema);
-        let served = axum::serve(self.listener, router)
+        // Peer addresses reach the handlers (client IPs for view caps).
+        let served = axum::serve(self.listener, router.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(|e| AppError::Internal(format!("server error: {e}")));
@@ -77,6 +85,11 @@ impl Application {
             && tokio::time::timeout(WORKER_STOP_GRACE, worker).await.is_err()
         {
             tracing::warn!("like worker did not stop in time; its batch stays pending and will be replayed");
+        }
+        if let Some(views) = views
+            && tokio::time::timeout(WORKER_STOP_GRACE, views).await.is_err()
+        {
+            tracing::warn!("view aggregator did not stop in time; its records stay pending and will be replayed");
         }
         served
     }
@@ -116,6 +129,17 @@ pub async fn build_worker(state: &AppState) -> AppResult<LikeWorker> {
     Ok(worker)
 }
 
+/// The view aggregator on the state's database and Redis prefix (`flush_views_once` steps it).
+pub fn build_view_aggregator(state: &AppState) -> ViewAggregator {
+    ViewAggregator::new(
+        state.db.clone(),
+        state.redis.clone(),
+        state.keys.clone(),
+        state.settings.view_shards,
+        state.settings.view_flush_interval,
+    )
+}
+
 /// Opens every client and assembles the shared state.
 pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let settings = Arc::new(settings);
@@ -138,7 +162,8 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         settings.liked_set_ttl,
         publisher.clone(),
     );
-    Ok(AppState { settings, db, sql_statements, redis, keys, tokens, likes, publisher, live: Hub::new() })
+    let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
+    Ok(AppState { settings, db, sql_statements, redis, keys, tokens, likes, publisher, live: Hub::new(), views })
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -12,6 +12,7 @@ use crate::kv::keys::Keys;
 use crate::likes::Likes;
 use crate::live::Publisher;
 use crate::live::hub::Hub;
+use crate::views::Views;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -28,4 +29,6 @@ pub struct AppState {
     pub publisher: Publisher,
     /// This process's fan-out of live updates to its websocket subscribers.
     pub live: Arc<Hub>,
+    /// Post view tickets, caps and counters (Redis).
+    pub views: Views,
 }

@@ -32,6 +32,10 @@ macro_rules! sql_migration {
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![sql_migration!("0001_forum_core"), sql_migration!("0002_like_versions")]
+        vec![
+            sql_migration!("0001_forum_core"),
+            sql_migration!("0002_like_versions"),
+            sql_migration!("0003_view_flushes"),
+        ]
     }
 }

@@ -1,4 +1,4 @@
-//! Mutation roots: writing posts, comments and replies, and liking them. Each checks the
+//! Mutation roots: writing posts, comments and replies, liking them, and counting post views. Each checks the
 //! viewer and the target through `access` before it changes anything.
 
 use async_graphql::{Context, ID, MergedObject, Object, Result};
@@ -6,15 +6,16 @@ use async_graphql::{Context, ID, MergedObject, Object, Result};
 use super::access::{self, require_author, require_author_or_instructor};
 use super::context::{state, viewer};
 use super::ids::{self, NodeKind, encode};
-use super::types::{AnyComment, Comment, DeletePayload, Post, Reply};
+use super::types::{AnyComment, Comment, DeletePayload, Post, Reply, ViewResult, ViewTicket};
 use crate::error::AppError;
 use crate::forum::comments::{self, MAX_COMMENT_CHARS};
 use crate::forum::posts::{self, MAX_BODY_CHARS, MAX_TITLE_CHARS, validate_text};
 use crate::likes::LikeTarget;
 use crate::live::{Activity, ActivityKind};
+use crate::views::{ClientIp, ViewOutcome};
 
 #[derive(MergedObject, Default)]
-pub struct Mutation(PostMutations, CommentMutations, LikeMutations);
+pub struct Mutation(PostMutations, CommentMutations, LikeMutations, ViewMutations);
 
 #[derive(Default)]
 pub struct PostMutations;
@@ -146,6 +147,43 @@ impl LikeMutations {
     async fn unlike_comment(&self, ctx: &Context<'_>, comment_id: ID) -> Result<AnyComment> {
         set_comment_like(ctx, &comment_id, false).await
     }
+}
+
+#[derive(Default)]
+pub struct ViewMutations;
+
+#[Object]
+impl ViewMutations {
+    /// Starts viewing a post: returns a ticket to complete after `minDwellMs` (server-measured).
+    async fn start_post_view(&self, ctx: &Context<'_>, post_id: ID) -> Result<ViewTicket> {
+        let viewer = viewer(ctx)?;
+        let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
+        let ip = client_ip(ctx)?;
+        let (post, _) = access::post(ctx, post_id).await?;
+        let started = state(ctx)?.views.start(viewer.user_id, post.id, ip).await?;
+        Ok(ViewTicket { ticket: started.ticket, min_dwell_ms: started.min_dwell.as_millis() as i64 })
+    }
+
+    /// Completes a view. It counts if it lasted long enough, the ticket is unused and the
+    /// caller under both caps; otherwise `reason` says why not. Another user's ticket, or one
+    /// that does not exist, is NOT_FOUND.
+    async fn complete_post_view(&self, ctx: &Context<'_>, ticket: String) -> Result<ViewResult> {
+        let viewer = viewer(ctx)?;
+        let ip = client_ip(ctx)?;
+        let outcome = state(ctx)?.views.complete(viewer.user_id, &ticket, ip).await?;
+        Ok(match outcome {
+            ViewOutcome::Counted => ViewResult { counted: true, reason: None },
+            ViewOutcome::Refused(why) => ViewResult { counted: false, reason: Some(why) },
+        })
+    }
+}
+
+/// The client address the HTTP layer put into the request (views are not counted over the
+/// websocket, which has no per-operation address).
+fn client_ip(ctx: &Context<'_>) -> Result<std::net::IpAddr> {
+    ctx.data_opt::<ClientIp>()
+        .map(|c| c.0)
+        .ok_or_else(|| AppError::bad_input("post views are started and completed over POST /graphql").into())
 }
 
 /// Announces a committed content change to the course's live subscribers.

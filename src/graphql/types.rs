@@ -165,8 +165,14 @@ impl Post {
     async fn comment_count(&self) -> i32 {
         self.0.comment_count
     }
-    async fn view_count(&self) -> i64 {
-        self.0.view_count
+    /// Counted views: the database's flushed count plus the views not flushed yet.
+    async fn view_count(&self, ctx: &Context<'_>) -> Result<i64> {
+        let live = loaders(ctx)?.views.load_one(self.0.id).await?.unwrap_or_default();
+        Ok(self.0.view_count + live.unflushed)
+    }
+    /// Distinct users with a counted view (HyperLogLog: about 0.81 % standard error).
+    async fn unique_viewers(&self, ctx: &Context<'_>) -> Result<i64> {
+        Ok(loaders(ctx)?.views.load_one(self.0.id).await?.unwrap_or_default().unique_viewers)
     }
     async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
         liked_by_me(ctx, self.0.course_id, LikeTarget::Post(self.0.id)).await
@@ -287,6 +293,23 @@ impl Reply {
     async fn edited_at(&self) -> Option<DateTime<Utc>> {
         self.0.edited_at
     }
+}
+
+/// A started view: complete it with `completePostView` after `minDwellMs`.
+#[derive(SimpleObject)]
+pub struct ViewTicket {
+    /// Opaque; single use; valid for the caller only.
+    pub ticket: String,
+    /// How long the view must last before completing it counts.
+    pub min_dwell_ms: i64,
+}
+
+/// Whether a completed view counted.
+#[derive(SimpleObject)]
+pub struct ViewResult {
+    pub counted: bool,
+    /// Why not, when `counted` is false.
+    pub reason: Option<crate::views::ViewRefusal>,
 }
 
 /// What a delete mutation returns.

@@ -6,7 +6,7 @@ use async_graphql::http::GraphiQLSource;
 use async_graphql::{Response as GqlResponse, ServerError};
 use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{Html, IntoResponse};
 use axum::routing::get;
@@ -42,7 +42,12 @@ async fn graphiql() -> impl IntoResponse {
 }
 
 #[tracing::instrument(name = "graphql", skip_all, fields(request_id = %uuid::Uuid::now_v7()))]
-async fn graphql(State(state): State<HttpState>, headers: HeaderMap, request: GraphQLRequest) -> GraphQLResponse {
+async fn graphql(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    request: GraphQLRequest,
+) -> GraphQLResponse {
     let mut request = request.into_inner();
     let viewer = match headers.get(header::AUTHORIZATION) {
         None => None,
@@ -57,7 +62,9 @@ async fn graphql(State(state): State<HttpState>, headers: HeaderMap, request: Gr
             }
         }
     };
-    request = request.data(Loaders::new(&state.app.db, &state.app.likes, viewer));
+    request = request.data(Loaders::new(&state.app.db, &state.app.likes, &state.app.views, viewer));
+    let ip = crate::views::client_ip(peer, &headers, state.app.settings.trusted_proxy);
+    request = request.data(crate::views::ClientIp(ip));
     if let Some(user_id) = viewer {
         request = request.data(Viewer::new(user_id));
     }

@@ -14,6 +14,19 @@
 //! | `<p>:{recount}:seq` | STRING | none | level 2: the mark sequence |
 //! | `<p>:rl:like:<user>` | STRING | 60 s | like toggles in the current rate-limit window |
 //! | `<p>:{live}:events` | Pub/Sub channel | — | committed like counts and course activity, to every instance |
+//! | `<p>:{v<post>}:ticket:<uuid>` | HASH | VIEW_TICKET_TTL + grace | a started view: user `u`, post `p`, ip, start `t` and expiry `exp` (ms, Redis clock), `used` |
+//! | `<p>:{v<post>}:cap:u:<user>` | STRING | VIEW_CAP_WINDOW | counted views of the user on the post in the current window |
+//! | `<p>:{v<post>}:cap:ip:<ip>` | STRING | VIEW_CAP_WINDOW | counted views from the IP on the post in the current window |
+//! | `<p>:{v<post>}:uniq` | HyperLogLog | none | unique viewers (user ids) of the post |
+//! | `<p>:{vc<k>}:views:<post>` | STRING | none (GETDEL by the aggregator) | counted, unflushed views of the post in counter shard k |
+//! | `<p>:{vc<k>}:dirty` | SET | none | posts with an unflushed counter in shard k |
+//! | `<p>:{vc<k>}:flush:<batch>` | HASH | none (deleted after COMMIT) | pending flush record: post → views moved out of shard k, batch uuid |
+//! | `<p>:{vc<k>}:flushes` | SET | none | batch uuids of shard k's pending flush records |
+//!
+//! Views: the completion script touches only `{v<post>}` keys (ticket, both caps, the
+//! HyperLogLog: single use and caps in one atomic script, one slot). The counters are spread
+//! deliberately: counter shard k of every post lives in slot `{vc<k>}`, so a viral post's
+//! increments land on N slots, and the aggregator's per-shard move script stays in one slot.
 
 /// The consumer group every like-stream shard has.
 pub const LIKE_GROUP: &str = "like-writers";
@@ -77,6 +90,45 @@ impl Keys {
         format!("{}:{{live}}:events", self.prefix)
     }
 
+    /// A started post view (ticket uuid in simple form).
+    pub fn view_ticket(&self, post_id: i64, ticket: &str) -> String {
+        format!("{}:{{v{post_id}}}:ticket:{ticket}", self.prefix)
+    }
+
+    pub fn view_cap_user(&self, post_id: i64, user_id: i64) -> String {
+        format!("{}:{{v{post_id}}}:cap:u:{user_id}", self.prefix)
+    }
+
+    pub fn view_cap_ip(&self, post_id: i64, ip: &str) -> String {
+        format!("{}:{{v{post_id}}}:cap:ip:{ip}", self.prefix)
+    }
+
+    /// HyperLogLog of the post's viewers.
+    pub fn view_uniques(&self, post_id: i64) -> String {
+        format!("{}:{{v{post_id}}}:uniq", self.prefix)
+    }
+
+    /// The prefix of counter shard k's per-post counters (`…views:<post>`).
+    pub fn view_counter_prefix(&self, shard: u32) -> String {
+        format!("{}:{{vc{shard}}}:views:", self.prefix)
+    }
+
+    pub fn view_counter(&self, shard: u32, post_id: i64) -> String {
+        format!("{}{post_id}", self.view_counter_prefix(shard))
+    }
+
+    pub fn view_dirty(&self, shard: u32) -> String {
+        format!("{}:{{vc{shard}}}:dirty", self.prefix)
+    }
+
+    pub fn view_flush_record(&self, shard: u32, batch: &str) -> String {
+        format!("{}:{{vc{shard}}}:flush:{batch}", self.prefix)
+    }
+
+    pub fn view_flushes(&self, shard: u32) -> String {
+        format!("{}:{{vc{shard}}}:flushes", self.prefix)
+    }
+
     /// Fixed-window counter of a user's like toggles (STRING, expires with the window).
     pub fn like_rate(&self, user_id: i64) -> String {
         format!("{}:rl:like:{user_id}", self.prefix)
@@ -103,5 +155,19 @@ mod tests {
             assert_eq!(hash_tag(&set), hash_tag(&stream));
         }
         assert_eq!(hash_tag(&keys.recount_dirty()), hash_tag(&keys.recount_seq()));
+    }
+
+    #[test]
+    fn a_view_script_stays_in_one_slot_and_counter_shards_spread() {
+        let keys = Keys::new("cf", 8);
+        let ticket = keys.view_ticket(42, "abc");
+        for key in [keys.view_cap_user(42, 7), keys.view_cap_ip(42, "::1"), keys.view_uniques(42)] {
+            assert_eq!(hash_tag(&ticket), hash_tag(&key));
+        }
+        let shard = keys.view_counter(3, 42);
+        for key in [keys.view_dirty(3), keys.view_flushes(3), keys.view_flush_record(3, "b")] {
+            assert_eq!(hash_tag(&shard), hash_tag(&key));
+        }
+        assert_ne!(hash_tag(&keys.view_counter(3, 42)), hash_tag(&keys.view_counter(4, 42)));
     }
 }

@@ -61,6 +61,14 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         db_max_connections: 30,
         max_body_bytes: 64 * 1024,
         log_format: LogFormat::Text,
+        view_min_dwell: Duration::from_secs(30),
+        view_ticket_ttl: Duration::from_secs(3600),
+        view_cap_per_user: 5,
+        view_cap_per_ip: 50,
+        view_cap_window: Duration::from_secs(3600),
+        view_shards: 10,
+        view_flush_interval: Duration::from_secs(10),
+        trusted_proxy: None,
     }
 }
 
@@ -149,6 +157,11 @@ impl TestApp {
     /// A like worker on this app's database and prefix, to step by hand.
     pub async fn worker(&self) -> course_forum::worker::LikeWorker {
         course_forum::startup::build_worker(&self.state).await.expect("build worker")
+    }
+
+    /// A view aggregator on this app's database and prefix, to step by hand.
+    pub fn view_aggregator(&self) -> course_forum::views::aggregator::ViewAggregator {
+        course_forum::startup::build_view_aggregator(&self.state)
     }
 
     /// A valid bearer token for a database user id.

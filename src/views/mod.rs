@@ -1,0 +1,310 @@
+//! Post views that bots cannot inflate (DESIGN §5, seed 004).
+//!
+//! 1. `startPostView(postId)` (access-checked: live post, viewer a member of its course) stores
+//!    a ticket in Redis (`lua/view_start.lua`) with the start time of the Redis clock, the user,
+//!    the post and the client IP. The ticket the client gets is `<post id>.<uuid>`: opaque to
+//!    clients, it names the post so the ticket key can carry the post's hash tag.
+//! 2. `completePostView(ticket)` runs `lua/view_complete.lua`: ownership, single use, expiry,
+//!    dwell (at least `VIEW_MIN_DWELL` by the Redis clock) and both caps (per user and per IP,
+//!    per post, per `VIEW_CAP_WINDOW`) are decided in ONE script, so racing completions can
+//!    neither reuse a ticket nor pass a cap. A counted view is added to the post's HyperLogLog
+//!    of unique viewers in the same script.
+//! 3. The counted view then INCRs one of `VIEW_SHARDS` counters chosen at random
+//!    (`lua/view_count.lua`, which also marks the post dirty in that shard). Shard k of every
+//!    post lives in slot `{vc<k>}`, so a viral post's increments are spread over N keys/slots.
+//! 4. `aggregator::ViewAggregator`, in the worker, every `VIEW_FLUSH_INTERVAL`: moves every
+//!    shard's counters into a pending flush record tagged with a batch uuid
+//!    (`lua/view_take.lua`, atomic per shard), applies all pending records in ONE SQL statement
+//!    that also records their batch uuids in `view_flushes` (so a replay is skipped), and only
+//!    after COMMIT deletes the records. A crash at any step loses nothing and applies nothing
+//!    twice.
+//! 5. `Post.viewCount` = `posts.view_count` + the post's unflushed shard counters;
+//!    `Post.uniqueViewers` = PFCOUNT. A page reads all of them in one pipelined round trip
+//!    (`graphql::loaders::ViewLoader`).
+//!
+//! Choices: a ticket of another user (or one that never existed, or expired long ago and was
+//! evicted by its TTL) is `NOT_FOUND`, not a refusal reason: the caller learns nothing about
+//! tickets that are not theirs, and the ticket stays usable by its owner. A `TOO_SHORT`
+//! completion leaves the ticket usable (complete it later); `CAPPED` uses it up. The IP cap
+//! uses the IP of the completing request. Between the script that decides a view and the
+//! INCR that counts it (two slots, so two commands) a crash loses that one view: never a
+//! double count.
+
+pub mod aggregator;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use redis::Script;
+use redis::aio::ConnectionManager;
+
+use crate::config::Settings;
+use crate::error::{AppError, AppResult};
+use crate::kv::keys::Keys;
+
+/// Why a completed view did not count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, async_graphql::Enum)]
+pub enum ViewRefusal {
+    /// Completed before `minDwellMs` had passed (the ticket stays usable).
+    TooShort,
+    /// The user or the IP reached its cap of counted views on this post for the window.
+    Capped,
+    /// The ticket was completed before.
+    AlreadyUsed,
+    /// The ticket is older than VIEW_TICKET_TTL.
+    Expired,
+}
+
+/// What `complete` decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewOutcome {
+    Counted,
+    Refused(ViewRefusal),
+}
+
+/// The client address of a request, as the HTTP layer determined it (request data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientIp(pub IpAddr);
+
+/// The client of a connection: the peer, or — only when the peer is the trusted proxy — the
+/// last `X-Forwarded-For` entry (the one that proxy appended; earlier entries are whatever
+/// the client claimed). A malformed header falls back to the peer.
+pub fn client_ip(peer: SocketAddr, headers: &HeaderMap, trusted_proxy: Option<IpAddr>) -> IpAddr {
+    let peer_ip = peer.ip().to_canonical();
+    if trusted_proxy.map(|p| p.to_canonical()) != Some(peer_ip) {
+        return peer_ip;
+    }
+    headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .last()
+        .and_then(|last| last.trim().parse::<IpAddr>().ok())
+        .map(|ip| ip.to_canonical())
+        .unwrap_or(peer_ip)
+}
+
+/// The view settings, from `Settings`.
+#[derive(Clone, Debug)]
+pub struct ViewConfig {
+    pub min_dwell: Duration,
+    pub ticket_ttl: Duration,
+    pub cap_per_user: u32,
+    pub cap_per_ip: u32,
+    pub cap_window: Duration,
+    pub shards: u32,
+}
+
+impl ViewConfig {
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            min_dwell: settings.view_min_dwell,
+            ticket_ttl: settings.view_ticket_ttl,
+            cap_per_user: settings.view_cap_per_user,
+            cap_per_ip: settings.view_cap_per_ip,
+            cap_window: settings.view_cap_window,
+            shards: settings.view_shards.max(1),
+        }
+    }
+}
+
+struct Scripts {
+    start: Script,
+    complete: Script,
+    count: Script,
+}
+
+/// A started view, as the client receives it.
+#[derive(Clone, Debug)]
+pub struct StartedView {
+    pub ticket: String,
+    pub min_dwell: Duration,
+}
+
+/// The unflushed part of a post's views and its unique viewers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveViews {
+    pub unflushed: i64,
+    pub unique_viewers: i64,
+}
+
+/// Starting, completing and reading views (the Redis side; access checks are the caller's).
+#[derive(Clone)]
+pub struct Views {
+    redis: ConnectionManager,
+    keys: Keys,
+    config: ViewConfig,
+    scripts: Arc<Scripts>,
+}
+
+impl Views {
+    pub fn new(redis: ConnectionManager, keys: Keys, config: ViewConfig) -> Self {
+        let scripts = Arc::new(Scripts {
+            start: Script::new(include_str!("../../lua/view_start.lua")),
+            complete: Script::new(include_str!("../../lua/view_complete.lua")),
+            count: Script::new(include_str!("../../lua/view_count.lua")),
+        });
+        Self { redis, keys, config, scripts }
+    }
+
+    pub fn config(&self) -> &ViewConfig {
+        &self.config
+    }
+
+    /// Starts a view of a post the caller has already proven the user may read.
+    pub async fn start(&self, user_id: i64, post_id: i64, ip: IpAddr) -> AppResult<StartedView> {
+        self.start_backdated(user_id, post_id, ip, Duration::ZERO).await
+    }
+
+    /// `start`, as if it had happened `backdate` ago (benchmarks and tests: no 30 s waits).
+    pub async fn start_backdated(
+        &self,
+        user_id: i64,
+        post_id: i64,
+        ip: IpAddr,
+        backdate: Duration,
+    ) -> AppResult<StartedView> {
+        let uuid = uuid::Uuid::new_v4().simple().to_string();
+        let ttl_ms = self.config.ticket_ttl.as_millis() as u64;
+        // Keep the key a while past its validity, so a late completion hears EXPIRED.
+        let key_ms = ttl_ms + ttl_ms.max(60_000);
+        let mut conn = self.redis.clone();
+        let _: i64 = self
+            .scripts
+            .start
+            .key(self.keys.view_ticket(post_id, &uuid))
+            .arg(user_id)
+            .arg(post_id)
+            .arg(ip.to_string())
+            .arg(ttl_ms)
+            .arg(key_ms)
+            .arg(backdate.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(StartedView { ticket: format!("{post_id}.{uuid}"), min_dwell: self.config.min_dwell })
+    }
+
+    /// Completes a ticket for `user_id`. Unknown, malformed and foreign tickets are NOT_FOUND.
+    pub async fn complete(&self, user_id: i64, ticket: &str, ip: IpAddr) -> AppResult<ViewOutcome> {
+        let (post_id, uuid) = parse_ticket(ticket).ok_or_else(|| AppError::not_found("view ticket"))?;
+        let mut conn = self.redis.clone();
+        let (status, _detail): (i64, i64) = self
+            .scripts
+            .complete
+            .key(self.keys.view_ticket(post_id, &uuid))
+            .key(self.keys.view_cap_user(post_id, user_id))
+            .key(self.keys.view_cap_ip(post_id, &ip.to_string()))
+            .key(self.keys.view_uniques(post_id))
+            .arg(user_id)
+            .arg(post_id)
+            .arg(self.config.min_dwell.as_millis() as u64)
+            .arg(self.config.cap_per_user)
+            .arg(self.config.cap_per_ip)
+            .arg(self.config.cap_window.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await?;
+        let outcome = match status {
+            0 => return Err(AppError::not_found("view ticket")),
+            1 => ViewOutcome::Counted,
+            2 => ViewOutcome::Refused(ViewRefusal::AlreadyUsed),
+            3 => ViewOutcome::Refused(ViewRefusal::Expired),
+            4 => ViewOutcome::Refused(ViewRefusal::TooShort),
+            5 => ViewOutcome::Refused(ViewRefusal::Capped),
+            other => return Err(AppError::Internal(format!("view_complete.lua answered {other}"))),
+        };
+        if outcome == ViewOutcome::Counted {
+            let shard = rand::random_range(0..self.config.shards);
+            let _: i64 = self
+                .scripts
+                .count
+                .key(self.keys.view_counter(shard, post_id))
+                .key(self.keys.view_dirty(shard))
+                .arg(post_id)
+                .invoke_async(&mut conn)
+                .await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Unflushed views and unique viewers of many posts in one pipelined round trip: one MGET
+    /// per counter shard (its keys share a slot) and one PFCOUNT per post.
+    pub async fn live_views(&self, post_ids: &[i64]) -> AppResult<HashMap<i64, LiveViews>> {
+        if post_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut pipe = redis::pipe();
+        for shard in 0..self.config.shards {
+            let keys: Vec<String> = post_ids.iter().map(|p| self.keys.view_counter(shard, *p)).collect();
+            pipe.cmd("MGET").arg(keys);
+        }
+        for post_id in post_ids {
+            pipe.cmd("PFCOUNT").arg(self.keys.view_uniques(*post_id));
+        }
+        let mut conn = self.redis.clone();
+        let (per_shard, uniques): (Vec<Vec<Option<i64>>>, Vec<i64>) = {
+            let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+            let shards = self.config.shards as usize;
+            let mut per_shard = Vec::with_capacity(shards);
+            let mut uniques = Vec::with_capacity(post_ids.len());
+            for (i, reply) in replies.into_iter().enumerate() {
+                if i < shards {
+                    per_shard.push(redis::FromRedisValue::from_redis_value(reply).map_err(unexpected_reply)?);
+                } else {
+                    uniques.push(redis::FromRedisValue::from_redis_value(reply).map_err(unexpected_reply)?);
+                }
+            }
+            (per_shard, uniques)
+        };
+        let mut out = HashMap::with_capacity(post_ids.len());
+        for (i, post_id) in post_ids.iter().enumerate() {
+            let unflushed = per_shard.iter().map(|shard| shard.get(i).copied().flatten().unwrap_or(0)).sum();
+            let unique_viewers = uniques.get(i).copied().unwrap_or(0);
+            out.insert(*post_id, LiveViews { unflushed, unique_viewers });
+        }
+        Ok(out)
+    }
+}
+
+fn unexpected_reply(err: impl std::fmt::Display) -> AppError {
+    AppError::Internal(format!("unexpected Redis reply for post views: {err}"))
+}
+
+/// `<post id>.<uuid>` → (post id, uuid in simple form); None for anything else.
+fn parse_ticket(ticket: &str) -> Option<(i64, String)> {
+    let (post, uuid) = ticket.split_once('.')?;
+    let post_id = post.parse::<i64>().ok().filter(|id| *id > 0)?;
+    let uuid = uuid::Uuid::try_parse(uuid).ok()?;
+    Some((post_id, uuid.simple().to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tickets_parse_strictly() {
+        let uuid = uuid::Uuid::new_v4().simple().to_string();
+        assert_eq!(parse_ticket(&format!("12.{uuid}")), Some((12, uuid.clone())));
+        for bad in ["", "12", "x.y", &format!("0.{uuid}"), &format!("-3.{uuid}"), &format!("12.{uuid}x")] {
+            assert_eq!(parse_ticket(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn forwarded_for_is_believed_only_from_the_trusted_proxy() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-for", "6.6.6.6, 203.0.113.9".parse().expect("header"));
+        let proxy: SocketAddr = "10.0.0.2:5000".parse().expect("addr");
+        let stranger: SocketAddr = "198.51.100.4:5000".parse().expect("addr");
+        let trusted = Some("10.0.0.2".parse().expect("ip"));
+        assert_eq!(client_ip(proxy, &headers, trusted), "203.0.113.9".parse::<IpAddr>().expect("ip"));
+        assert_eq!(client_ip(stranger, &headers, trusted), stranger.ip());
+        assert_eq!(client_ip(proxy, &headers, None), proxy.ip());
+        headers.insert("x-forwarded-for", "not an ip".parse().expect("header"));
+        assert_eq!(client_ip(proxy, &headers, trusted), proxy.ip());
+    }
+}
