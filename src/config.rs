@@ -146,6 +146,16 @@ pub struct Settings {
     /// Log format: text (human) or json.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text", global = true)]
     pub log_format: LogFormat,
+
+    /// The built web playground (web-playground/dist): GraphiQL at `/` from `graphiql/`, the
+    /// demo forum at `/demo` from `demo/`. When missing, `/` says how to build it.
+    #[arg(long, env = "PLAYGROUND_DIR", default_value = "web-playground/dist", global = true)]
+    pub playground_dir: std::path::PathBuf,
+
+    /// Demo mode: the JSON `seed --demo` printed (users and their tokens), served at
+    /// `/demo/users.json` for GraphiQL and the demo forum. Development only: it hands out tokens.
+    #[arg(long, env = "DEMO_USERS_FILE", global = true)]
+    pub demo_users_file: Option<std::path::PathBuf>,
 }
 
 /// Parses durations written like `30s`, `250ms`, `1m`.

@@ -1,14 +1,13 @@
-//! HTTP transport: `POST /graphql`, subscriptions at `/graphql/ws` (`ws`), GraphiQL at `/`,
-//! `/healthz`. Authentication happens here,
-//! once per request; the schema only sees the resulting `Viewer`.
+//! HTTP transport: `POST /graphql`, subscriptions at `/graphql/ws` (`ws`), GraphiQL at `/` and
+//! the demo forum at `/demo` (`playground`, from local files), `/healthz`. Authentication
+//! happens here, once per request; the schema only sees the resulting `Viewer`.
 
-use async_graphql::http::GraphiQLSource;
 use async_graphql::{Response as GqlResponse, ServerError};
 use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, header};
-use axum::response::{Html, IntoResponse};
+use axum::response::IntoResponse;
 use axum::routing::get;
 
 use crate::auth::Viewer;
@@ -16,6 +15,7 @@ use crate::error::AppError;
 use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders};
 use crate::state::AppState;
 
+mod playground;
 mod ws;
 
 #[derive(Clone)]
@@ -26,19 +26,21 @@ struct HttpState {
 
 pub fn router(app: AppState, schema: AppSchema) -> Router {
     let body_limit = app.settings.max_body_bytes;
+    let playground = playground::routes(&app.settings);
     Router::new()
         .route("/", get(graphiql))
         .route("/graphql", get(graphiql).post(graphql))
         .route("/graphql/ws", get(ws::upgrade))
         .route("/healthz", get(|| async { "ok" }))
+        .merge(playground)
         .layer(DefaultBodyLimit::max(body_limit))
         // async-graphql-axum reads the body stream itself, past DefaultBodyLimit: limit the stream.
         .layer(tower_http::limit::RequestBodyLimitLayer::new(body_limit))
         .with_state(HttpState { app, schema })
 }
 
-async fn graphiql() -> impl IntoResponse {
-    Html(GraphiQLSource::build().endpoint("/graphql").subscription_endpoint("/graphql/ws").finish())
+async fn graphiql(State(state): State<HttpState>) -> impl IntoResponse {
+    playground::graphiql_index(&state.app.settings.playground_dir).await
 }
 
 #[tracing::instrument(name = "graphql", skip_all, fields(request_id = %uuid::Uuid::now_v7()))]

@@ -69,6 +69,8 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         view_shards: 10,
         view_flush_interval: Duration::from_secs(10),
         trusted_proxy: None,
+        playground_dir: "web-playground/dist".into(),
+        demo_users_file: None,
     }
 }
 
