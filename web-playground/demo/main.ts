@@ -1,0 +1,264 @@
+// The demo forum: pick a demo user, see their courses, page through a course's posts (Relay
+// first/after), read a post with its comments and replies, like/unlike with an optimistic
+// update, watch counts live (likeCounts) and new comments arrive live (courseActivity).
+// Plain TypeScript; routes live in the URL hash: #/, #/courses, #/course/<id>, #/post/<id>.
+import { gql, subscribe, setToken, onLive, GraphQLError } from './api';
+
+type DemoUser = { id: string; handle: string; token: string; courses: string[] };
+type Author = { handle: string; displayName?: string };
+type Reply = { id: string; body: string; author: Author; replyTo: Author; likeCount: number };
+type Comment = { id: string; body: string; author: Author; likeCount: number; replies: { nodes: Reply[] } };
+type Post = {
+  id: string; title: string; body: string; likeCount: number; likedByMe: boolean; commentCount: number;
+  author: Author; course: { id: string; code: string; title: string }; createdAt: string;
+};
+
+const PAGE_SIZE = 5;
+const app = document.getElementById('app')!;
+const whoami = document.getElementById('whoami')!;
+const live = document.getElementById('live')!;
+let stopPage: (() => void)[] = [];
+
+onLive((up) => {
+  live.textContent = up ? '● live' : '○ offline';
+  live.dataset.state = up ? 'up' : 'down';
+});
+
+const esc = (s: unknown) =>
+  String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+
+// --- who is signed in ------------------------------------------------------------------------
+
+let users: DemoUser[] | null = null;
+async function demoUsers(): Promise<DemoUser[]> {
+  if (users) return users;
+  const res = await fetch('/demo/users.json', { cache: 'no-store' });
+  users = res.ok ? (await res.json()).users ?? [] : [];
+  return users!;
+}
+
+function currentUser(): { handle: string; token: string } | null {
+  const raw = sessionStorage.getItem('cf-demo-user');
+  return raw ? JSON.parse(raw) : null;
+}
+
+function signIn(handle: string, token: string) {
+  sessionStorage.setItem('cf-demo-user', JSON.stringify({ handle, token }));
+  setToken(token);
+}
+
+// --- pages -----------------------------------------------------------------------------------
+
+async function pickUser() {
+  const list = await demoUsers();
+  const me = currentUser();
+  app.innerHTML = `
+    <h1>Pick a demo user</h1>
+    ${list.length === 0 ? `<p class="muted">No demo users: the server is not in demo mode (start it with
+      <code>script/server</code>). Paste a token instead:</p>` : ''}
+    <div data-testid="users">
+      ${list.map((u) => `<div class="card"><button data-testid="user-${esc(u.handle)}" data-handle="${esc(u.handle)}">
+        @${esc(u.handle)}</button> <span class="muted">${u.courses.length} courses</span>
+        ${me?.handle === u.handle ? '<strong>(signed in)</strong>' : ''}</div>`).join('')}
+    </div>
+    <form id="token-form" class="card"><label>Bearer token <input name="token" size="50"></label>
+      <button>Use token</button></form>`;
+  app.querySelectorAll<HTMLButtonElement>('button[data-handle]').forEach((b) =>
+    b.addEventListener('click', () => {
+      const u = list.find((x) => x.handle === b.dataset.handle)!;
+      signIn(u.handle, u.token);
+      location.hash = '#/courses';
+    }),
+  );
+  app.querySelector<HTMLFormElement>('#token-form')!.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const token = String(new FormData(e.target as HTMLFormElement).get('token') ?? '').trim();
+    if (token) {
+      signIn('?', token);
+      location.hash = '#/courses';
+    }
+  });
+}
+
+async function courses() {
+  const data = await gql(`query { me { handle displayName } myCourses { id code title myRole memberCount } }`);
+  app.innerHTML = `<h1>Your courses</h1>
+    ${data.myCourses.map((c: any) => `<div class="card"><a data-testid="course-${esc(c.code)}" href="#/course/${esc(c.id)}">
+      ${esc(c.code)} · ${esc(c.title)}</a> <span class="muted">${esc(c.myRole.toLowerCase())}, ${c.memberCount} members</span></div>`).join('')}`;
+}
+
+const POST_FIELDS = `id title likeCount likedByMe commentCount createdAt author { handle }`;
+
+async function course(courseId: string) {
+  const head = await gql(`query($id: ID!) { course(id: $id) { id code title } }`, { id: courseId });
+  app.innerHTML = `<p><a href="#/courses">← courses</a></p>
+    <h1>${esc(head.course.code)} · ${esc(head.course.title)}</h1>
+    <div id="posts" data-testid="posts"></div>
+    <p><button id="more" data-testid="more-posts" hidden>Older posts</button> <span id="page-info" class="muted"></span></p>`;
+  const postsEl = app.querySelector('#posts')!;
+  const more = app.querySelector<HTMLButtonElement>('#more')!;
+  let after: string | null = null;
+  let pages = 0;
+  const loadPage = async () => {
+    more.disabled = true;
+    const data = await gql(
+      `query($id: ID!, $first: Int!, $after: String) { course(id: $id) {
+         posts(first: $first, after: $after) { pageInfo { hasNextPage endCursor } edges { cursor node { ${POST_FIELDS} } } } } }`,
+      { id: courseId, first: PAGE_SIZE, after },
+    );
+    const conn = data.course.posts;
+    pages += 1;
+    postsEl.insertAdjacentHTML('beforeend', conn.edges.map((e: any) => `<div class="card" data-testid="post-item">
+      <a href="#/post/${esc(e.node.id)}">${esc(e.node.title)}</a>
+      <div class="muted">@${esc(e.node.author.handle)} · ♥ ${e.node.likeCount} · ${e.node.commentCount} comments</div></div>`).join(''));
+    after = conn.pageInfo.endCursor;
+    more.hidden = !conn.pageInfo.hasNextPage;
+    more.disabled = false;
+    app.querySelector('#page-info')!.textContent = `${postsEl.children.length} posts, ${pages} page(s)`;
+  };
+  more.addEventListener('click', loadPage);
+  await loadPage();
+}
+
+const COMMENT_FIELDS = `id body likeCount author { handle }
+  replies(first: 20) { nodes { id body likeCount author { handle } replyTo { handle } } }`;
+
+async function post(postId: string) {
+  const data = await gql(
+    `query($id: ID!) { post(id: $id) { id title body likeCount likedByMe commentCount createdAt
+       author { handle displayName } course { id code title }
+       comments(first: 50) { pageInfo { hasNextPage } nodes { ${COMMENT_FIELDS} } } } }`,
+    { id: postId },
+  );
+  const p: Post & { comments: { nodes: Comment[] } } = data.post;
+  app.innerHTML = `<p><a href="#/course/${esc(p.course.id)}">← ${esc(p.course.code)}</a></p>
+    <article class="card" data-testid="post">
+      <h1 data-testid="post-title">${esc(p.title)}</h1>
+      <div class="muted">@${esc(p.author.handle)} · ${new Date(p.createdAt).toLocaleString()}</div>
+      <p>${esc(p.body)}</p>
+      <button class="like" data-testid="like" aria-pressed="false"></button>
+      <span data-testid="like-count"></span> likes · <span data-testid="comment-count">${p.commentCount}</span> comments
+    </article>
+    <h2>Comments</h2>
+    <div id="comments" data-testid="comments"></div>
+    <form id="comment-form" class="card"><textarea name="body" data-testid="comment-body" placeholder="Write a comment"></textarea>
+      <button data-testid="comment-submit">Comment</button> <span class="error" id="comment-error"></span></form>`;
+
+  // Likes: the button and count show local state at once (optimistic); the mutation's answer
+  // and committed counts from likeCounts then correct it. While our own mutation is in
+  // flight, pushed counts for this post are ignored so they cannot undo the click.
+  let liked = p.likedByMe;
+  let count = p.likeCount;
+  let inFlight = 0;
+  const likeBtn = app.querySelector<HTMLButtonElement>('[data-testid=like]')!;
+  const countEl = app.querySelector<HTMLElement>('[data-testid=like-count]')!;
+  const paint = () => {
+    likeBtn.textContent = liked ? '♥ Unlike' : '♡ Like';
+    likeBtn.setAttribute('aria-pressed', String(liked));
+    countEl.textContent = String(count);
+  };
+  paint();
+  likeBtn.addEventListener('click', async () => {
+    const before = { liked, count };
+    liked = !liked;
+    count += liked ? 1 : -1;
+    inFlight += 1;
+    paint();
+    try {
+      const field = liked ? 'likePost' : 'unlikePost';
+      const res = await gql(`mutation($id: ID!) { r: ${field}(postId: $id) { id likeCount likedByMe } }`, { id: p.id });
+      if (inFlight === 1) {
+        liked = res.r.likedByMe;
+        count = res.r.likeCount;
+      }
+    } catch (err) {
+      ({ liked, count } = before);
+      alert(`Like failed: ${(err as Error).message}`);
+    } finally {
+      inFlight -= 1;
+      paint();
+    }
+  });
+
+  const commentsEl = app.querySelector('#comments')!;
+  const shown = new Set<string>();
+  const commentCountEl = app.querySelector('[data-testid=comment-count]')!;
+  const addComment = (c: Comment, bump = false) => {
+    if (shown.has(c.id)) return;
+    shown.add(c.id);
+    commentsEl.insertAdjacentHTML('beforeend', `<div class="card" data-testid="comment" data-id="${esc(c.id)}">
+      <div class="muted">@${esc(c.author.handle)} · ♥ <span data-like-of="${esc(c.id)}">${c.likeCount}</span></div>
+      <p data-testid="comment-text">${esc(c.body)}</p>
+      <div class="replies">${(c.replies?.nodes ?? []).map((r) => `<div data-testid="reply">
+        <span class="muted">@${esc(r.author.handle)} → @${esc(r.replyTo.handle)} · ♥ <span data-like-of="${esc(r.id)}">${r.likeCount}</span></span>
+        <p>${esc(r.body)}</p></div>`).join('')}</div></div>`);
+    if (bump) commentCountEl.textContent = String(Number(commentCountEl.textContent) + 1);
+  };
+  p.comments.nodes.forEach((c) => addComment(c));
+
+  app.querySelector<HTMLFormElement>('#comment-form')!.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const form = e.target as HTMLFormElement;
+    const body = String(new FormData(form).get('body') ?? '').trim();
+    if (!body) return;
+    const errEl = app.querySelector('#comment-error')!;
+    errEl.textContent = '';
+    try {
+      const res = await gql(`mutation($id: ID!, $body: String!) { createComment(postId: $id, body: $body) { ${COMMENT_FIELDS} } }`, {
+        id: p.id,
+        body,
+      });
+      addComment(res.createComment, true);
+      form.reset();
+    } catch (err) {
+      errEl.textContent = err instanceof GraphQLError ? err.message : String(err);
+    }
+  });
+
+  // Live: committed like counts of the post and everything shown; new comments in the course.
+  const ids = [p.id, ...p.comments.nodes.flatMap((c) => [c.id, ...(c.replies?.nodes ?? []).map((r) => r.id)])].slice(0, 100);
+  stopPage.push(
+    subscribe(`subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount } }`, { ids }, (d: any) => {
+      const u = d.likeCounts;
+      if (u.id === p.id) {
+        if (inFlight === 0) {
+          count = u.likeCount;
+          paint();
+        }
+      } else {
+        app.querySelectorAll(`[data-like-of="${CSS.escape(u.id)}"]`).forEach((el) => (el.textContent = String(u.likeCount)));
+      }
+    }),
+    subscribe(
+      `subscription($course: ID!) { courseActivity(courseId: $course) { kind postId comment { ${COMMENT_FIELDS} } } }`,
+      { course: p.course.id },
+      (d: any) => {
+        const a = d.courseActivity;
+        if (a.kind === 'COMMENT_CREATED' && a.postId === p.id && a.comment) addComment(a.comment, true);
+      },
+    ),
+  );
+}
+
+// --- routing ---------------------------------------------------------------------------------
+
+async function route() {
+  stopPage.forEach((stop) => stop());
+  stopPage = [];
+  const me = currentUser();
+  if (me) setToken(me.token);
+  whoami.textContent = me ? `signed in as @${me.handle}` : '';
+  const [, page, id] = location.hash.replace(/^#/, '').split('/');
+  try {
+    if (!me || !page) return await pickUser();
+    if (page === 'courses') return await courses();
+    if (page === 'course' && id) return await course(decodeURIComponent(id));
+    if (page === 'post' && id) return await post(decodeURIComponent(id));
+    return await pickUser();
+  } catch (err) {
+    app.innerHTML = `<p class="error" data-testid="error">${esc((err as Error).message)}</p><p><a href="#/">Pick a user</a></p>`;
+  }
+}
+
+window.addEventListener('hashchange', route);
+route();

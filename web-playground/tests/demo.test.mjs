@@ -1,0 +1,101 @@
+// The demo forum with two users in two browser contexts on the same post: likes are
+// optimistic for the liker and arrive live for the other; a new comment appears live.
+import { test, beforeEach, afterEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, launchBrowser, blockOutside, screenshotsOnFailure } from './harness.mjs';
+
+let server, browser, pages;
+beforeEach(async () => {
+  [server, browser] = await Promise.all([startServer(), launchBrowser()]);
+  pages = {};
+});
+afterEach(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+async function signedIn(handle) {
+  const context = await browser.newContext();
+  const blocked = await blockOutside(context);
+  const page = await context.newPage();
+  page.on('pageerror', (e) => console.error(`[${handle}] page error: ${e}`));
+  await page.goto(`${server.url}/demo`);
+  await page.getByTestId(`user-${handle}`).click();
+  await page.getByTestId('whoami').getByText(`@${handle}`).waitFor();
+  return { page, blocked };
+}
+
+/** Alice opens CS101's newest post through the UI; Bob (also in CS101) opens the same URL. */
+async function bothOnOnePost() {
+  const a = await signedIn('alice');
+  pages.alice = a.page;
+  const b = await signedIn('bob');
+  pages.bob = b.page;
+  await a.page.getByTestId('course-CS101').click();
+  await a.page.getByTestId('post-item').first().locator('a').click();
+  await a.page.getByTestId('post-title').waitFor();
+  const postUrl = a.page.url();
+  assert.match(postUrl, /#\/post\//);
+  await b.page.goto(postUrl);
+  await b.page.getByTestId('post-title').waitFor();
+  assert.equal(await b.page.getByTestId('post-title').innerText(), await a.page.getByTestId('post-title').innerText());
+  for (const p of [a.page, b.page]) await p.locator('#live[data-state=up]').waitFor({ timeout: 5000 });
+  // graphql-ws sends `subscribe` right after connection_ack; give the server a moment to register it.
+  await new Promise((r) => setTimeout(r, 300));
+  return { a, b };
+}
+
+const count = async (page) => Number(await page.getByTestId('like-count').innerText());
+
+async function waitForCount(page, expected, ms) {
+  const start = Date.now();
+  while (Date.now() - start < ms) {
+    if ((await count(page)) === expected) return Date.now() - start;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(await count(page), expected, `like count not ${expected} within ${ms} ms`);
+}
+
+test('A likes: A sees it at once (optimistic), B sees it live within 3 s, and it stays right', async () => {
+  await screenshotsOnFailure('likes', () => pages, async () => {
+    const { a, b } = await bothOnOnePost();
+    const before = await count(a.page);
+    assert.equal(await count(b.page), before);
+    const wasLiked = (await a.page.getByTestId('like').getAttribute('aria-pressed')) === 'true';
+    const expected = before + (wasLiked ? -1 : 1);
+    // Click and read in one task: the count must change before any answer from the server.
+    const atOnce = await a.page.evaluate(() => {
+      document.querySelector('[data-testid=like]').click();
+      return Number(document.querySelector('[data-testid=like-count]').textContent);
+    });
+    assert.equal(atOnce, expected, 'optimistic update');
+    const tookB = await waitForCount(b.page, expected, 3000);
+    console.log(`# B saw the new count after ${tookB} ms`);
+    // Past the mutation's answer and the live updates, A's count is still right and B agrees.
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.equal(await count(a.page), expected);
+    assert.equal(await count(b.page), expected);
+    assert.equal(await a.page.getByTestId('like').getAttribute('aria-pressed'), String(!wasLiked));
+    // And after a reload both read it from the server.
+    await a.page.reload();
+    await a.page.getByTestId('post-title').waitFor();
+    assert.equal(await count(a.page), expected);
+    assert.deepEqual([...a.blocked, ...b.blocked], []);
+  });
+});
+
+test('B comments: A sees the comment appear without a reload', async () => {
+  await screenshotsOnFailure('comments', () => pages, async () => {
+    const { a, b } = await bothOnOnePost();
+    const commentsBefore = Number(await a.page.getByTestId('comment-count').innerText());
+    const body = `Live from bob ${Date.now()}`;
+    await b.page.getByTestId('comment-body').fill(body);
+    await b.page.getByTestId('comment-submit').click();
+    await b.page.getByTestId('comment-text').getByText(body).waitFor({ timeout: 3000 });
+    await a.page.getByTestId('comment-text').getByText(body).waitFor({ timeout: 3000 });
+    assert.equal(await a.page.getByTestId('comment-text').getByText(body).count(), 1);
+    assert.equal(Number(await a.page.getByTestId('comment-count').innerText()), commentsBefore + 1);
+    assert.equal(await b.page.getByTestId('comment-text').getByText(body).count(), 1, 'B shows its comment once');
+    assert.deepEqual([...a.blocked, ...b.blocked], []);
+  });
+});

@@ -1,0 +1,137 @@
+// Shared by the browser tests: a real course-forum server of our own (fresh database, seeded
+// demo forum, own Redis key prefix, free port) and a headless Debian Chromium.
+import { spawn, execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { randomUUID } from 'node:crypto';
+import { chromium } from 'playwright-core';
+
+const run = promisify(execFile);
+export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const bin = process.env.COURSE_FORUM_BIN ?? join(repoRoot, 'target/debug/course-forum');
+const adminUrl = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+const redisUrl = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+export const artifacts = join(repoRoot, 'test-artifacts');
+
+function databaseUrl(name) {
+  const slash = adminUrl.lastIndexOf('/');
+  return `${adminUrl.slice(0, slash)}/${name}`;
+}
+
+async function psql(sql) {
+  await run('psql', ['-X', '-q', '-w', '-v', 'ON_ERROR_STOP=1', '-d', adminUrl, '-c', sql]);
+}
+
+function freePort() {
+  return new Promise((ok, fail) => {
+    const srv = createServer();
+    srv.once('error', fail);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => ok(port));
+    });
+  });
+}
+
+/** Starts a server; call `stop()` (in `after`/`finally`) to stop it and drop its database. */
+export async function startServer() {
+  const id = randomUUID().replaceAll('-', '');
+  const database = `cf_browser_${id}`;
+  const work = await mkdtemp(join(tmpdir(), 'cf-browser-'));
+  const port = await freePort();
+  const env = {
+    ...process.env,
+    DATABASE_URL: databaseUrl(database),
+    REDIS_URL: redisUrl,
+    REDIS_KEY_PREFIX: `cfb${id}`,
+    JWT_SECRET: 'browser-test-secret-0123456789',
+    BIND: `127.0.0.1:${port}`,
+    PLAYGROUND_DIR: join(repoRoot, 'web-playground/dist'),
+    DEMO_USERS_FILE: join(work, 'demo.json'),
+    LOG_FORMAT: 'text',
+  };
+  await psql(`CREATE DATABASE "${database}"`);
+  let child;
+  let log = '';
+  const stop = async () => {
+    if (child && child.exitCode === null) {
+      const exited = new Promise((ok) => child.once('exit', ok));
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+      await exited;
+      clearTimeout(timer);
+    }
+    await psql(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`).catch((e) => console.error(e.message));
+    // The Redis keys under our prefix (best effort: redis-cli may be missing).
+    await run('sh', ['-c', `redis-cli -u "$1" --scan --pattern "$2*" | xargs -r redis-cli -u "$1" del >/dev/null`, 'sh', redisUrl, env.REDIS_KEY_PREFIX]).catch(() => {});
+    await rm(work, { recursive: true, force: true });
+  };
+  try {
+    await run(bin, ['migrate'], { env });
+    const { stdout } = await run(bin, ['seed', '--demo'], { env, maxBuffer: 16 << 20 });
+    await writeFile(env.DEMO_USERS_FILE, stdout);
+    const demo = JSON.parse(stdout);
+    child = spawn(bin, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout.on('data', (d) => (log += d));
+    child.stderr.on('data', (d) => (log += d));
+    const url = `http://127.0.0.1:${port}`;
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`server exited (${child.exitCode}):\n${log}`);
+      try {
+        if ((await fetch(`${url}/healthz`)).ok) break;
+      } catch {}
+      if (Date.now() > deadline) throw new Error(`server did not answer /healthz in 30 s:\n${log}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return { url, demo, stop, log: () => log };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+export async function launchBrowser() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    args: [
+      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    ],
+  });
+}
+
+/** Aborts every request that does not go to the loopback server; returns the list of them. */
+export async function blockOutside(context) {
+  const blocked = [];
+  await context.route('**/*', (route) => {
+    const { hostname, protocol } = new URL(route.request().url());
+    if ((protocol === 'http:' || protocol === 'ws:') && ['127.0.0.1', 'localhost', '[::1]'].includes(hostname)) {
+      return route.continue();
+    }
+    blocked.push(route.request().url());
+    return route.abort('blockedbyclient');
+  });
+  return blocked;
+}
+
+/** Runs `body`; if it throws, saves a screenshot of every page in `pages` to test-artifacts/. */
+export async function screenshotsOnFailure(name, pages, body) {
+  try {
+    await body();
+  } catch (err) {
+    await mkdir(artifacts, { recursive: true });
+    for (const [label, page] of Object.entries(pages())) {
+      const file = join(artifacts, `${name}-${label}.png`);
+      await page.screenshot({ path: file, fullPage: true }).then(
+        () => console.error(`screenshot: ${file}`),
+        (e) => console.error(`screenshot ${file} failed: ${e.message}`),
+      );
+    }
+    throw err;
+  }
+}
