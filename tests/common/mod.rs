@@ -111,16 +111,7 @@ impl TestApp {
             .expect("connect to test database");
         course_forum::db::migrate(&db).await.expect("migrate test database");
         let app = Application::build(settings).await.expect("build application");
-        let addr = app.local_addr();
-        let state = app.state().clone();
-        let (tx, rx) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            let _ = app
-                .run_until_stopped(async move {
-                    let _ = rx.await;
-                })
-                .await;
-        });
+        let (addr, state, tx, server) = serve_in_background(app);
         TestApp {
             addr,
             database,
@@ -143,16 +134,7 @@ impl TestApp {
         let mut settings = test_settings(&self.database, &self.redis_prefix);
         tweak(&mut settings);
         let app = Application::build(settings).await.expect("build peer");
-        let addr = app.local_addr();
-        let state = app.state().clone();
-        let (tx, rx) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            let _ = app
-                .run_until_stopped(async move {
-                    let _ = rx.await;
-                })
-                .await;
-        });
+        let (addr, state, tx, server) = serve_in_background(app);
         Peer { addr, state, _shutdown: tx, server }
     }
 
@@ -229,6 +211,23 @@ impl TestApp {
             .unwrap_or_else(|| panic!("query `{sql}` returned no row"))
             .v
     }
+}
+
+/// Runs a built application until the returned sender fires (or is dropped).
+fn serve_in_background(
+    app: Application,
+) -> (std::net::SocketAddr, course_forum::state::AppState, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+    let addr = app.local_addr();
+    let state = app.state().clone();
+    let (tx, rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let _ = app
+            .run_until_stopped(async move {
+                let _ = rx.await;
+            })
+            .await;
+    });
+    (addr, state, tx, server)
 }
 
 /// A peer instance; stops when dropped (the database belongs to the `TestApp`).
