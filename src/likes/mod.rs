@@ -40,7 +40,31 @@ pub enum LikeTarget {
     Comment(i64),
 }
 
+/// The tables a like touches for one kind of target: the like rows, their key column, and the
+/// table holding the counter. Level 1 and the recount build their SQL from it.
+pub(crate) struct LikeTables {
+    pub likes: &'static str,
+    pub key: &'static str,
+    pub target: &'static str,
+    pub make: fn(i64) -> LikeTarget,
+}
+
+impl LikeTables {
+    pub const POST: LikeTables =
+        LikeTables { likes: "post_likes", key: "post_id", target: "posts", make: LikeTarget::Post };
+    pub const COMMENT: LikeTables =
+        LikeTables { likes: "comment_likes", key: "comment_id", target: "comments", make: LikeTarget::Comment };
+}
+
 impl LikeTarget {
+    /// The tables of this target's kind, and its id.
+    pub(crate) fn tables(&self) -> (LikeTables, i64) {
+        match *self {
+            LikeTarget::Post(id) => (LikeTables::POST, id),
+            LikeTarget::Comment(id) => (LikeTables::COMMENT, id),
+        }
+    }
+
     pub fn kind_name(&self) -> &'static str {
         match self {
             LikeTarget::Post(_) => "post",

@@ -9,7 +9,7 @@ use redis::Script;
 use redis::aio::ConnectionManager;
 use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
 
-use super::{CountChange, LikeTarget};
+use super::{CountChange, LikeTables, LikeTarget};
 use crate::db::stmt;
 use crate::error::AppResult;
 use crate::kv::keys::Keys;
@@ -102,39 +102,29 @@ struct Recounted {
 /// Sets `like_count` to the number of like rows for each target, touching only rows that
 /// disagree. Returns the changed targets with their new counts.
 pub async fn recount(db: &impl ConnectionTrait, targets: &[LikeTarget]) -> AppResult<Vec<CountChange>> {
-    let posts: Vec<i64> =
-        targets.iter().filter_map(|t| if let LikeTarget::Post(id) = t { Some(*id) } else { None }).collect();
-    let comments: Vec<i64> =
-        targets.iter().filter_map(|t| if let LikeTarget::Comment(id) = t { Some(*id) } else { None }).collect();
     let mut changed = Vec::new();
-    if !posts.is_empty() {
-        let rows = Recounted::find_by_statement(stmt(
-            "UPDATE posts p SET like_count = c.n, like_version = p.like_version + 1 \
-             FROM (SELECT t.id, (SELECT count(*) FROM post_likes l WHERE l.post_id = t.id)::int AS n \
+    for tables in [LikeTables::POST, LikeTables::COMMENT] {
+        let ids: Vec<i64> = targets
+            .iter()
+            .map(LikeTarget::tables)
+            .filter(|(t, _)| t.target == tables.target)
+            .map(|(_, id)| id)
+            .collect();
+        if ids.is_empty() {
+            continue;
+        }
+        let sql = format!(
+            "UPDATE {target} x SET like_count = c.n, like_version = x.like_version + 1 \
+             FROM (SELECT t.id, (SELECT count(*) FROM {likes} l WHERE l.{key} = t.id)::int AS n \
                    FROM unnest($1::bigint[]) AS t(id)) c \
-             WHERE p.id = c.id AND p.like_count <> c.n RETURNING p.id, p.like_count, p.like_version",
-            [posts.into()],
-        ))
-        .all(db)
-        .await?;
+             WHERE x.id = c.id AND x.like_count <> c.n RETURNING x.id, x.like_count, x.like_version",
+            target = tables.target,
+            likes = tables.likes,
+            key = tables.key
+        );
+        let rows = Recounted::find_by_statement(stmt(&sql, [ids.into()])).all(db).await?;
         changed.extend(rows.into_iter().map(|r| CountChange {
-            target: LikeTarget::Post(r.id),
-            like_count: r.like_count,
-            version: r.like_version,
-        }));
-    }
-    if !comments.is_empty() {
-        let rows = Recounted::find_by_statement(stmt(
-            "UPDATE comments cm SET like_count = c.n, like_version = cm.like_version + 1 \
-             FROM (SELECT t.id, (SELECT count(*) FROM comment_likes l WHERE l.comment_id = t.id)::int AS n \
-                   FROM unnest($1::bigint[]) AS t(id)) c \
-             WHERE cm.id = c.id AND cm.like_count <> c.n RETURNING cm.id, cm.like_count, cm.like_version",
-            [comments.into()],
-        ))
-        .all(db)
-        .await?;
-        changed.extend(rows.into_iter().map(|r| CountChange {
-            target: LikeTarget::Comment(r.id),
+            target: (tables.make)(r.id),
             like_count: r.like_count,
             version: r.like_version,
         }));
@@ -150,7 +140,8 @@ pub async fn reconcile_all(db: &DatabaseConnection, chunk: i64) -> AppResult<Vec
         ids: Option<Vec<i64>>,
     }
     let mut fixed = Vec::new();
-    for (table, make) in [("posts", LikeTarget::Post as fn(i64) -> LikeTarget), ("comments", LikeTarget::Comment)] {
+    for tables in [LikeTables::POST, LikeTables::COMMENT] {
+        let table = tables.target;
         let mut after = 0i64;
         loop {
             let ids = Ids::find_by_statement(stmt(
@@ -162,7 +153,7 @@ pub async fn reconcile_all(db: &DatabaseConnection, chunk: i64) -> AppResult<Vec
             .and_then(|row| row.ids)
             .unwrap_or_default();
             let Some(last) = ids.last().copied() else { break };
-            let targets: Vec<LikeTarget> = ids.into_iter().map(make).collect();
+            let targets: Vec<LikeTarget> = ids.into_iter().map(tables.make).collect();
             fixed.extend(recount(db, &targets).await?);
             after = last;
         }

@@ -8,20 +8,6 @@ use super::LikeTarget;
 use crate::db::stmt;
 use crate::error::AppResult;
 
-/// The three tables a like touches for one kind of target.
-struct LikeTables {
-    likes: &'static str,
-    key: &'static str,
-    target: &'static str,
-}
-
-fn tables(target: LikeTarget) -> (LikeTables, i64) {
-    match target {
-        LikeTarget::Post(id) => (LikeTables { likes: "post_likes", key: "post_id", target: "posts" }, id),
-        LikeTarget::Comment(id) => (LikeTables { likes: "comment_likes", key: "comment_id", target: "comments" }, id),
-    }
-}
-
 #[derive(FromQueryResult)]
 struct CountRow {
     like_count: Option<i32>,
@@ -45,7 +31,7 @@ pub async fn set(
     target: LikeTarget,
     liked: bool,
 ) -> AppResult<Option<SyncOutcome>> {
-    let (t, id) = tables(target);
+    let (t, id) = target.tables();
     let sql = if liked {
         format!(
             "WITH live AS (SELECT id FROM {target} WHERE id = $1 AND deleted_at IS NULL), \
