@@ -40,6 +40,7 @@ impl Application {
     /// Connects to PostgreSQL and Redis and binds the listener; nothing is served yet.
     pub async fn build(settings: Settings) -> AppResult<Self> {
         settings.validate_for_serve()?;
+        crate::telemetry::metrics();
         let state = connect_state(settings).await?;
         let bind = state.settings.bind;
         let listener = TcpListener::bind(bind)

@@ -1,5 +1,5 @@
 //! HTTP transport: `POST /graphql`, subscriptions at `/graphql/ws` (`ws`), GraphiQL at `/` and
-//! the demo forum at `/demo` (`playground`, from local files), `/healthz`. Authentication
+//! the demo forum at `/demo` (`playground`, from local files), `/healthz`, `/metrics`. Authentication
 //! happens here, once per request; the schema only sees the resulting `Viewer`.
 
 use async_graphql::{Response as GqlResponse, ServerError};
@@ -32,11 +32,17 @@ pub fn router(app: AppState, schema: AppSchema) -> Router {
         .route("/graphql", get(graphiql).post(graphql))
         .route("/graphql/ws", get(ws::upgrade))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
         .merge(playground)
         .layer(DefaultBodyLimit::max(body_limit))
         // async-graphql-axum reads the body stream itself, past DefaultBodyLimit: limit the stream.
         .layer(tower_http::limit::RequestBodyLimitLayer::new(body_limit))
         .with_state(HttpState { app, schema })
+}
+
+/// Prometheus text exposition of every metric this process recorded.
+async fn metrics() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::telemetry::metrics().render())
 }
 
 async fn graphiql(State(state): State<HttpState>) -> impl IntoResponse {
