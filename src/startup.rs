@@ -118,7 +118,7 @@ async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>>
 /// A like worker with a Redis connection of its own (its blocking reads must not hold up the
 /// API's multiplexed connection).
 pub async fn build_worker(state: &AppState) -> AppResult<LikeWorker> {
-    let redis = kv::connect(state.settings.redis_url()?, state.settings.connect_timeout).await?;
+    let redis = kv::connect(state.settings.redis_url()?, state.settings.connect_timeout, "worker").await?;
     let worker = LikeWorker::new(
         state.db.clone(),
         redis,
@@ -146,7 +146,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let settings = Arc::new(settings);
     let mut db = db::connect(&settings).await?;
     let sql_statements = db::StatementCounter::attach(&mut db);
-    let redis = kv::connect(settings.redis_url()?, settings.connect_timeout).await?;
+    let redis = kv::connect(settings.redis_url()?, settings.connect_timeout, "api").await?;
     if settings.like_mode == LikeMode::Buffered && !settings.allow_evicting_redis {
         kv::refuse_evicting_policy(&redis).await?;
     }

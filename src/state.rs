@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use redis::aio::ConnectionManager;
+use crate::kv::Redis;
 use sea_orm::DatabaseConnection;
 
 use crate::auth::TokenKeys;
@@ -21,7 +21,7 @@ pub struct AppState {
     /// How many SQL statements `db` has run, for statements-per-request measurements.
     pub sql_statements: StatementCounter,
     /// Multiplexed, self-reconnecting; clone it per use.
-    pub redis: ConnectionManager,
+    pub redis: Redis,
     pub keys: Keys,
     pub tokens: TokenKeys,
     pub likes: Likes,

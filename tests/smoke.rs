@@ -15,3 +15,28 @@ async fn me_and_my_courses_answer_for_the_token_holder() {
     assert_eq!(data["me"]["id"], gid("User", world.alice));
     assert_eq!(data["myCourses"], json!([{ "id": gid("Course", world.course), "code": "CS101", "myRole": "STUDENT" }]));
 }
+
+#[tokio::test]
+async fn metrics_count_the_sql_statements_and_redis_commands_a_request_sends() {
+    let app = TestApp::spawn_with(|s| s.like_mode = course_forum::config::LikeMode::Buffered).await;
+    let world = World::create(&app).await;
+    let token = app.token(world.alice);
+    let post = app
+        .gql_ok(
+            Some(&token),
+            "mutation($c: ID!) { createPost(courseId: $c, title: \"t\", body: \"b\") { id } }",
+            json!({ "c": gid("Course", world.course) }),
+        )
+        .await["createPost"]["id"]
+        .clone();
+    let (sql_before, redis_before) = (app.state.sql_statements.get(), app.state.redis.commands_sent());
+    app.gql_ok(Some(&token), "query($p: ID!) { post(id: $p) { likedByMe } }", json!({ "p": post })).await;
+    // The post and the viewer's memberships from PostgreSQL; likedByMe warms the cold liked-set
+    // (one SQL read) and asks Redis: SMISMEMBER, the warm script, SMISMEMBER again.
+    assert_eq!(app.state.sql_statements.get() - sql_before, 3);
+    assert_eq!(app.state.redis.commands_sent() - redis_before, 3);
+
+    let text = app.http.get(app.url("/metrics")).send().await.expect("GET /metrics").text().await.expect("text");
+    assert!(text.contains("sql_statements_total"), "{text}");
+    assert!(text.contains("redis_commands_total{role=\"api\"}"), "{text}");
+}

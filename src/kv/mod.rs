@@ -1,17 +1,67 @@
-//! Redis: connecting with bounded timeouts, the key layout (`keys`), and the Lua scripts of
-//! `lua/`, each loaded once and run by EVALSHA.
+//! Redis: connecting with bounded timeouts, the counted connection every module talks through
+//! (`Redis`), the key layout (`keys`), and the Lua scripts of `lua/`, each loaded once and run
+//! by EVALSHA.
 
 pub mod keys;
 pub mod ratelimit;
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::error::{AppError, AppResult};
 
-/// Opens a self-reconnecting connection, failing within `timeout` with one sentence.
-pub async fn connect(url: &str, timeout: Duration) -> AppResult<ConnectionManager> {
+/// A multiplexed, self-reconnecting Redis connection that counts the commands it sends (a
+/// pipeline counts each command in it; a script counts as its EVALSHA). Clones share the
+/// connection and the count. `role` labels the `redis_commands_total` metric, so the API's
+/// commands per request can be read apart from the background workers'.
+#[derive(Clone)]
+pub struct Redis {
+    inner: ConnectionManager,
+    commands: Arc<AtomicU64>,
+    role: &'static str,
+}
+
+impl Redis {
+    /// Commands sent through this connection (and its clones) so far.
+    pub fn commands_sent(&self) -> u64 {
+        self.commands.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, n: usize) {
+        self.commands.fetch_add(n as u64, Ordering::Relaxed);
+        metrics::counter!("redis_commands_total", "role" => self.role).increment(n as u64);
+    }
+}
+
+impl ConnectionLike for Redis {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.count(1);
+        self.inner.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.count(pipeline.len());
+        self.inner.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+/// Opens a self-reconnecting connection, failing within `timeout` with one sentence. `role`
+/// names who uses it (`api`, `worker`, …) in the command metrics.
+pub async fn connect(url: &str, timeout: Duration, role: &'static str) -> AppResult<Redis> {
     let client = redis::Client::open(url)
         .map_err(|e| AppError::Config(format!("REDIS_URL `{url}` is not a valid Redis URL ({e})")))?;
     let config = ConnectionManagerConfig::new()
@@ -27,12 +77,12 @@ pub async fn connect(url: &str, timeout: Duration) -> AppResult<ConnectionManage
         .query_async(&mut conn)
         .await
         .map_err(|e| AppError::Config(format!("cannot reach Redis at {url} ({e})")))?;
-    Ok(conn)
+    Ok(Redis { inner: conn, commands: Arc::new(AtomicU64::new(0)), role })
 }
 
 /// Buffered likes live in Redis until the worker commits them: a policy that may evict any
 /// key (`allkeys-*`) could evict the stream and lose likes. Refuse to start on one.
-pub async fn refuse_evicting_policy(redis: &ConnectionManager) -> AppResult<()> {
+pub async fn refuse_evicting_policy(redis: &Redis) -> AppResult<()> {
     let mut conn = redis.clone();
     let reply: redis::RedisResult<Vec<String>> =
         redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut conn).await;

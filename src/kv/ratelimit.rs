@@ -2,22 +2,22 @@
 
 use std::time::Duration;
 
+use crate::kv::Redis;
 use redis::Script;
-use redis::aio::ConnectionManager;
 
 use crate::error::{AppError, AppResult};
 
 /// Allows `limit` events per `window` per key; `limit == 0` disables the check.
 #[derive(Clone)]
 pub struct RateLimiter {
-    redis: ConnectionManager,
+    redis: Redis,
     script: std::sync::Arc<Script>,
     limit: u32,
     window: Duration,
 }
 
 impl RateLimiter {
-    pub fn new(redis: ConnectionManager, limit: u32, window: Duration) -> Self {
+    pub fn new(redis: Redis, limit: u32, window: Duration) -> Self {
         let script = std::sync::Arc::new(Script::new(include_str!("../../lua/rate_limit.lua")));
         Self { redis, script, limit, window }
     }

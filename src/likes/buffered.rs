@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::kv::Redis;
 use redis::Script;
-use redis::aio::ConnectionManager;
 use sea_orm::{DatabaseConnection, FromQueryResult};
 
 use super::{LikeStats, LikeTarget};
@@ -21,7 +21,7 @@ pub const SENTINEL: &str = "_";
 #[derive(Clone)]
 pub struct LikedSets {
     db: DatabaseConnection,
-    redis: ConnectionManager,
+    redis: Redis,
     keys: Keys,
     ttl: Duration,
     toggle: Arc<Script>,
@@ -30,13 +30,7 @@ pub struct LikedSets {
 }
 
 impl LikedSets {
-    pub fn new(
-        db: DatabaseConnection,
-        redis: ConnectionManager,
-        keys: Keys,
-        ttl: Duration,
-        stats: Arc<LikeStats>,
-    ) -> Self {
+    pub fn new(db: DatabaseConnection, redis: Redis, keys: Keys, ttl: Duration, stats: Arc<LikeStats>) -> Self {
         Self {
             db,
             redis,

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::kv::Redis;
 use sea_orm::{DatabaseConnection, FromQueryResult};
 
 use crate::config::LikeMode;
@@ -137,7 +137,7 @@ pub struct Likes {
 impl Likes {
     pub fn new(
         db: DatabaseConnection,
-        redis: ConnectionManager,
+        redis: Redis,
         mode: LikeMode,
         limiter: RateLimiter,
         keys: Keys,

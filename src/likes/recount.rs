@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use crate::kv::Redis;
 use redis::Script;
-use redis::aio::ConnectionManager;
 use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
 
 use super::{CountChange, LikeTables, LikeTarget};
@@ -37,14 +37,14 @@ pub async fn set(db: &impl ConnectionTrait, user_id: i64, target: LikeTarget, li
 /// The dirty set of targets awaiting a recount.
 #[derive(Clone)]
 pub struct DirtyMarks {
-    redis: ConnectionManager,
+    redis: Redis,
     keys: Keys,
     mark: Arc<Script>,
     clear: Arc<Script>,
 }
 
 impl DirtyMarks {
-    pub fn new(redis: ConnectionManager, keys: Keys) -> Self {
+    pub fn new(redis: Redis, keys: Keys) -> Self {
         Self {
             redis,
             keys,

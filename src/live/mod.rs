@@ -7,7 +7,7 @@
 
 pub mod hub;
 
-use redis::aio::ConnectionManager;
+use crate::kv::Redis;
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppResult;
@@ -72,12 +72,12 @@ impl LiveMessage {
 /// and swallowed rather than failing the write that already committed.
 #[derive(Clone)]
 pub struct Publisher {
-    redis: ConnectionManager,
+    redis: Redis,
     channel: String,
 }
 
 impl Publisher {
-    pub fn new(redis: ConnectionManager, channel: String) -> Self {
+    pub fn new(redis: Redis, channel: String) -> Self {
         Self { redis, channel }
     }
 

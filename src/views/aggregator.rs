@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::kv::Redis;
 use redis::Script;
-use redis::aio::ConnectionManager;
 use sea_orm::{DatabaseConnection, FromQueryResult};
 use tokio::sync::watch;
 
@@ -87,7 +87,7 @@ struct ApplyRow {
 #[derive(Clone)]
 pub struct ViewAggregator {
     db: DatabaseConnection,
-    redis: ConnectionManager,
+    redis: Redis,
     keys: Keys,
     shards: u32,
     interval: Duration,
@@ -95,7 +95,7 @@ pub struct ViewAggregator {
 }
 
 impl ViewAggregator {
-    pub fn new(db: DatabaseConnection, redis: ConnectionManager, keys: Keys, shards: u32, interval: Duration) -> Self {
+    pub fn new(db: DatabaseConnection, redis: Redis, keys: Keys, shards: u32, interval: Duration) -> Self {
         let take = std::sync::Arc::new(Script::new(include_str!("../../lua/view_take.lua")));
         Self { db, redis, keys, shards: shards.max(1), interval, take }
     }

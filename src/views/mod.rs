@@ -37,9 +37,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::kv::Redis;
 use axum::http::HeaderMap;
 use redis::Script;
-use redis::aio::ConnectionManager;
 
 use crate::config::Settings;
 use crate::error::{AppError, AppResult};
@@ -135,14 +135,14 @@ pub struct LiveViews {
 /// Starting, completing and reading views (the Redis side; access checks are the caller's).
 #[derive(Clone)]
 pub struct Views {
-    redis: ConnectionManager,
+    redis: Redis,
     keys: Keys,
     config: ViewConfig,
     scripts: Arc<Scripts>,
 }
 
 impl Views {
-    pub fn new(redis: ConnectionManager, keys: Keys, config: ViewConfig) -> Self {
+    pub fn new(redis: Redis, keys: Keys, config: ViewConfig) -> Self {
         let scripts = Arc::new(Scripts {
             start: Script::new(include_str!("../../lua/view_start.lua")),
             complete: Script::new(include_str!("../../lua/view_complete.lua")),

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::kv::Redis;
 use redis::Script;
-use redis::aio::ConnectionManager;
 
 use crate::error::AppResult;
 
 #[derive(Clone)]
 pub struct Lease {
-    redis: ConnectionManager,
+    redis: Redis,
     owner: String,
     ttl: Duration,
     renew: Arc<Script>,
@@ -31,7 +31,7 @@ pub enum Holding {
 }
 
 impl Lease {
-    pub fn new(redis: ConnectionManager, owner: String, ttl: Duration) -> Self {
+    pub fn new(redis: Redis, owner: String, ttl: Duration) -> Self {
         Self {
             redis,
             owner,

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
+use crate::kv::Redis;
 use redis::{FromRedisValue, Value};
 use sea_orm::{DatabaseConnection, DbErr, TransactionTrait};
 use tokio::sync::watch;
@@ -113,7 +113,7 @@ struct Entry {
 #[derive(Clone)]
 pub struct LikeWorker {
     db: DatabaseConnection,
-    redis: ConnectionManager,
+    redis: Redis,
     keys: Keys,
     config: WorkerConfig,
     lease: Lease,
@@ -124,13 +124,7 @@ pub struct LikeWorker {
 
 impl LikeWorker {
     /// `redis` should be a connection of the worker's own: blocking reads hold it.
-    pub fn new(
-        db: DatabaseConnection,
-        redis: ConnectionManager,
-        keys: Keys,
-        config: WorkerConfig,
-        publisher: Publisher,
-    ) -> Self {
+    pub fn new(db: DatabaseConnection, redis: Redis, keys: Keys, config: WorkerConfig, publisher: Publisher) -> Self {
         let consumer = format!("worker-{}", uuid::Uuid::new_v4().simple());
         Self {
             lease: Lease::new(redis.clone(), consumer, config.lease_ttl),

@@ -58,7 +58,7 @@ async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<App
     let outcome = async {
         let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
         let keys = Keys::new(prefix.clone(), 1);
-        let redis = kv::connect(&cli.redis_url, Duration::from_secs(5)).await?;
+        let redis = kv::connect(&cli.redis_url, Duration::from_secs(5), "bench").await?;
         let config = WorkerConfig {
             mode: LikeMode::Buffered,
             batch_size: batch,
