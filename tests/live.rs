@@ -69,6 +69,32 @@ async fn a_like_sent_to_one_instance_reaches_a_subscriber_on_another() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_update_carries_the_time_its_transaction_committed() {
+    let app = buffered_with_worker().await;
+    let world = World::create(&app).await;
+    let post = create_post(&app, world.bob, world.course).await;
+    let mut socket = GqlSocket::connect(app.addr, Some(&app.token(world.alice))).await.expect("connect");
+    socket
+        .subscribe(
+            "1",
+            "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount committedAt } }",
+            json!({ "ids": [gid("Post", post)] }),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before_like = chrono::Utc::now();
+    like(&app, world.instructor, post).await;
+    let data = socket.next_data(Duration::from_secs(10)).await.expect("an update");
+    let received = chrono::Utc::now();
+    assert_eq!(data["likeCounts"]["likeCount"], 1);
+    let committed =
+        chrono::DateTime::parse_from_rfc3339(data["likeCounts"]["committedAt"].as_str().expect("committedAt"))
+            .expect("an RFC 3339 time")
+            .to_utc();
+    assert!(before_like <= committed && committed <= received, "{before_like} <= {committed} <= {received}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_burst_of_a_thousand_likes_arrives_coalesced_and_ends_on_the_final_count() {
     const LIKERS: i64 = 1000;
     let a = buffered_with_worker().await;

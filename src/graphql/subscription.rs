@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_graphql::{Context, ID, Object, SimpleObject, Subscription};
+use chrono::{DateTime, Utc};
 use futures_util::Stream;
 use futures_util::StreamExt;
 use tokio::time::Instant;
@@ -66,6 +67,9 @@ pub struct LikeCountUpdate {
     /// The global id as the client passed it (Post, Comment or Reply).
     pub id: ID,
     pub like_count: i32,
+    /// When the transaction that produced this count committed, by the publishing server's
+    /// clock (null if it did not say): lets a client measure commit→screen latency.
+    pub committed_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Default)]
@@ -174,11 +178,17 @@ fn coalesced(
                 }
                 let due = st.last_emit.get(target).map(|t| *t + st.interval).unwrap_or(now);
                 if due <= now {
-                    let (version, like_count) = *receiver.borrow_and_update();
+                    let latest = *receiver.borrow_and_update();
                     st.pending.remove(target);
-                    if version != i64::MIN {
+                    if !latest.is_none() {
                         st.last_emit.insert(*target, now);
-                        st.ready.push_back(LikeCountUpdate { id: st.ids[target].clone(), like_count });
+                        st.ready.push_back(LikeCountUpdate {
+                            id: st.ids[target].clone(),
+                            like_count: latest.like_count,
+                            committed_at: (latest.committed_at_us > 0)
+                                .then(|| DateTime::from_timestamp_micros(latest.committed_at_us))
+                                .flatten(),
+                        });
                     }
                 } else {
                     next_due = Some(next_due.map_or(due, |d: Instant| d.min(due)));

@@ -21,8 +21,24 @@ use crate::likes::{CountChange, LikeTarget};
 /// Activity events a course channel holds for subscribers that are behind.
 const ACTIVITY_CAPACITY: usize = 256;
 
-/// (version, like_count) of one target.
-pub type VersionedCount = (i64, i32);
+/// The latest committed count of one target: its version orders it among the target's
+/// changes; `committed_at_us` is when its transaction committed (0 when the publisher did
+/// not say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VersionedCount {
+    pub version: i64,
+    pub like_count: i32,
+    pub committed_at_us: i64,
+}
+
+impl VersionedCount {
+    /// Nothing published yet: every real version is newer.
+    const NONE: VersionedCount = VersionedCount { version: i64::MIN, like_count: 0, committed_at_us: 0 };
+
+    pub fn is_none(&self) -> bool {
+        self.version == i64::MIN
+    }
+}
 
 #[derive(Default)]
 pub struct HubStats {
@@ -50,7 +66,7 @@ impl Hub {
         let receivers = targets
             .iter()
             .map(|target| {
-                let sender = map.entry(*target).or_insert_with(|| watch::channel((i64::MIN, 0)).0);
+                let sender = map.entry(*target).or_insert_with(|| watch::channel(VersionedCount::NONE).0);
                 (*target, sender.subscribe())
             })
             .collect();
@@ -69,11 +85,11 @@ impl Hub {
     pub fn dispatch(&self, message: LiveMessage) {
         self.stats.messages_received.fetch_add(1, Ordering::Relaxed);
         match message {
-            LiveMessage::Counts { counts } => {
+            LiveMessage::Counts { counts, committed_at_us } => {
                 let map = self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 for change in LiveMessage::count_changes(&counts) {
                     if let Some(sender) = map.get(&change.target) {
-                        publish_if_newer(sender, change);
+                        publish_if_newer(sender, change, committed_at_us.unwrap_or(0));
                     }
                 }
             }
@@ -106,10 +122,10 @@ impl Hub {
     }
 }
 
-fn publish_if_newer(sender: &watch::Sender<VersionedCount>, change: CountChange) {
+fn publish_if_newer(sender: &watch::Sender<VersionedCount>, change: CountChange, committed_at_us: i64) {
     sender.send_if_modified(|current| {
-        if change.version > current.0 {
-            *current = (change.version, change.like_count);
+        if change.version > current.version {
+            *current = VersionedCount { version: change.version, like_count: change.like_count, committed_at_us };
             true
         } else {
             false

@@ -41,6 +41,11 @@ pub enum LiveMessage {
     /// `(member, like_count, version)` per target, e.g. `("p:12", 40, 57)`.
     Counts {
         counts: Vec<(String, i32, i64)>,
+        /// When the transaction behind these counts committed, in microseconds since the Unix
+        /// epoch by the publisher's clock (absent from older publishers). Subscribers get it as
+        /// `committedAt`, so commit→client latency can be measured end to end.
+        #[serde(default)]
+        committed_at_us: Option<i64>,
     },
     Activity {
         activity: Activity,
@@ -48,8 +53,11 @@ pub enum LiveMessage {
 }
 
 impl LiveMessage {
-    pub fn counts(changes: &[CountChange]) -> Self {
-        LiveMessage::Counts { counts: changes.iter().map(|c| (c.target.member(), c.like_count, c.version)).collect() }
+    pub fn counts(changes: &[CountChange], committed_at_us: i64) -> Self {
+        LiveMessage::Counts {
+            counts: changes.iter().map(|c| (c.target.member(), c.like_count, c.version)).collect(),
+            committed_at_us: Some(committed_at_us),
+        }
     }
 
     /// The counts of a `Counts` message, skipping members that do not parse.
@@ -67,6 +75,11 @@ impl LiveMessage {
     }
 }
 
+/// Microseconds since the Unix epoch (the wall clock every instance shares, give or take NTP).
+pub fn now_micros() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+}
+
 /// Publishes committed changes. Best effort: a lost publication costs a stale number on a
 /// screen until the next change, never a wrong number in the database, so failures are logged
 /// and swallowed rather than failing the write that already committed.
@@ -81,9 +94,11 @@ impl Publisher {
         Self { redis, channel }
     }
 
+    /// Publishes committed counts. Every caller calls this right after its COMMIT returned, so
+    /// the time taken here is the commit time as this process saw it.
     pub async fn counts(&self, changes: &[CountChange]) {
         if !changes.is_empty() {
-            self.publish(&LiveMessage::counts(changes)).await;
+            self.publish(&LiveMessage::counts(changes, now_micros())).await;
         }
     }
 
