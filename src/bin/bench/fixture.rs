@@ -1,11 +1,11 @@
 //! A throwaway database for one benchmark run: created, migrated, seeded with one course, one
-//! hot post and N members, and dropped afterwards.
+//! hot post and N members (more posts on demand), and dropped afterwards.
 
 use std::time::Duration;
 
 use course_forum::db::{self, stmt};
 use course_forum::error::AppResult;
-use sea_orm::{ConnectionTrait, DatabaseConnection};
+use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
 
 pub struct Fixture {
     admin: DatabaseConnection,
@@ -39,6 +39,44 @@ impl Fixture {
         ))
         .await?;
         Ok(Fixture { admin, name, url, db })
+    }
+
+    /// Adds `count` posts to course 1, written in turn by users 2..=authors+1; returns their ids
+    /// oldest first.
+    pub async fn add_posts(&self, count: i64, authors: i64, title: &str) -> AppResult<Vec<i64>> {
+        #[derive(FromQueryResult)]
+        struct Id {
+            id: i64,
+        }
+        let rows = Id::find_by_statement(stmt(
+            "INSERT INTO posts (course_id, user_id, title, body) \
+             SELECT 1, 2 + (n % $2), $3 || ' ' || n, 'Post body ' || n FROM generate_series(1, $1) n \
+             ORDER BY n RETURNING id",
+            [count.into(), authors.max(1).into(), title.into()],
+        ))
+        .all(&self.db)
+        .await?;
+        let mut ids: Vec<i64> = rows.into_iter().map(|r| r.id).collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// The like count and the like rows of a post, read in one statement.
+    pub async fn post_likes(&self, post_id: i64) -> AppResult<(i64, i64)> {
+        #[derive(FromQueryResult)]
+        struct Counts {
+            counter: i64,
+            rows: i64,
+        }
+        let counts = Counts::find_by_statement(stmt(
+            "SELECT like_count::bigint AS counter, \
+                    (SELECT count(*) FROM post_likes WHERE post_id = $1) AS rows \
+             FROM posts WHERE id = $1",
+            [post_id.into()],
+        ))
+        .one(&self.db)
+        .await?;
+        Ok(counts.map_or((0, 0), |c| (c.counter, c.rows)))
     }
 
     pub async fn drop(self) -> AppResult<()> {

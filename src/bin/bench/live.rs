@@ -1,81 +1,80 @@
 //! `bench live`: a real `course-forum serve` process (buffered likes, in-process worker), S
-//! websocket subscribers watching one post's `likeCounts`, and a storm of likes by distinct
-//! users through `POST /graphql`. Reports how long a like takes from its accepted response to
-//! being visible on every subscriber (an upper bound of commit→client: it includes the
-//! worker's batching and the coalescing window), messages per subscriber, and the server's
-//! resident memory before and after the subscribers connected.
+//! websocket subscribers (graphql-transport-ws) watching one post's `likeCounts`, and a storm
+//! of likes by distinct users through `POST /graphql`. Every update carries `committedAt`, the
+//! time the worker's COMMIT returned; each subscriber compares its receive time with it (same
+//! machine, same clock): commit→client latency, per delivered update. Also: messages per
+//! subscriber (a burst is coalesced) and the server's resident memory.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use course_forum::auth::TokenKeys;
+use course_forum::config::LikeMode;
 use course_forum::error::{AppError, AppResult};
+use course_forum::graphql::ids::{NodeKind, encode};
 use futures_util::{SinkExt, StreamExt};
+use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::Message;
 
 use crate::fixture::Fixture;
-use crate::{Cli, percentile};
+use crate::load::{self, Request};
+use crate::percentile;
+use crate::server::{Server, internal, load_average};
+use crate::storm::{LIKE_POST, tokens};
 
-const SECRET: &str = "bench-secret-0123456789abcdef";
-const POST_ID: &str = "UG9zdDox"; // global id of post 1
+const LIKE_COUNTS: &str = "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount committedAt } }";
 
-pub async fn run(cli: &Cli, subscribers: usize, likes: i64, concurrency: usize, open_rate: u32) -> AppResult<()> {
-    let fixture = Fixture::create(&cli.database_url, likes).await?;
-    let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
-    let outcome = measure(cli, &fixture, &prefix, subscribers, likes, concurrency, open_rate).await;
-    cleanup_redis(&cli.redis_url, &prefix).await;
-    fixture.drop().await?;
+#[derive(Debug, Serialize)]
+pub struct LiveResult {
+    pub subscribers: usize,
+    pub likes_accepted: usize,
+    pub likes_failed: usize,
+    pub likes_per_s: f64,
+    /// commit→client over every delivered update of every subscriber.
+    pub commit_to_client_p50_ms: f64,
+    pub commit_to_client_p99_ms: f64,
+    pub commit_to_client_max_ms: f64,
+    pub samples: usize,
+    /// Subscribers that saw the final count.
+    pub saw_final: usize,
+    pub messages_per_subscriber_p50: f64,
+    pub rss_idle_mib: u64,
+    pub rss_subscribed_mib: u64,
+    pub load_before: f64,
+}
+
+/// Subscribers on `post_id` during a storm of `likes` likes by users 2..=likes+1.
+pub async fn run_on(
+    cli: &crate::Cli,
+    fixture: &Fixture,
+    post_id: i64,
+    subscribers: usize,
+    likes: usize,
+    connections: usize,
+    open_rate: u32,
+) -> AppResult<LiveResult> {
+    let server = Server::start(&fixture.url, &cli.redis_url, LikeMode::Buffered, &[]).await?;
+    let outcome = measure(fixture, &server, post_id, subscribers, likes, connections, open_rate).await;
+    server.stop(&cli.redis_url).await;
     outcome
 }
 
-fn internal(what: &str) -> impl Fn(String) -> AppError + '_ {
-    move |e| AppError::Internal(format!("{what}: {e}"))
-}
-
 async fn measure(
-    cli: &Cli,
     fixture: &Fixture,
-    prefix: &str,
+    server: &Server,
+    post_id: i64,
     subscribers: usize,
-    likes: i64,
-    concurrency: usize,
+    likes: usize,
+    connections: usize,
     open_rate: u32,
-) -> AppResult<()> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| internal("free port")(e.to_string()))?
-        .port();
-    let exe = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.join("course-forum")))
-        .ok_or_else(|| AppError::Internal("cannot locate the course-forum binary next to bench".into()))?;
-    let mut server = tokio::process::Command::new(&exe)
-        .arg("serve")
-        .env("DATABASE_URL", &fixture.url)
-        .env("REDIS_URL", &cli.redis_url)
-        .env("REDIS_KEY_PREFIX", prefix)
-        .env("JWT_SECRET", SECRET)
-        .env("BIND", format!("127.0.0.1:{port}"))
-        .env("LIKE_MODE", "buffered")
-        .env("LIKE_RATE_PER_MINUTE", "0")
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| internal("start the server (run `cargo build --release` first)")(e.to_string()))?;
-    let pid = server.id().unwrap_or(0);
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(concurrency)
-        .build()
-        .map_err(|e| internal("client")(e.to_string()))?;
-    wait_healthy(&http, &base).await?;
-    let rss_idle = rss_kib(pid);
-
-    let tokens = TokenKeys::new(SECRET)?;
+) -> AppResult<LiveResult> {
+    let post = encode(NodeKind::Post, post_id).to_string();
+    let rss_idle = rss_kib(server.pid);
+    let like_tokens = tokens(2, likes)?;
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(subscribers.max(1));
+    let (final_tx, final_rx) = watch::channel(i64::MAX);
     // Subscribing checks access in PostgreSQL: open at a steady rate rather than all at once,
     // so the setup does not measure a thundering herd on the pool.
     let opening = Arc::new(Semaphore::new(100));
@@ -83,11 +82,10 @@ async fn measure(
     let mut readers = Vec::with_capacity(subscribers);
     for n in 0..subscribers {
         tokio::time::sleep(pace).await;
-        let token = tokens.mint(2 + (n as i64 % likes.max(1)), Duration::from_secs(3600))?;
+        let token = like_tokens[n % likes.max(1)].clone();
         let permit = opening.clone().acquire_owned().await.map_err(|e| internal("semaphore")(e.to_string()))?;
-        let ready = ready_tx.clone();
-        let url = format!("ws://127.0.0.1:{port}/graphql/ws");
-        readers.push(tokio::spawn(async move { subscriber(url, token, likes, ready, permit).await }));
+        let (ready, final_count, url, post) = (ready_tx.clone(), final_rx.clone(), server.ws_url(), post.clone());
+        readers.push(tokio::spawn(async move { subscriber(url, token, post, ready, final_count, permit).await }));
     }
     for _ in 0..subscribers {
         if tokio::time::timeout(Duration::from_secs(60), ready_rx.recv()).await.ok().flatten().is_none() {
@@ -96,113 +94,72 @@ async fn measure(
     }
     // Let the last subscriptions finish their access checks before the storm starts.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let rss_subscribed = rss_kib(pid);
+    let rss_subscribed = rss_kib(server.pid);
 
-    // The storm: every like by a distinct user, `concurrency` requests in flight.
-    let storm_started = Instant::now();
-    let sending = Arc::new(Semaphore::new(concurrency));
-    let mut sends = Vec::with_capacity(likes as usize);
-    for user in 2..likes + 2 {
-        let permit = sending.clone().acquire_owned().await.map_err(|e| internal("semaphore")(e.to_string()))?;
-        let (http, url, token) =
-            (http.clone(), format!("{base}/graphql"), tokens.mint(user, Duration::from_secs(3600))?);
-        sends.push(tokio::spawn(async move {
-            let sent = Instant::now();
-            let response = http
-                .post(url)
-                .bearer_auth(token)
-                .json(&json!({ "query": "mutation($p: ID!) { likePost(postId: $p) { likeCount } }", "variables": { "p": POST_ID } }))
-                .send()
-                .await;
-            drop(permit);
-            let body: Value = match response {
-                Ok(r) => r.json().await.unwrap_or(Value::Null),
-                Err(_) => Value::Null,
-            };
-            let ok = body.get("errors").is_none() && body["data"]["likePost"].is_object();
-            (ok, sent.elapsed(), Instant::now())
-        }));
+    let load_before = load_average();
+    let body = load::graphql_body(LIKE_POST, json!({ "p": post }));
+    let requests = like_tokens
+        .into_iter()
+        .map(|authorization| Request { authorization, body: body.clone(), forwarded_for: None })
+        .collect();
+    let check: load::Check = Arc::new(|_, data| {
+        data["likePost"]["likeCount"].as_i64().map(|_| ()).ok_or_else(|| format!("unexpected answer: {data}"))
+    });
+    let report =
+        load::run(&server.graphql_url(), requests, connections, Duration::from_secs(120), check, false).await?;
+    // The last count every subscriber must reach: what the database holds once it has caught up.
+    let accepted = report.ok as i64;
+    let flushing = Instant::now();
+    while fixture.post_likes(post_id).await?.0 < accepted && flushing.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let mut accepted_at = Vec::with_capacity(likes as usize);
-    let mut request_ms = Vec::with_capacity(likes as usize);
-    let mut failures = 0;
-    for send in sends {
-        let (ok, took, at) = send.await.map_err(|e| internal("like task")(e.to_string()))?;
-        if ok {
-            accepted_at.push(at);
-            request_ms.push(took.as_secs_f64() * 1000.0);
-        } else {
-            failures += 1;
-        }
-    }
-    let storm_secs = storm_started.elapsed().as_secs_f64();
-    accepted_at.sort();
+    let _ = final_tx.send(accepted);
 
     let mut latencies = Vec::new();
     let mut messages = Vec::new();
+    let mut saw_final = 0;
     for reader in readers {
         let updates = reader.await.map_err(|e| internal("subscriber task")(e.to_string()))??;
         messages.push(updates.len() as f64);
-        let mut delivered = 0usize;
-        for (received, count) in updates {
-            let count = (count.max(0) as usize).min(accepted_at.len());
-            for accepted in &accepted_at[delivered.min(count)..count] {
-                latencies.push(received.saturating_duration_since(*accepted).as_secs_f64() * 1000.0);
-            }
-            delivered = delivered.max(count);
+        if updates.last().is_some_and(|u| u.count >= accepted) {
+            saw_final += 1;
         }
+        latencies.extend(updates.iter().map(|u| u.latency_ms));
     }
-    let rss_end = rss_kib(pid);
-    let _ = server.kill().await;
-
     latencies.sort_by(f64::total_cmp);
-    request_ms.sort_by(f64::total_cmp);
     messages.sort_by(f64::total_cmp);
-    println!(
-        "live delivery: {subscribers} subscribers on one post, {likes} likes by distinct users, {concurrency} senders"
-    );
-    println!(
-        "  likes accepted        {} ({failures} failed) in {storm_secs:.2} s = {:.0}/s",
-        accepted_at.len(),
-        accepted_at.len() as f64 / storm_secs
-    );
-    println!(
-        "  likePost latency      p50 {:.1} ms  p99 {:.1} ms",
-        percentile(&request_ms, 50.0),
-        percentile(&request_ms, 99.0)
-    );
-    println!(
-        "  accepted→subscriber   p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms  ({} like×subscriber samples)",
-        percentile(&latencies, 50.0),
-        percentile(&latencies, 99.0),
-        latencies.last().copied().unwrap_or(f64::NAN),
-        latencies.len()
-    );
-    println!(
-        "  messages/subscriber   p50 {:.0}  max {:.0}  (for {likes} likes: coalesced)",
-        percentile(&messages, 50.0),
-        messages.last().copied().unwrap_or(0.0)
-    );
-    println!(
-        "  server RSS            idle {} MiB, with {subscribers} subscribers {} MiB, after the storm {} MiB",
-        rss_idle / 1024,
-        rss_subscribed / 1024,
-        rss_end / 1024
-    );
-    if failures > 0 {
-        return Err(AppError::Internal(format!("{failures} likes failed")));
-    }
-    Ok(())
+    Ok(LiveResult {
+        subscribers,
+        likes_accepted: report.ok,
+        likes_failed: report.failed,
+        likes_per_s: report.rate(),
+        commit_to_client_p50_ms: percentile(&latencies, 50.0),
+        commit_to_client_p99_ms: percentile(&latencies, 99.0),
+        commit_to_client_max_ms: latencies.last().copied().unwrap_or(f64::NAN),
+        samples: latencies.len(),
+        saw_final,
+        messages_per_subscriber_p50: percentile(&messages, 50.0),
+        rss_idle_mib: rss_idle / 1024,
+        rss_subscribed_mib: rss_subscribed / 1024,
+        load_before,
+    })
 }
 
-/// One websocket subscriber: returns every (time, likeCount) it received until the final count.
+struct Update {
+    count: i64,
+    latency_ms: f64,
+}
+
+/// One websocket subscriber: every update it received, until it has seen the final count
+/// (or 10 s passed after the final count was known).
 async fn subscriber(
     url: String,
     token: String,
-    final_count: i64,
+    post: String,
     ready: tokio::sync::mpsc::Sender<()>,
+    mut final_count: watch::Receiver<i64>,
     permit: tokio::sync::OwnedSemaphorePermit,
-) -> AppResult<Vec<(Instant, i64)>> {
+) -> AppResult<Vec<Update>> {
     let ws_error = internal("websocket");
     let mut request = url.into_client_request().map_err(|e| ws_error(e.to_string()))?;
     request.headers_mut().insert(
@@ -211,41 +168,49 @@ async fn subscriber(
     );
     let (mut ws, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| ws_error(e.to_string()))?;
     let send = |v: Value| Message::Text(v.to_string().into());
-    ws.send(send(json!({ "type": "connection_init", "payload": { "authorization": format!("Bearer {token}") } })))
+    ws.send(send(json!({ "type": "connection_init", "payload": { "authorization": token } })))
         .await
         .map_err(|e| ws_error(e.to_string()))?;
     ws.send(send(json!({ "id": "1", "type": "subscribe", "payload": {
-        "query": "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount } }", "variables": { "ids": [POST_ID] } } })))
+        "query": LIKE_COUNTS, "variables": { "ids": [post] } } })))
         .await
         .map_err(|e| ws_error(e.to_string()))?;
     drop(permit);
     let _ = ready.send(()).await;
-    let mut updates = Vec::new();
-    while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_secs(120), ws.next()).await {
-        let Message::Text(text) = message else { continue };
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if value["payload"]["errors"].is_array() || value["type"] == "error" {
-            return Err(AppError::Internal(format!("a subscription was refused: {value}")));
+    let mut updates: Vec<Update> = Vec::new();
+    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    loop {
+        if updates.last().is_some_and(|u| u.count >= *final_count.borrow()) {
+            break;
         }
-        if let Some(count) = value["payload"]["data"]["likeCounts"]["likeCount"].as_i64() {
-            updates.push((Instant::now(), count));
-            if count >= final_count {
-                break;
+        tokio::select! {
+            message = ws.next() => {
+                let Some(Ok(message)) = message else { break };
+                let Message::Text(text) = message else { continue };
+                let received = SystemTime::now();
+                let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                if value["payload"]["errors"].is_array() || value["type"] == "error" {
+                    return Err(AppError::Internal(format!("a subscription was refused: {value}")));
+                }
+                let data = &value["payload"]["data"]["likeCounts"];
+                let (Some(count), Some(committed)) = (data["likeCount"].as_i64(), data["committedAt"].as_str()) else {
+                    continue;
+                };
+                let committed = chrono::DateTime::parse_from_rfc3339(committed)
+                    .map_err(|e| AppError::Internal(format!("committedAt `{committed}`: {e}")))?;
+                let received: chrono::DateTime<chrono::Utc> = received.into();
+                let latency_ms = (received - committed.to_utc()).num_microseconds().unwrap_or(0) as f64 / 1000.0;
+                updates.push(Update { count, latency_ms });
             }
+            changed = final_count.changed() => {
+                if changed.is_err() { break }
+                deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            }
+            _ = tokio::time::sleep_until(deadline) => break,
         }
     }
     let _ = ws.close(None).await;
     Ok(updates)
-}
-
-async fn wait_healthy(http: &reqwest::Client, base: &str) -> AppResult<()> {
-    for _ in 0..200 {
-        if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Err(AppError::Internal("the server did not become healthy within 10 s".into()))
 }
 
 /// Resident memory of a process in KiB (Linux).
@@ -258,12 +223,20 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-async fn cleanup_redis(url: &str, prefix: &str) {
-    let Ok(client) = redis::Client::open(url) else { return };
-    let Ok(mut conn) = client.get_multiplexed_async_connection().await else { return };
-    let keys: Vec<String> =
-        redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut conn).await.unwrap_or_default();
-    if !keys.is_empty() {
-        let _: Result<(), _> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
+/// `bench live` on its own: a fresh database.
+pub async fn run(
+    cli: &crate::Cli,
+    subscribers: usize,
+    likes: usize,
+    connections: usize,
+    open_rate: u32,
+) -> AppResult<LiveResult> {
+    let fixture = Fixture::create(&cli.database_url, likes as i64).await?;
+    let outcome = async {
+        let post = fixture.add_posts(1, 1, "live").await?[0];
+        run_on(cli, &fixture, post, subscribers, likes, connections, open_rate).await
     }
+    .await;
+    fixture.drop().await?;
+    outcome
 }

@@ -1,15 +1,32 @@
 //! `bench`: measurements that prove the design, printed as tables. Each scenario makes its own
-//! database (and drops it) and its own Redis key prefix, on the local servers.
+//! database (and drops it) and its own Redis key prefix per server (and deletes its keys), on
+//! the local servers. The HTTP scenarios run real `course-forum serve` processes (build with
+//! `cargo build --release --bins`) and a closed-loop load generator (`load`) that checks every
+//! answer.
 //!
+//! - `suite`: everything below against one fresh database; a table and JSON in `target/bench/`.
+//! - `storm`: N distinct users like ONE post, per `LIKE_MODE`; rate, latency, flush lag, and
+//!   the assertion that the database holds exactly the accepted likes.
+//! - `page`: a course page of 20 posts with `likedByMe`; pages/s and Redis/SQL per page.
+//! - `live`: websocket subscribers on one post during a storm; commit→client latency.
 //! - `worker-apply`: likes/s ONE worker applies to PostgreSQL at batch sizes 500 and 5,000.
-//! - `live`: a `course-forum serve` process with S websocket subscribers on one post while a
-//!   like storm runs through `POST /graphql`: delivery latency and the server's memory.
+//! - `views`: start + complete a post view per user; rate and the aggregator's flush lag.
 
 mod fixture;
 mod live;
+mod load;
+mod page;
+mod server;
+mod storm;
+mod suite;
+mod views;
 mod worker_apply;
 
+use std::time::Duration;
+
 use clap::{Parser, Subcommand};
+use course_forum::config::LikeMode;
+use course_forum::error::AppResult;
 
 #[derive(Parser)]
 #[command(name = "bench", about = "course-forum benchmarks")]
@@ -25,10 +42,38 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Scenario {
+    /// Every scenario against one fresh database: a table, and JSON in target/bench/.
+    Suite(suite::SuiteConfig),
+    /// The hot-post like storm, once per LIKE_MODE.
+    Storm {
+        /// Likes (distinct users on one post) per mode.
+        #[arg(long, default_value_t = 20_000)]
+        likes: usize,
+        /// Concurrent keep-alive HTTP connections.
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        /// Modes to run, in order.
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "sync,recount,buffered")]
+        modes: Vec<LikeMode>,
+        /// Longest a storm may send requests, in seconds.
+        #[arg(long, default_value_t = 30)]
+        time_cap_secs: u64,
+    },
+    /// The course page: 20 posts with likedByMe, likeCount, commentCount, author.
+    Page {
+        #[arg(long, default_value_t = 500)]
+        readers: usize,
+        #[arg(long, default_value_t = 20_000)]
+        pages: usize,
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        #[arg(long, default_value_t = 30)]
+        time_cap_secs: u64,
+    },
     /// Likes/s one worker applies to PostgreSQL.
     WorkerApply {
         /// Likes per run (distinct users on one post).
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 50_000)]
         events: i64,
         /// Batch sizes to compare in the same run.
         #[arg(long, value_delimiter = ',', default_value = "500,5000")]
@@ -40,8 +85,8 @@ enum Scenario {
         #[arg(long, default_value_t = 1_000)]
         subscribers: usize,
         /// Likes in the storm (distinct users).
-        #[arg(long, default_value_t = 2_000)]
-        likes: i64,
+        #[arg(long, default_value_t = 10_000)]
+        likes: usize,
         /// Concurrent HTTP connections sending likes.
         #[arg(long, default_value_t = 32)]
         concurrency: usize,
@@ -49,19 +94,49 @@ enum Scenario {
         #[arg(long, default_value_t = 500)]
         open_rate: u32,
     },
+    /// Post views: start and complete, then the aggregator's flush.
+    Views {
+        #[arg(long, default_value_t = 10_000)]
+        viewers: usize,
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+    },
+}
+
+fn show<T: serde::Serialize>(result: AppResult<T>) -> AppResult<bool> {
+    let result = result?;
+    let json = serde_json::to_string_pretty(&result).unwrap_or_default();
+    println!("{json}");
+    Ok(true)
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Scenario::WorkerApply { events, ref batches } => worker_apply::run(&cli, events, batches).await,
-        Scenario::Live { subscribers, likes, concurrency, open_rate } => {
-            live::run(&cli, subscribers, likes, concurrency, open_rate).await
+    let secs = Duration::from_secs;
+    let result = match &cli.command {
+        Scenario::Suite(config) => suite::run(&cli, config).await,
+        Scenario::Storm { likes, connections, modes, time_cap_secs } => {
+            show(storm::run(&cli, modes, *likes, *connections, secs(*time_cap_secs)).await)
         }
+        Scenario::Page { readers, pages, connections, time_cap_secs } => {
+            show(page::run(&cli, *readers, *pages, *connections, secs(*time_cap_secs)).await)
+        }
+        Scenario::WorkerApply { events, batches } => worker_apply::run(&cli, *events, batches).await.map(|results| {
+            worker_apply::print(&results);
+            true
+        }),
+        Scenario::Live { subscribers, likes, concurrency, open_rate } => {
+            show(live::run(&cli, *subscribers, *likes, *concurrency, *open_rate).await)
+        }
+        Scenario::Views { viewers, connections } => show(views::run(&cli, *viewers, *connections).await),
     };
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("bench: likes or views were lost or doubled, or requests failed (see the table)");
+            std::process::ExitCode::FAILURE
+        }
         Err(err) => {
             eprintln!("bench: {err}");
             std::process::ExitCode::FAILURE

@@ -15,6 +15,7 @@ use course_forum::likes::apply::{self, LikeEvent};
 use course_forum::live::Publisher;
 use course_forum::worker::{LikeWorker, WorkerConfig};
 use sea_orm::{FromQueryResult, TransactionTrait};
+use serde::Serialize;
 
 use crate::Cli;
 use crate::fixture::Fixture;
@@ -24,23 +25,46 @@ struct One {
     v: i64,
 }
 
-pub async fn run(cli: &Cli, events: i64, batches: &[usize]) -> AppResult<()> {
-    println!("worker apply rate: {events} likes by distinct users on ONE post, one worker, one shard");
+/// One batch size's run.
+#[derive(Debug, Serialize)]
+pub struct ApplyResult {
+    pub batch: usize,
+    pub likes: i64,
+    pub seconds: f64,
+    pub likes_per_s: f64,
+    pub ms_per_batch: f64,
+    /// One more batch applied by `likes::apply` alone (no Redis): the database's share.
+    pub sql_ms_per_batch: f64,
+}
+
+pub async fn run(cli: &Cli, events: i64, batches: &[usize]) -> AppResult<Vec<ApplyResult>> {
+    let mut results = Vec::new();
+    for &batch in batches {
+        let run = run_worker_apply(cli, events, batch).await?;
+        let secs = run.elapsed.as_secs_f64();
+        results.push(ApplyResult {
+            batch,
+            likes: events,
+            seconds: secs,
+            likes_per_s: events as f64 / secs,
+            ms_per_batch: secs * 1000.0 / run.batches.max(1) as f64,
+            sql_ms_per_batch: run.sql_only.as_secs_f64() * 1000.0,
+        });
+    }
+    Ok(results)
+}
+
+pub fn print(results: &[ApplyResult]) {
     println!(
         "{:>7} {:>8} {:>9} {:>10} {:>14} {:>16}",
         "batch", "likes", "seconds", "likes/s", "ms per batch", "SQL ms per batch"
     );
-    for &batch in batches {
-        let run = run_worker_apply(cli, events, batch).await?;
-        let secs = run.elapsed.as_secs_f64();
+    for r in results {
         println!(
-            "{batch:>7} {events:>8} {secs:>9.3} {:>10.0} {:>14.2} {:>16.2}",
-            events as f64 / secs,
-            secs * 1000.0 / run.batches.max(1) as f64,
-            run.sql_only.as_secs_f64() * 1000.0
+            "{:>7} {:>8} {:>9.3} {:>10.0} {:>14.2} {:>16.2}",
+            r.batch, r.likes, r.seconds, r.likes_per_s, r.ms_per_batch, r.sql_ms_per_batch
         );
     }
-    Ok(())
 }
 
 struct ApplyRun {

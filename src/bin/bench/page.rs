@@ -1,0 +1,185 @@
+//! `bench page`: the course page. R readers read the newest 20 posts of a course with
+//! `likedByMe`, `likeCount`, `commentCount` and `author` over C keep-alive connections, on a
+//! buffered server with no like traffic. Every answer is checked: 20 posts, each with the
+//! `likedByMe` the database says for that reader. The app's counters over the measured window
+//! give Redis commands and SQL statements per page. Each reader reads once before the window,
+//! as a returning reader would have (their liked-set is then in Redis).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use course_forum::config::LikeMode;
+use course_forum::db::stmt;
+use course_forum::error::AppResult;
+use course_forum::graphql::ids::{self, NodeKind, encode};
+use sea_orm::ConnectionTrait;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::fixture::Fixture;
+use crate::load::{self, Request};
+use crate::server::{CpuSplit, Server, load_average};
+use crate::storm::tokens;
+
+pub const COURSE_PAGE: &str = "query($c: ID!) { course(id: $c) { posts(first: 20) { edges { node { \
+    id title likeCount commentCount likedByMe author { id handle displayName } } } } } }";
+
+#[derive(Debug, Serialize)]
+pub struct PageResult {
+    pub readers: usize,
+    pub pages: usize,
+    pub failed: usize,
+    pub first_failure: Option<String>,
+    pub seconds: f64,
+    pub pages_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub redis_per_page: f64,
+    pub sql_per_page: f64,
+    pub cpu: CpuSplit,
+    pub load_before: f64,
+}
+
+/// Adds the page's posts (more than a page) and the readers' likes on them: reader u likes
+/// post p when (p + u) is divisible by 4, so every page mixes liked and not liked.
+pub async fn prepare(fixture: &Fixture, readers: usize) -> AppResult<Vec<i64>> {
+    let posts = fixture.add_posts(24, 20, "page").await?;
+    fixture
+        .db
+        .execute_raw(stmt(
+            "INSERT INTO post_likes (post_id, user_id) \
+             SELECT p, u FROM unnest($1::bigint[]) p, generate_series(2, $2 + 1) u WHERE (p + u) % 4 = 0",
+            [posts.clone().into(), (readers as i64).into()],
+        ))
+        .await?;
+    fixture
+        .db
+        .execute_raw(stmt(
+            "UPDATE posts SET like_count = (SELECT count(*) FROM post_likes WHERE post_id = posts.id), \
+             comment_count = id % 7 WHERE id = ANY($1)",
+            [posts.clone().into()],
+        ))
+        .await?;
+    Ok(posts)
+}
+
+/// Reads `pages` pages (after one warm-up read per reader) on a buffered server of its own.
+pub async fn run_on(
+    cli: &crate::Cli,
+    fixture: &Fixture,
+    posts: &[i64],
+    readers: usize,
+    pages: usize,
+    connections: usize,
+    time_cap: Duration,
+) -> AppResult<PageResult> {
+    // No view flushes during the window: their Redis commands are not the page's.
+    let env = [("VIEW_FLUSH_INTERVAL", "1h".to_owned())];
+    let server = Server::start(&fixture.url, &cli.redis_url, LikeMode::Buffered, &env).await?;
+    let outcome = measure(&server, posts, readers, pages, connections, time_cap).await;
+    server.stop(&cli.redis_url).await;
+    outcome
+}
+
+async fn measure(
+    server: &Server,
+    posts: &[i64],
+    readers: usize,
+    pages: usize,
+    connections: usize,
+    time_cap: Duration,
+) -> AppResult<PageResult> {
+    let body = load::graphql_body(COURSE_PAGE, json!({ "c": encode(NodeKind::Course, 1) }));
+    let reader_tokens = tokens(2, readers)?;
+    let request = |n: usize| Request {
+        authorization: reader_tokens[n % readers].clone(),
+        body: body.clone(),
+        forwarded_for: None,
+    };
+    let newest: HashSet<i64> = posts.iter().rev().take(20).copied().collect();
+    let check: load::Check = Arc::new(move |index, data| {
+        let user = 2 + (index % readers) as i64;
+        let edges = data["course"]["posts"]["edges"].as_array().ok_or("no edges")?;
+        if edges.len() != 20 {
+            return Err(format!("{} posts instead of 20", edges.len()));
+        }
+        for edge in edges {
+            let node = &edge["node"];
+            let (_, post) = ids::decode(node["id"].as_str().unwrap_or_default()).map_err(|e| e.to_string())?;
+            if !newest.contains(&post) {
+                return Err(format!("post {post} is not one of the newest 20"));
+            }
+            let expected = (post + user) % 4 == 0;
+            if node["likedByMe"].as_bool() != Some(expected) {
+                return Err(format!(
+                    "post {post} for user {user}: likedByMe {} expected {expected}",
+                    node["likedByMe"]
+                ));
+            }
+            if node["author"]["handle"].as_str().is_none_or(str::is_empty) || node["likeCount"].as_i64().is_none() {
+                return Err(format!("incomplete node {node}"));
+            }
+        }
+        Ok(())
+    });
+    // Warm-up: one read per reader (loads their liked-sets; not measured).
+    let warm = load::run(
+        &server.graphql_url(),
+        (0..readers).map(request).collect(),
+        connections,
+        time_cap,
+        check.clone(),
+        false,
+    )
+    .await?;
+    if warm.failed > 0 {
+        return Err(course_forum::error::AppError::Internal(format!(
+            "page warm-up failed: {}",
+            warm.first_failure.unwrap_or_default()
+        )));
+    }
+    let load_before = load_average();
+    let counters_before = server.counters().await?;
+    let cpu_before = CpuSplit::now(server.pid);
+    let report =
+        load::run(&server.graphql_url(), (0..pages).map(request).collect(), connections, time_cap, check, false)
+            .await?;
+    let cpu = CpuSplit::now(server.pid).since(&cpu_before);
+    let counters = server.counters().await? - counters_before;
+    let per_page = |n: f64| n / (report.ok.max(1) as f64);
+    Ok(PageResult {
+        readers,
+        pages: report.ok,
+        failed: report.failed,
+        first_failure: report.first_failure.clone(),
+        seconds: report.elapsed.as_secs_f64(),
+        pages_per_s: report.rate(),
+        p50_ms: report.p(50.0),
+        p99_ms: report.p(99.0),
+        max_ms: report.max(),
+        redis_per_page: per_page(counters.redis_api),
+        sql_per_page: per_page(counters.sql),
+        cpu,
+        load_before,
+    })
+}
+
+/// `bench page` on its own: a fresh database.
+pub async fn run(
+    cli: &crate::Cli,
+    readers: usize,
+    pages: usize,
+    connections: usize,
+    time_cap: Duration,
+) -> AppResult<PageResult> {
+    let fixture = Fixture::create(&cli.database_url, readers as i64).await?;
+    let outcome = async {
+        let posts = prepare(&fixture, readers).await?;
+        run_on(cli, &fixture, &posts, readers, pages, connections, time_cap).await
+    }
+    .await;
+    fixture.drop().await?;
+    outcome
+}

@@ -1,0 +1,233 @@
+//! A real `course-forum serve` child process for one scenario: started next to the bench binary
+//! on a free port with its own Redis key prefix, waited for until healthy, read through its
+//! `GET /metrics` (the app's own counters), and stopped. Also the machine facts a run records:
+//! load average and the CPU time each process used.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use course_forum::config::LikeMode;
+use course_forum::error::{AppError, AppResult};
+
+/// The signing secret every bench server and its load share.
+pub const SECRET: &str = "bench-secret-0123456789abcdef";
+
+pub fn internal(what: &str) -> impl Fn(String) -> AppError + '_ {
+    move |e| AppError::Internal(format!("{what}: {e}"))
+}
+
+pub struct Server {
+    child: tokio::process::Child,
+    pub pid: u32,
+    pub base: String,
+    pub prefix: String,
+    http: reqwest::Client,
+}
+
+impl Server {
+    /// Starts `course-forum serve` on `database_url` with a fresh key prefix. `env` adds or
+    /// overrides settings (the defaults are production's, except the secret and the address).
+    pub async fn start(
+        database_url: &str,
+        redis_url: &str,
+        mode: LikeMode,
+        env: &[(&str, String)],
+    ) -> AppResult<Server> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| internal("free port")(e.to_string()))?
+            .port();
+        let exe = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("course-forum")))
+            .ok_or_else(|| AppError::Internal("cannot locate the course-forum binary next to bench".into()))?;
+        let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
+        let mode_name = match mode {
+            LikeMode::Sync => "sync",
+            LikeMode::Recount => "recount",
+            LikeMode::Buffered => "buffered",
+        };
+        let mut command = tokio::process::Command::new(&exe);
+        command
+            .arg("serve")
+            .env("DATABASE_URL", database_url)
+            .env("REDIS_URL", redis_url)
+            .env("REDIS_KEY_PREFIX", &prefix)
+            .env("JWT_SECRET", SECRET)
+            .env("BIND", format!("127.0.0.1:{port}"))
+            .env("LIKE_MODE", mode_name)
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let child = command
+            .spawn()
+            .map_err(|e| internal("start the server (run `cargo build --release --bins` first)")(e.to_string()))?;
+        let pid = child.id().unwrap_or(0);
+        let http = reqwest::Client::new();
+        let server = Server { child, pid, base: format!("http://127.0.0.1:{port}"), prefix, http };
+        server.wait_healthy().await?;
+        Ok(server)
+    }
+
+    pub fn graphql_url(&self) -> String {
+        format!("{}/graphql", self.base)
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://127.0.0.1:{}/graphql/ws", self.base.rsplit(':').next().unwrap_or_default())
+    }
+
+    async fn wait_healthy(&self) -> AppResult<()> {
+        for _ in 0..200 {
+            if self.http.get(format!("{}/healthz", self.base)).send().await.is_ok_and(|r| r.status().is_success()) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(AppError::Internal("the server did not become healthy within 10 s".into()))
+    }
+
+    /// The app's own counters, from `GET /metrics`.
+    pub async fn counters(&self) -> AppResult<Counters> {
+        let text = self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .map_err(|e| internal("GET /metrics")(e.to_string()))?
+            .text()
+            .await
+            .map_err(|e| internal("GET /metrics")(e.to_string()))?;
+        let mut samples = HashMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            if let Some((name, value)) = line.rsplit_once(' ')
+                && let Ok(value) = value.parse::<f64>()
+            {
+                samples.insert(name.to_owned(), value);
+            }
+        }
+        let get = |name: &str| samples.get(name).copied().unwrap_or(0.0);
+        Ok(Counters {
+            redis_api: get("redis_commands_total{role=\"api\"}"),
+            redis_worker: get("redis_commands_total{role=\"worker\"}"),
+            sql: get("sql_statements_total"),
+        })
+    }
+
+    /// Stops the server and deletes every key of its prefix.
+    pub async fn stop(mut self, redis_url: &str) {
+        let _ = self.child.kill().await;
+        delete_prefix(redis_url, &self.prefix).await;
+    }
+}
+
+/// A snapshot of the app's counters; subtract two for a window.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub redis_api: f64,
+    pub redis_worker: f64,
+    pub sql: f64,
+}
+
+impl std::ops::Sub for Counters {
+    type Output = Counters;
+    fn sub(self, earlier: Counters) -> Counters {
+        Counters {
+            redis_api: self.redis_api - earlier.redis_api,
+            redis_worker: self.redis_worker - earlier.redis_worker,
+            sql: self.sql - earlier.sql,
+        }
+    }
+}
+
+/// Deletes every key under `prefix` (SCAN, not KEYS: the Redis is shared).
+pub async fn delete_prefix(url: &str, prefix: &str) {
+    let Ok(client) = redis::Client::open(url) else { return };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else { return };
+    let mut cursor: u64 = 0;
+    loop {
+        let Ok((next, keys)): redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}:*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+        else {
+            return;
+        };
+        if !keys.is_empty() {
+            let _: Result<(), _> = redis::cmd("UNLINK").arg(keys).query_async(&mut conn).await;
+        }
+        if next == 0 {
+            return;
+        }
+        cursor = next;
+    }
+}
+
+/// CPU seconds (user + system) a process has used, from /proc (Linux); 0 when unknown.
+pub fn cpu_seconds_of(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / clock_ticks_per_second()
+}
+
+/// CPU seconds used so far by every process whose name is `comm` (e.g. `postgres`), machine-wide.
+pub fn cpu_seconds_named(comm: &str) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0.0 };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm))
+        .map(cpu_seconds_of)
+        .sum()
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // USER_HZ is 100 on every Linux architecture this runs on.
+    100.0
+}
+
+/// The 1-minute load average.
+pub fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// CPU seconds by component over a window: this bench process, the server, and (machine-wide,
+/// including anyone else's use) PostgreSQL and Redis.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct CpuSplit {
+    pub bench: f64,
+    pub server: f64,
+    pub postgres: f64,
+    pub redis: f64,
+}
+
+impl CpuSplit {
+    pub fn now(server_pid: u32) -> CpuSplit {
+        CpuSplit {
+            bench: cpu_seconds_of(std::process::id()),
+            server: cpu_seconds_of(server_pid),
+            postgres: cpu_seconds_named("postgres"),
+            redis: cpu_seconds_named("redis-server"),
+        }
+    }
+
+    pub fn since(&self, earlier: &CpuSplit) -> CpuSplit {
+        CpuSplit {
+            bench: self.bench - earlier.bench,
+            server: self.server - earlier.server,
+            postgres: self.postgres - earlier.postgres,
+            redis: self.redis - earlier.redis,
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! `bench storm`: the hot-post like storm. N distinct users like ONE post through
+//! `POST /graphql` over C keep-alive connections, once per `LIKE_MODE`, each mode on a fresh
+//! server process and its own post of the same database. Measures accepted likes/s and
+//! latency, then how long after the last answer the database agrees (flush lag), and asserts
+//! it does: the counter equals the like rows equals the accepted likes (none lost, none twice).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use course_forum::auth::TokenKeys;
+use course_forum::config::LikeMode;
+use course_forum::error::{AppError, AppResult};
+use course_forum::graphql::ids::{NodeKind, encode};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::fixture::Fixture;
+use crate::load::{self, Request};
+use crate::server::{CpuSplit, SECRET, Server, load_average};
+
+pub const LIKE_POST: &str = "mutation($p: ID!) { likePost(postId: $p) { id likeCount } }";
+
+/// One mode's storm.
+#[derive(Debug, Serialize)]
+pub struct StormResult {
+    pub mode: String,
+    pub offered: usize,
+    pub accepted: usize,
+    pub failed: usize,
+    pub first_failure: Option<String>,
+    pub seconds: f64,
+    pub likes_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// From the last answer until the database count equals the accepted likes.
+    pub flush_lag_ms: f64,
+    /// After the flush: the counter and the like rows (both must equal `accepted`).
+    pub db_like_count: i64,
+    pub db_like_rows: i64,
+    pub consistent: bool,
+    /// The app's counters over the storm and its flush, per accepted like.
+    pub redis_api_per_like: f64,
+    pub redis_worker_per_like: f64,
+    pub sql_per_like: f64,
+    /// CPU seconds over the storm, by process.
+    pub cpu: CpuSplit,
+    pub load_before: f64,
+}
+
+/// Mode names as `LIKE_MODE` spells them.
+pub fn mode_name(mode: LikeMode) -> &'static str {
+    match mode {
+        LikeMode::Sync => "sync",
+        LikeMode::Recount => "recount",
+        LikeMode::Buffered => "buffered",
+    }
+}
+
+/// Tokens for users `first..first+count` (minted before any timing).
+pub fn tokens(first: i64, count: usize) -> AppResult<Vec<String>> {
+    let keys = TokenKeys::new(SECRET)?;
+    (0..count as i64).map(|n| Ok(format!("Bearer {}", keys.mint(first + n, Duration::from_secs(3600))?))).collect()
+}
+
+/// The storm on `post_id` by users 2..=likes+1 in `mode`, on a server of its own.
+pub async fn run_mode(
+    cli: &crate::Cli,
+    fixture: &Fixture,
+    mode: LikeMode,
+    post_id: i64,
+    likes: usize,
+    connections: usize,
+    time_cap: Duration,
+) -> AppResult<StormResult> {
+    let server = Server::start(&fixture.url, &cli.redis_url, mode, &[]).await?;
+    let outcome = storm(fixture, &server, mode, post_id, likes, connections, time_cap).await;
+    server.stop(&cli.redis_url).await;
+    outcome
+}
+
+async fn storm(
+    fixture: &Fixture,
+    server: &Server,
+    mode: LikeMode,
+    post_id: i64,
+    likes: usize,
+    connections: usize,
+    time_cap: Duration,
+) -> AppResult<StormResult> {
+    let post = encode(NodeKind::Post, post_id).to_string();
+    let body = load::graphql_body(LIKE_POST, json!({ "p": post }));
+    let requests: Vec<Request> = tokens(2, likes)?
+        .into_iter()
+        .map(|authorization| Request { authorization, body: body.clone(), forwarded_for: None })
+        .collect();
+    let expected_id = post.clone();
+    let check: load::Check = Arc::new(move |_, data| {
+        let liked = &data["likePost"];
+        if liked["id"] != expected_id.as_str() || liked["likeCount"].as_i64().is_none_or(|c| c < 1) {
+            return Err(format!("unexpected likePost answer: {data}"));
+        }
+        Ok(())
+    });
+    let load_before = load_average();
+    let counters_before = server.counters().await?;
+    let cpu_before = CpuSplit::now(server.pid);
+    let report = load::run(&server.graphql_url(), requests, connections, time_cap, check, false).await?;
+    let cpu = CpuSplit::now(server.pid).since(&cpu_before);
+
+    // Flush lag: poll until the database holds exactly the accepted likes.
+    let accepted = report.ok as i64;
+    let done = Instant::now();
+    let (mut counter, mut rows) = fixture.post_likes(post_id).await?;
+    while (counter != accepted || rows != accepted) && done.elapsed() < Duration::from_secs(60) {
+        if counter > accepted || rows > accepted {
+            break; // more than accepted: double likes, no point waiting
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        (counter, rows) = fixture.post_likes(post_id).await?;
+    }
+    let flush_lag = done.elapsed();
+    // Let the worker's last publish and ack land before reading the counters.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let counters = server.counters().await? - counters_before;
+    let per_like = |n: f64| n / (accepted.max(1) as f64);
+    Ok(StormResult {
+        mode: mode_name(mode).to_owned(),
+        offered: likes,
+        accepted: report.ok,
+        failed: report.failed,
+        first_failure: report.first_failure.clone(),
+        seconds: report.elapsed.as_secs_f64(),
+        likes_per_s: report.rate(),
+        p50_ms: report.p(50.0),
+        p99_ms: report.p(99.0),
+        max_ms: report.max(),
+        flush_lag_ms: flush_lag.as_secs_f64() * 1000.0,
+        db_like_count: counter,
+        db_like_rows: rows,
+        consistent: counter == accepted && rows == accepted,
+        redis_api_per_like: per_like(counters.redis_api),
+        redis_worker_per_like: per_like(counters.redis_worker),
+        sql_per_like: per_like(counters.sql),
+        cpu,
+        load_before,
+    })
+}
+
+/// `bench storm` on its own: a fresh database, one post per mode.
+pub async fn run(
+    cli: &crate::Cli,
+    modes: &[LikeMode],
+    likes: usize,
+    connections: usize,
+    time_cap: Duration,
+) -> AppResult<Vec<StormResult>> {
+    let fixture = Fixture::create(&cli.database_url, likes as i64).await?;
+    let outcome = async {
+        let posts = fixture.add_posts(modes.len() as i64, 1, "storm").await?;
+        let mut results = Vec::new();
+        for (mode, post) in modes.iter().zip(posts) {
+            results.push(run_mode(cli, &fixture, *mode, post, likes, connections, time_cap).await?);
+        }
+        Ok::<_, AppError>(results)
+    }
+    .await;
+    fixture.drop().await?;
+    outcome
+}

@@ -1,0 +1,383 @@
+//! `bench suite`: every scenario in turn against one fresh database, then one table (printed,
+//! and written as Markdown) and every number as JSON, both in `target/bench/` next to the
+//! binaries: `suite-<UTC time>.md` and `suite-<UTC time>.json`. The goals of the issue are
+//! checked at the end; the suite fails (exit 1) when likes were lost or doubled, or a request
+//! failed, and reports the goals it missed without failing (they are measurements).
+//!
+//! A new scenario: a `run_on`-style function returning a `Serialize` result, one call below,
+//! one field in `SuiteReport`, its rows in `table`.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use course_forum::config::LikeMode;
+use course_forum::error::{AppError, AppResult};
+use serde::Serialize;
+
+use crate::Cli;
+use crate::fixture::Fixture;
+use crate::live::{self, LiveResult};
+use crate::page::{self, PageResult};
+use crate::server::load_average;
+use crate::storm::{self, StormResult};
+use crate::views::{self, ViewsResult};
+use crate::worker_apply::{self, ApplyResult};
+
+/// The suite's knobs (`bench suite --help`).
+#[derive(Clone, Debug, Serialize, clap::Args)]
+pub struct SuiteConfig {
+    /// Likes in each mode's storm (distinct users on one post).
+    #[arg(long, default_value_t = 20_000)]
+    pub likes: usize,
+    /// Concurrent keep-alive HTTP connections of the load generator.
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
+    /// Longest a storm or a page run may send requests, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub time_cap_secs: u64,
+    /// Distinct readers of the course page.
+    #[arg(long, default_value_t = 500)]
+    pub readers: usize,
+    /// Course pages read in the measured window.
+    #[arg(long, default_value_t = 20_000)]
+    pub pages: usize,
+    /// Websocket subscribers during the live storm.
+    #[arg(long, default_value_t = 1_000)]
+    pub subscribers: usize,
+    /// Likes in the live storm.
+    #[arg(long, default_value_t = 10_000)]
+    pub live_likes: usize,
+    /// Distinct viewers of the viewed post.
+    #[arg(long, default_value_t = 10_000)]
+    pub viewers: usize,
+    /// Likes the worker applies per batch-size run.
+    #[arg(long, default_value_t = 50_000)]
+    pub apply_likes: i64,
+    /// Worker batch sizes.
+    #[arg(long, value_delimiter = ',', default_value = "500,5000")]
+    pub batches: Vec<usize>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Machine {
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub load_at_start: f64,
+    pub load_at_end: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Goal {
+    pub goal: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SuiteReport {
+    pub started_at: String,
+    pub machine: Machine,
+    pub config: SuiteConfig,
+    pub storm: Vec<StormResult>,
+    pub page: PageResult,
+    pub live: LiveResult,
+    pub worker_apply: Vec<ApplyResult>,
+    pub views: ViewsResult,
+    pub goals: Vec<Goal>,
+}
+
+pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
+    let started_at = chrono::Utc::now();
+    let load_at_start = load_average();
+    let cap = Duration::from_secs(config.time_cap_secs);
+    eprintln!("bench suite: load {load_at_start:.2}; worker apply…");
+    let apply = worker_apply::run(cli, config.apply_likes, &config.batches).await?;
+
+    let members = config.likes.max(config.live_likes).max(config.viewers).max(config.readers).max(21);
+    let fixture = Fixture::create(&cli.database_url, members as i64).await?;
+    let outcome = async {
+        let modes = [LikeMode::Sync, LikeMode::Recount, LikeMode::Buffered];
+        let storm_posts = fixture.add_posts(modes.len() as i64, 1, "storm").await?;
+        let live_post = fixture.add_posts(1, 1, "live").await?[0];
+        let views_post = fixture.add_posts(1, 1, "viewed").await?[0];
+        // The page's posts last: they are the newest 20 the page shows.
+        let page_posts = page::prepare(&fixture, config.readers).await?;
+        let mut storms = Vec::new();
+        for (mode, post) in modes.into_iter().zip(storm_posts) {
+            eprintln!("bench suite: storm, {} mode…", storm::mode_name(mode));
+            storms.push(storm::run_mode(cli, &fixture, mode, post, config.likes, config.connections, cap).await?);
+        }
+        eprintln!("bench suite: course page…");
+        let page =
+            page::run_on(cli, &fixture, &page_posts, config.readers, config.pages, config.connections, cap).await?;
+        eprintln!("bench suite: live delivery…");
+        let live =
+            live::run_on(cli, &fixture, live_post, config.subscribers, config.live_likes, config.connections, 500)
+                .await?;
+        eprintln!("bench suite: views…");
+        let views = views::run_on(cli, &fixture, views_post, config.viewers, config.connections).await?;
+        Ok::<_, AppError>((storms, page, live, views))
+    }
+    .await;
+    fixture.drop().await?;
+    let (storm, page, live, views) = outcome?;
+
+    let machine = Machine {
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model: cpu_model(),
+        load_at_start,
+        load_at_end: load_average(),
+    };
+    let goals = goals(&storm, &page, &live, &apply);
+    let report = SuiteReport {
+        started_at: started_at.to_rfc3339(),
+        machine,
+        config: config.clone(),
+        storm,
+        page,
+        live,
+        worker_apply: apply,
+        views,
+        goals,
+    };
+    let table = table(&report);
+    println!("{table}");
+    let stamp = started_at.format("%Y%m%dT%H%M%SZ");
+    let dir = output_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| AppError::Internal(format!("create {}: {e}", dir.display())))?;
+    let json = serde_json::to_string_pretty(&report).map_err(|e| AppError::Internal(e.to_string()))?;
+    for (ext, text) in [("json", json), ("md", table)] {
+        let path = dir.join(format!("suite-{stamp}.{ext}"));
+        std::fs::write(&path, text).map_err(|e| AppError::Internal(format!("write {}: {e}", path.display())))?;
+        println!("wrote {}", path.display());
+    }
+    let sound = report.storm.iter().all(|s| s.consistent && s.failed == 0)
+        && report.page.failed == 0
+        && report.live.likes_failed == 0
+        && report.views.consistent
+        && report.views.failed == 0;
+    Ok(sound)
+}
+
+/// `target/bench/`: next to the profile directory the bench binary runs from.
+fn output_dir() -> std::path::PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("bench")))
+        .unwrap_or_else(|| std::path::PathBuf::from("target/bench"))
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| Some(l.split_once(':')?.1.trim().to_owned()))
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn goals(storm: &[StormResult], page: &PageResult, live: &LiveResult, apply: &[ApplyResult]) -> Vec<Goal> {
+    let mut goals = Vec::new();
+    let mode = |name: &str| storm.iter().find(|s| s.mode == name);
+    if let (Some(buffered), Some(sync)) = (mode("buffered"), mode("sync")) {
+        goals.push(Goal {
+            goal: "buffered storm ≥ 10,000 likes/s".into(),
+            measured: format!("{:.0}/s", buffered.likes_per_s),
+            met: buffered.likes_per_s >= 10_000.0,
+        });
+        goals.push(Goal {
+            goal: "buffered storm p99 < 20 ms".into(),
+            measured: format!("{:.1} ms", buffered.p99_ms),
+            met: buffered.p99_ms < 20.0,
+        });
+        let ratio = buffered.likes_per_s / sync.likes_per_s.max(1e-9);
+        goals.push(Goal { goal: "buffered ≥ 8× sync".into(), measured: format!("{ratio:.1}×"), met: ratio >= 8.0 });
+    }
+    goals.push(Goal {
+        goal: "zero lost or double likes (every mode)".into(),
+        measured: storm
+            .iter()
+            .map(|s| format!("{}: {}={}={}", s.mode, s.accepted, s.db_like_count, s.db_like_rows))
+            .collect::<Vec<_>>()
+            .join(", "),
+        met: storm.iter().all(|s| s.consistent),
+    });
+    goals.push(Goal {
+        goal: "page ≥ 5,000 pages/s".into(),
+        measured: format!("{:.0}/s", page.pages_per_s),
+        met: page.pages_per_s >= 5_000.0,
+    });
+    goals.push(Goal {
+        goal: "page: exactly 1 Redis command".into(),
+        measured: format!("{:.3}", page.redis_per_page),
+        met: (page.redis_per_page - 1.0).abs() < 0.005,
+    });
+    goals.push(Goal {
+        goal: "page: ≤ 3 SQL statements".into(),
+        measured: format!("{:.3}", page.sql_per_page),
+        met: page.sql_per_page <= 3.0,
+    });
+    goals.push(Goal {
+        goal: "commit→subscriber p99 < 250 ms".into(),
+        measured: format!("{:.1} ms", live.commit_to_client_p99_ms),
+        met: live.commit_to_client_p99_ms < 250.0,
+    });
+    if let Some(big) = apply.iter().find(|a| a.batch == 5_000) {
+        goals.push(Goal {
+            goal: "worker ≥ 50,000 likes/s at batch 5,000".into(),
+            measured: format!("{:.0}/s", big.likes_per_s),
+            met: big.likes_per_s >= 50_000.0,
+        });
+    }
+    goals
+}
+
+/// The Markdown table of a run.
+pub fn table(r: &SuiteReport) -> String {
+    let mut t = String::new();
+    let m = &r.machine;
+    let _ = writeln!(
+        t,
+        "course-forum bench suite, {} — {} × {}, load {:.2} at start, {:.2} at end\n",
+        r.started_at, m.cpus, m.cpu_model, m.load_at_start, m.load_at_end
+    );
+    let c = &r.config;
+    let _ = writeln!(
+        t,
+        "Like storm: {} distinct users like ONE post, {} keep-alive connections, a fresh server per mode\n",
+        c.likes, c.connections
+    );
+    let _ = writeln!(
+        t,
+        "| mode | accepted/s | p50 ms | p99 ms | max ms | failed | flush lag ms | DB count = rows = accepted | Redis/like (api+worker) | SQL/like | CPU s server/bench/pg/redis | load |"
+    );
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|");
+    for s in &r.storm {
+        let _ = writeln!(
+            t,
+            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.0} | {} = {} = {} {} | {:.2}+{:.2} | {:.2} | {:.1}/{:.1}/{:.1}/{:.1} | {:.2} |",
+            s.mode,
+            s.likes_per_s,
+            s.p50_ms,
+            s.p99_ms,
+            s.max_ms,
+            s.failed,
+            s.flush_lag_ms,
+            s.db_like_count,
+            s.db_like_rows,
+            s.accepted,
+            if s.consistent { "✓" } else { "✗" },
+            s.redis_api_per_like,
+            s.redis_worker_per_like,
+            s.sql_per_like,
+            s.cpu.server,
+            s.cpu.bench,
+            s.cpu.postgres,
+            s.cpu.redis,
+            s.load_before
+        );
+    }
+    let p = &r.page;
+    let _ = writeln!(
+        t,
+        "\nCourse page (20 posts: likedByMe, likeCount, commentCount, author), {} readers, buffered mode\n",
+        p.readers
+    );
+    let _ = writeln!(
+        t,
+        "| pages/s | p50 ms | p99 ms | max ms | failed | Redis/page | SQL/page | CPU s server/bench/pg/redis | load |"
+    );
+    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    let _ = writeln!(
+        t,
+        "| {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.3} | {:.3} | {:.1}/{:.1}/{:.1}/{:.1} | {:.2} |",
+        p.pages_per_s,
+        p.p50_ms,
+        p.p99_ms,
+        p.max_ms,
+        p.failed,
+        p.redis_per_page,
+        p.sql_per_page,
+        p.cpu.server,
+        p.cpu.bench,
+        p.cpu.postgres,
+        p.cpu.redis,
+        p.load_before
+    );
+    let l = &r.live;
+    let _ = writeln!(
+        t,
+        "\nLive delivery: {} subscribers on one post during a storm of {} likes (buffered)\n",
+        l.subscribers, c.live_likes
+    );
+    let _ = writeln!(
+        t,
+        "| likes/s | commit→client p50 ms | p99 ms | max ms | samples | saw final count | messages/subscriber | RSS idle → subscribed MiB | load |"
+    );
+    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    let _ = writeln!(
+        t,
+        "| {:.0} | {:.1} | {:.1} | {:.1} | {} | {}/{} | {:.0} | {} → {} | {:.2} |",
+        l.likes_per_s,
+        l.commit_to_client_p50_ms,
+        l.commit_to_client_p99_ms,
+        l.commit_to_client_max_ms,
+        l.samples,
+        l.saw_final,
+        l.subscribers,
+        l.messages_per_subscriber_p50,
+        l.rss_idle_mib,
+        l.rss_subscribed_mib,
+        l.load_before
+    );
+    let _ = writeln!(t, "\nWorker apply rate: one worker, one shard, {} likes on one post\n", c.apply_likes);
+    let _ = writeln!(t, "| batch | likes/s | ms per batch | SQL-only ms per batch |");
+    let _ = writeln!(t, "|---:|---:|---:|---:|");
+    for a in &r.worker_apply {
+        let _ =
+            writeln!(t, "| {} | {:.0} | {:.2} | {:.2} |", a.batch, a.likes_per_s, a.ms_per_batch, a.sql_ms_per_batch);
+    }
+    let v = &r.views;
+    let _ = writeln!(t, "\nViews: {} distinct users view one post (start, dwell, complete; caps on)\n", v.viewers);
+    let _ = writeln!(
+        t,
+        "| starts/s | p50 ms | p99 ms | completes/s | p50 ms | p99 ms | counted | failed | flush lag ms | DB = counted | load |"
+    );
+    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    let _ = writeln!(
+        t,
+        "| {:.0} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {} | {} | {:.0} | {} = {} {} | {:.2} |",
+        v.starts_per_s,
+        v.start_p50_ms,
+        v.start_p99_ms,
+        v.completes_per_s,
+        v.complete_p50_ms,
+        v.complete_p99_ms,
+        v.counted,
+        v.failed,
+        v.flush_lag_ms,
+        v.db_view_count,
+        v.counted,
+        if v.consistent { "✓" } else { "✗" },
+        v.load_before
+    );
+    let _ = writeln!(t, "\nGoals\n");
+    let _ = writeln!(t, "| goal | measured | met |");
+    let _ = writeln!(t, "|---|---|---|");
+    for g in &r.goals {
+        let _ = writeln!(t, "| {} | {} | {} |", g.goal, g.measured, if g.met { "yes" } else { "**no**" });
+    }
+    let failures: Vec<&str> = r
+        .storm
+        .iter()
+        .filter_map(|s| s.first_failure.as_deref())
+        .chain(r.page.first_failure.as_deref())
+        .chain(r.views.first_failure.as_deref())
+        .collect();
+    for failure in failures {
+        let _ = writeln!(t, "\nfirst failure: {failure}");
+    }
+    t
+}
