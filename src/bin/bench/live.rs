@@ -55,7 +55,8 @@ pub async fn run_on(
     connections: usize,
     open_rate: u32,
 ) -> AppResult<LiveResult> {
-    let server = Server::start(&fixture.url, &cli.redis_url, LikeMode::Buffered, &[]).await?;
+    let exe = cli.servers()?.remove(0);
+    let server = Server::start(cli, &exe, &fixture.url, LikeMode::Buffered, &[]).await?;
     let outcome = measure(fixture, &server, post_id, subscribers, likes, connections, open_rate).await;
     server.stop(&cli.redis_url).await;
     outcome

@@ -36,6 +36,15 @@ pub struct Cli {
     pub database_url: String,
     #[arg(long, env = "BENCH_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+    /// The `course-forum` binary to serve with (default: the one next to `bench`). Give it
+    /// twice or more to compare builds side by side: `storm` and `page` run every binary in
+    /// turn on the same data (the suite uses the first).
+    #[arg(long = "server-bin", global = true)]
+    pub server_bins: Vec<std::path::PathBuf>,
+    /// `sslmode` of the servers' DATABASE_URL. Unset: the app's default (sqlx's `prefer`: TLS
+    /// whenever PostgreSQL offers it, loopback included); `disable` measures without TLS.
+    #[arg(long, global = true)]
+    pub db_sslmode: Option<String>,
     #[command(subcommand)]
     command: Scenario,
 }
@@ -58,6 +67,9 @@ enum Scenario {
         /// Longest a storm may send requests, in seconds.
         #[arg(long, default_value_t = 30)]
         time_cap_secs: u64,
+        /// Runs of every (mode, server binary), interleaved.
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
     },
     /// The course page: 20 posts with likedByMe, likeCount, commentCount, author.
     Page {
@@ -69,6 +81,9 @@ enum Scenario {
         connections: usize,
         #[arg(long, default_value_t = 30)]
         time_cap_secs: u64,
+        /// Runs of every server binary, interleaved.
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
     },
     /// Likes/s one worker applies to PostgreSQL.
     WorkerApply {
@@ -116,11 +131,11 @@ async fn main() -> std::process::ExitCode {
     let secs = Duration::from_secs;
     let result = match &cli.command {
         Scenario::Suite(config) => suite::run(&cli, config).await,
-        Scenario::Storm { likes, connections, modes, time_cap_secs } => {
-            show(storm::run(&cli, modes, *likes, *connections, secs(*time_cap_secs)).await)
+        Scenario::Storm { likes, connections, modes, time_cap_secs, rounds } => {
+            show(storm::run(&cli, modes, *likes, *connections, secs(*time_cap_secs), *rounds).await)
         }
-        Scenario::Page { readers, pages, connections, time_cap_secs } => {
-            show(page::run(&cli, *readers, *pages, *connections, secs(*time_cap_secs)).await)
+        Scenario::Page { readers, pages, connections, time_cap_secs, rounds } => {
+            show(page::run(&cli, *readers, *pages, *connections, secs(*time_cap_secs), *rounds).await)
         }
         Scenario::WorkerApply { events, batches } => worker_apply::run(&cli, *events, batches).await.map(|results| {
             worker_apply::print(&results);
@@ -141,6 +156,19 @@ async fn main() -> std::process::ExitCode {
             eprintln!("bench: {err}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+impl Cli {
+    /// The server binaries to run, in order (at least one).
+    pub fn servers(&self) -> AppResult<Vec<std::path::PathBuf>> {
+        if !self.server_bins.is_empty() {
+            return Ok(self.server_bins.clone());
+        }
+        let next_to_bench = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join("course-forum")));
+        next_to_bench
+            .map(|p| vec![p])
+            .ok_or_else(|| course_forum::error::AppError::Internal("cannot locate the course-forum binary".into()))
     }
 }
 

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::fixture::Fixture;
 use crate::load::{self, Request};
-use crate::server::{CpuSplit, Server, load_average};
+use crate::server::{CpuSplit, Server, label, load_average};
 use crate::storm::tokens;
 
 pub const COURSE_PAGE: &str = "query($c: ID!) { course(id: $c) { posts(first: 20) { edges { node { \
@@ -27,6 +27,8 @@ pub const COURSE_PAGE: &str = "query($c: ID!) { course(id: $c) { posts(first: 20
 
 #[derive(Debug, Serialize)]
 pub struct PageResult {
+    /// The server binary.
+    pub server: String,
     pub readers: usize,
     pub pages: usize,
     pub failed: usize,
@@ -39,6 +41,7 @@ pub struct PageResult {
     pub redis_per_page: f64,
     pub sql_per_page: f64,
     pub cpu: CpuSplit,
+    pub cpu_ms_per_page: f64,
     pub load_before: f64,
 }
 
@@ -66,8 +69,10 @@ pub async fn prepare(fixture: &Fixture, readers: usize) -> AppResult<Vec<i64>> {
 }
 
 /// Reads `pages` pages (after one warm-up read per reader) on a buffered server of its own.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_on(
     cli: &crate::Cli,
+    exe: &std::path::Path,
     fixture: &Fixture,
     posts: &[i64],
     readers: usize,
@@ -77,13 +82,17 @@ pub async fn run_on(
 ) -> AppResult<PageResult> {
     // No view flushes during the window: their Redis commands are not the page's.
     let env = [("VIEW_FLUSH_INTERVAL", "1h".to_owned())];
-    let server = Server::start(&fixture.url, &cli.redis_url, LikeMode::Buffered, &env).await?;
-    let outcome = measure(&server, posts, readers, pages, connections, time_cap).await;
+    let server = Server::start(cli, exe, &fixture.url, LikeMode::Buffered, &env).await?;
+    let outcome = measure(fixture, &server, posts, readers, pages, connections, time_cap).await.map(|mut result| {
+        result.server = label(exe);
+        result
+    });
     server.stop(&cli.redis_url).await;
     outcome
 }
 
 async fn measure(
+    fixture: &Fixture,
     server: &Server,
     posts: &[i64],
     readers: usize,
@@ -142,14 +151,15 @@ async fn measure(
     }
     let load_before = load_average();
     let counters_before = server.counters().await?;
-    let cpu_before = CpuSplit::now(server.pid);
+    let cpu_before = CpuSplit::now(server.pid, &fixture.db).await?;
     let report =
         load::run(&server.graphql_url(), (0..pages).map(request).collect(), connections, time_cap, check, false)
             .await?;
-    let cpu = CpuSplit::now(server.pid).since(&cpu_before);
+    let cpu = CpuSplit::now(server.pid, &fixture.db).await?.since(&cpu_before);
     let counters = server.counters().await? - counters_before;
     let per_page = |n: f64| n / (report.ok.max(1) as f64);
     Ok(PageResult {
+        server: String::new(),
         readers,
         pages: report.ok,
         failed: report.failed,
@@ -161,23 +171,49 @@ async fn measure(
         max_ms: report.max(),
         redis_per_page: per_page(counters.redis_api),
         sql_per_page: per_page(counters.sql),
+        cpu_ms_per_page: cpu.ms_per(report.ok),
         cpu,
         load_before,
     })
 }
 
-/// `bench page` on its own: a fresh database.
+/// `bench page` on its own: a fresh database; every server binary in turn, `rounds` times.
 pub async fn run(
     cli: &crate::Cli,
     readers: usize,
     pages: usize,
     connections: usize,
     time_cap: Duration,
-) -> AppResult<PageResult> {
-    let fixture = Fixture::create(&cli.database_url, readers as i64).await?;
+    rounds: usize,
+) -> AppResult<Vec<PageResult>> {
+    let servers = cli.servers()?;
+    let fixture = Fixture::create(&cli.database_url, readers.max(21) as i64).await?;
     let outcome = async {
         let posts = prepare(&fixture, readers).await?;
-        run_on(cli, &fixture, &posts, readers, pages, connections, time_cap).await
+        let mut results = Vec::new();
+        for _ in 0..rounds.max(1) {
+            for exe in &servers {
+                let r = run_on(cli, exe, &fixture, &posts, readers, pages, connections, time_cap).await?;
+                eprintln!(
+                    "page {:<28} {:>7.0} pages/s  p50 {:>6.1} ms  p99 {:>6.1} ms  failed {}  redis/page {:.3}  sql/page {:.3}  cpu server {:.1}s bench {:.1}s pg {:.1}s redis {:.1}s = {:.2} ms/page  load {:.2}",
+                    r.server,
+                    r.pages_per_s,
+                    r.p50_ms,
+                    r.p99_ms,
+                    r.failed,
+                    r.redis_per_page,
+                    r.sql_per_page,
+                    r.cpu.server,
+                    r.cpu.bench,
+                    r.cpu.postgres,
+                    r.cpu.redis,
+                    r.cpu_ms_per_page,
+                    r.load_before
+                );
+                results.push(r);
+            }
+        }
+        Ok::<_, course_forum::error::AppError>(results)
     }
     .await;
     fixture.drop().await?;

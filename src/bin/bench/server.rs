@@ -7,7 +7,19 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use course_forum::config::LikeMode;
+use course_forum::db::stmt;
 use course_forum::error::{AppError, AppResult};
+use sea_orm::{DatabaseConnection, FromQueryResult};
+
+/// A short name for a server binary in tables: its file name and, for `course-forum` itself, the
+/// profile directory (`release/course-forum`).
+pub fn label(exe: &std::path::Path) -> String {
+    let name = exe.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    match exe.parent().and_then(|d| d.file_name()) {
+        Some(dir) if name == "course-forum" => format!("{}/{name}", dir.to_string_lossy()),
+        _ => name,
+    }
+}
 
 /// The signing secret every bench server and its load share.
 pub const SECRET: &str = "bench-secret-0123456789abcdef";
@@ -28,29 +40,31 @@ impl Server {
     /// Starts `course-forum serve` on `database_url` with a fresh key prefix. `env` adds or
     /// overrides settings (the defaults are production's, except the secret and the address).
     pub async fn start(
+        cli: &crate::Cli,
+        exe: &std::path::Path,
         database_url: &str,
-        redis_url: &str,
         mode: LikeMode,
         env: &[(&str, String)],
     ) -> AppResult<Server> {
+        let redis_url = &cli.redis_url;
+        let database_url = match &cli.db_sslmode {
+            Some(mode) => format!("{database_url}?sslmode={mode}"),
+            None => database_url.to_owned(),
+        };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| internal("free port")(e.to_string()))?
             .port();
-        let exe = std::env::current_exe()
-            .ok()
-            .and_then(|p| p.parent().map(|d| d.join("course-forum")))
-            .ok_or_else(|| AppError::Internal("cannot locate the course-forum binary next to bench".into()))?;
         let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
         let mode_name = match mode {
             LikeMode::Sync => "sync",
             LikeMode::Recount => "recount",
             LikeMode::Buffered => "buffered",
         };
-        let mut command = tokio::process::Command::new(&exe);
+        let mut command = tokio::process::Command::new(exe);
         command
             .arg("serve")
-            .env("DATABASE_URL", database_url)
+            .env("DATABASE_URL", &database_url)
             .env("REDIS_URL", redis_url)
             .env("REDIS_KEY_PREFIX", &prefix)
             .env("JWT_SECRET", SECRET)
@@ -202,32 +216,59 @@ pub fn load_average() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// CPU seconds by component over a window: this bench process, the server, and (machine-wide,
-/// including anyone else's use) PostgreSQL and Redis.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+/// CPU seconds by component over a window: this bench process, the server, the PostgreSQL
+/// backends serving the benchmark's database (not anyone else's), and Redis (machine-wide: one
+/// shared process).
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct CpuSplit {
     pub bench: f64,
     pub server: f64,
     pub postgres: f64,
     pub redis: f64,
+    #[serde(skip)]
+    backends: HashMap<u32, f64>,
 }
 
 impl CpuSplit {
-    pub fn now(server_pid: u32) -> CpuSplit {
-        CpuSplit {
+    pub async fn now(server_pid: u32, db: &DatabaseConnection) -> AppResult<CpuSplit> {
+        #[derive(FromQueryResult)]
+        struct Backend {
+            pid: i32,
+        }
+        let backends: HashMap<u32, f64> =
+            Backend::find_by_statement(stmt("SELECT pid FROM pg_stat_activity WHERE datname = current_database()", []))
+                .all(db)
+                .await?
+                .into_iter()
+                .map(|b| (b.pid as u32, cpu_seconds_of(b.pid as u32)))
+                .collect();
+        Ok(CpuSplit {
             bench: cpu_seconds_of(std::process::id()),
             server: cpu_seconds_of(server_pid),
-            postgres: cpu_seconds_named("postgres"),
+            postgres: backends.values().sum(),
             redis: cpu_seconds_named("redis-server"),
-        }
+            backends,
+        })
     }
 
     pub fn since(&self, earlier: &CpuSplit) -> CpuSplit {
+        let postgres =
+            self.backends.iter().map(|(pid, cpu)| cpu - earlier.backends.get(pid).copied().unwrap_or(0.0)).sum();
         CpuSplit {
             bench: self.bench - earlier.bench,
             server: self.server - earlier.server,
-            postgres: self.postgres - earlier.postgres,
+            postgres,
             redis: self.redis - earlier.redis,
+            backends: HashMap::new(),
         }
+    }
+
+    pub fn total(&self) -> f64 {
+        self.bench + self.server + self.postgres + self.redis
+    }
+
+    /// CPU milliseconds per request, all four together.
+    pub fn ms_per(&self, requests: usize) -> f64 {
+        self.total() * 1000.0 / requests.max(1) as f64
     }
 }

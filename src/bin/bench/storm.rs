@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::fixture::Fixture;
 use crate::load::{self, Request};
-use crate::server::{CpuSplit, SECRET, Server, load_average};
+use crate::server::{CpuSplit, SECRET, Server, label, load_average};
 
 pub const LIKE_POST: &str = "mutation($p: ID!) { likePost(postId: $p) { id likeCount } }";
 
@@ -24,6 +24,8 @@ pub const LIKE_POST: &str = "mutation($p: ID!) { likePost(postId: $p) { id likeC
 #[derive(Debug, Serialize)]
 pub struct StormResult {
     pub mode: String,
+    /// The server binary.
+    pub server: String,
     pub offered: usize,
     pub accepted: usize,
     pub failed: usize,
@@ -43,8 +45,9 @@ pub struct StormResult {
     pub redis_api_per_like: f64,
     pub redis_worker_per_like: f64,
     pub sql_per_like: f64,
-    /// CPU seconds over the storm, by process.
+    /// CPU seconds over the storm, by process, and all of them per accepted like.
     pub cpu: CpuSplit,
+    pub cpu_ms_per_like: f64,
     pub load_before: f64,
 }
 
@@ -64,8 +67,10 @@ pub fn tokens(first: i64, count: usize) -> AppResult<Vec<String>> {
 }
 
 /// The storm on `post_id` by users 2..=likes+1 in `mode`, on a server of its own.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_mode(
     cli: &crate::Cli,
+    exe: &std::path::Path,
     fixture: &Fixture,
     mode: LikeMode,
     post_id: i64,
@@ -73,8 +78,11 @@ pub async fn run_mode(
     connections: usize,
     time_cap: Duration,
 ) -> AppResult<StormResult> {
-    let server = Server::start(&fixture.url, &cli.redis_url, mode, &[]).await?;
-    let outcome = storm(fixture, &server, mode, post_id, likes, connections, time_cap).await;
+    let server = Server::start(cli, exe, &fixture.url, mode, &[]).await?;
+    let outcome = storm(fixture, &server, mode, post_id, likes, connections, time_cap).await.map(|mut result| {
+        result.server = label(exe);
+        result
+    });
     server.stop(&cli.redis_url).await;
     outcome
 }
@@ -104,9 +112,9 @@ async fn storm(
     });
     let load_before = load_average();
     let counters_before = server.counters().await?;
-    let cpu_before = CpuSplit::now(server.pid);
+    let cpu_before = CpuSplit::now(server.pid, &fixture.db).await?;
     let report = load::run(&server.graphql_url(), requests, connections, time_cap, check, false).await?;
-    let cpu = CpuSplit::now(server.pid).since(&cpu_before);
+    let cpu = CpuSplit::now(server.pid, &fixture.db).await?.since(&cpu_before);
 
     // Flush lag: poll until the database holds exactly the accepted likes.
     let accepted = report.ok as i64;
@@ -126,6 +134,7 @@ async fn storm(
     let per_like = |n: f64| n / (accepted.max(1) as f64);
     Ok(StormResult {
         mode: mode_name(mode).to_owned(),
+        server: String::new(),
         offered: likes,
         accepted: report.ok,
         failed: report.failed,
@@ -142,25 +151,56 @@ async fn storm(
         redis_api_per_like: per_like(counters.redis_api),
         redis_worker_per_like: per_like(counters.redis_worker),
         sql_per_like: per_like(counters.sql),
+        cpu_ms_per_like: cpu.ms_per(report.ok),
         cpu,
         load_before,
     })
 }
 
-/// `bench storm` on its own: a fresh database, one post per mode.
+/// `bench storm` on its own: a fresh database, one post per (round, mode, server binary), the
+/// binaries interleaved so that a busy moment of the machine does not favour one of them.
 pub async fn run(
     cli: &crate::Cli,
     modes: &[LikeMode],
     likes: usize,
     connections: usize,
     time_cap: Duration,
+    rounds: usize,
 ) -> AppResult<Vec<StormResult>> {
+    let servers = cli.servers()?;
     let fixture = Fixture::create(&cli.database_url, likes as i64).await?;
     let outcome = async {
-        let posts = fixture.add_posts(modes.len() as i64, 1, "storm").await?;
+        let runs = rounds.max(1) * modes.len() * servers.len();
+        let mut posts = fixture.add_posts(runs as i64, 1, "storm").await?.into_iter();
         let mut results = Vec::new();
-        for (mode, post) in modes.iter().zip(posts) {
-            results.push(run_mode(cli, &fixture, *mode, post, likes, connections, time_cap).await?);
+        for _ in 0..rounds.max(1) {
+            for mode in modes {
+                for exe in &servers {
+                    let post = posts.next().ok_or_else(|| AppError::Internal("too few storm posts".into()))?;
+                    let result = run_mode(cli, exe, &fixture, *mode, post, likes, connections, time_cap).await?;
+                    eprintln!(
+                        "{:>9} {:<28} {:>7.0} likes/s  p50 {:>6.1} ms  p99 {:>6.1} ms  failed {}  flush {:.0} ms  {}  redis {:.2}+{:.2}  sql {:.2}  cpu server {:.1}s bench {:.1}s pg {:.1}s redis {:.1}s = {:.2} ms/like  load {:.2}",
+                        result.mode,
+                        result.server,
+                        result.likes_per_s,
+                        result.p50_ms,
+                        result.p99_ms,
+                        result.failed,
+                        result.flush_lag_ms,
+                        if result.consistent { "consistent" } else { "INCONSISTENT" },
+                        result.redis_api_per_like,
+                        result.redis_worker_per_like,
+                        result.sql_per_like,
+                        result.cpu.server,
+                        result.cpu.bench,
+                        result.cpu.postgres,
+                        result.cpu.redis,
+                        result.cpu_ms_per_like,
+                        result.load_before
+                    );
+                    results.push(result);
+                }
+            }
         }
         Ok::<_, AppError>(results)
     }

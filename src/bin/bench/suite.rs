@@ -93,6 +93,7 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
     eprintln!("bench suite: load {load_at_start:.2}; worker apply…");
     let apply = worker_apply::run(cli, config.apply_likes, &config.batches).await?;
 
+    let exe = cli.servers()?.remove(0);
     let members = config.likes.max(config.live_likes).max(config.viewers).max(config.readers).max(21);
     let fixture = Fixture::create(&cli.database_url, members as i64).await?;
     let outcome = async {
@@ -105,11 +106,12 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
         let mut storms = Vec::new();
         for (mode, post) in modes.into_iter().zip(storm_posts) {
             eprintln!("bench suite: storm, {} mode…", storm::mode_name(mode));
-            storms.push(storm::run_mode(cli, &fixture, mode, post, config.likes, config.connections, cap).await?);
+            storms.push(storm::run_mode(cli, &exe, &fixture, mode, post, config.likes, config.connections, cap).await?);
         }
         eprintln!("bench suite: course page…");
         let page =
-            page::run_on(cli, &fixture, &page_posts, config.readers, config.pages, config.connections, cap).await?;
+            page::run_on(cli, &exe, &fixture, &page_posts, config.readers, config.pages, config.connections, cap)
+                .await?;
         eprintln!("bench suite: live delivery…");
         let live =
             live::run_on(cli, &fixture, live_post, config.subscribers, config.live_likes, config.connections, 500)
@@ -257,7 +259,7 @@ pub fn table(r: &SuiteReport) -> String {
     for s in &r.storm {
         let _ = writeln!(
             t,
-            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.0} | {} = {} = {} {} | {:.2}+{:.2} | {:.2} | {:.1}/{:.1}/{:.1}/{:.1} | {:.2} |",
+            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.0} | {} = {} = {} {} | {:.2}+{:.2} | {:.2} | {:.1}/{:.1}/{:.1}/{:.1} | {:.2} | {:.2} |",
             s.mode,
             s.likes_per_s,
             s.p50_ms,
@@ -276,6 +278,7 @@ pub fn table(r: &SuiteReport) -> String {
             s.cpu.bench,
             s.cpu.postgres,
             s.cpu.redis,
+            s.cpu_ms_per_like,
             s.load_before
         );
     }
@@ -292,7 +295,7 @@ pub fn table(r: &SuiteReport) -> String {
     let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---:|---|---:|");
     let _ = writeln!(
         t,
-        "| {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.3} | {:.3} | {:.1}/{:.1}/{:.1}/{:.1} | {:.2} |",
+        "| {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.3} | {:.3} | {:.1}/{:.1}/{:.1}/{:.1} | {:.2} | {:.2} |",
         p.pages_per_s,
         p.p50_ms,
         p.p99_ms,
@@ -304,6 +307,7 @@ pub fn table(r: &SuiteReport) -> String {
         p.cpu.bench,
         p.cpu.postgres,
         p.cpu.redis,
+        p.cpu_ms_per_page,
         p.load_before
     );
     let l = &r.live;

@@ -58,7 +58,8 @@ pub async fn run_on(
         ("VIEW_FLUSH_INTERVAL", "1s".to_owned()),
         ("TRUSTED_PROXY", "127.0.0.1".to_owned()),
     ];
-    let server = Server::start(&fixture.url, &cli.redis_url, LikeMode::Buffered, &env).await?;
+    let exe = cli.servers()?.remove(0);
+    let server = Server::start(cli, &exe, &fixture.url, LikeMode::Buffered, &env).await?;
     let outcome = measure(fixture, &server, post_id, viewers, connections).await;
     server.stop(&cli.redis_url).await;
     outcome
