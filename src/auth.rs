@@ -66,7 +66,9 @@ impl TokenKeys {
     }
 }
 
-/// Who is asking, for one request (or one websocket connection).
+/// Who is asking, for one request (or one websocket connection). Memberships are read from
+/// PostgreSQL at most once per request and never kept longer, so a member removed from a
+/// course loses access with the next request.
 pub struct Viewer {
     pub user_id: i64,
     memberships: OnceCell<HashMap<i64, Role>>,
@@ -80,6 +82,18 @@ impl Viewer {
     /// The viewer's role in every course they belong to, read once per request.
     pub async fn memberships(&self, db: &DatabaseConnection) -> AppResult<&HashMap<i64, Role>> {
         self.memberships.get_or_try_init(|| async { courses::roles_of_user(db, self.user_id).await }).await
+    }
+
+    /// Whether this request has read the memberships already.
+    pub fn memberships_read(&self) -> bool {
+        self.memberships.initialized()
+    }
+
+    /// Keeps memberships this request read together with something else (one statement
+    /// instead of two, e.g. `forum::courses::find_with_roles_of_user`); a request that had
+    /// already read them keeps its first reading.
+    pub fn remember_memberships(&self, memberships: HashMap<i64, Role>) {
+        let _ = self.memberships.set(memberships);
     }
 
     /// The viewer's role in `course_id`, or FORBIDDEN.
