@@ -334,3 +334,37 @@ async fn the_server_runs_its_own_worker_by_default() {
         .await;
     assert_eq!(data["post"]["likeCount"], 1);
 }
+
+/// Buffered mode checks the rate limit inside the toggle script: the same budget as the other
+/// modes, a refused toggle changes neither the set nor the stream, and a cold set (warmed by
+/// the same call) counts the toggle once.
+#[tokio::test]
+async fn the_toggle_script_enforces_the_rate_limit_and_a_refused_toggle_changes_nothing() {
+    let app = TestApp::spawn_with(|s| {
+        s.like_mode = LikeMode::Buffered;
+        s.like_rate_per_minute = 3;
+    })
+    .await;
+    let world = World::create(&app).await;
+    let post = create_post(&app, world.bob, world.course, "limited").await;
+    // Three toggles on a cold liked-set (the first loads it): like, unlike, like.
+    for liked in [true, false, true] {
+        set_post_like(&app, world.alice, post, liked).await;
+    }
+    assert_eq!(stream_len(&app).await, 3);
+    let response = app
+        .gql(
+            Some(&app.token(world.alice)),
+            "mutation($p: ID!) { unlikePost(postId: $p) { likeCount } }",
+            json!({ "p": gid("Post", post) }),
+        )
+        .await;
+    assert_eq!(response["errors"][0]["extensions"]["code"], "RATE_LIMITED", "{response}");
+    let retry = response["errors"][0]["extensions"]["retryAfterMs"].as_u64();
+    assert!(matches!(retry, Some(ms) if ms > 0 && ms <= 60_000), "retryAfterMs: {response}");
+    assert_eq!(stream_len(&app).await, 3, "a refused toggle appends nothing");
+    let liked = app.state.likes.liked_by(world.alice, &[(world.course, LikeTarget::Post(post))]).await.expect("liked");
+    assert!(liked.contains(&LikeTarget::Post(post)), "the refused unlike left the like in place");
+    // Another user is not limited.
+    assert_eq!(set_post_like(&app, world.bob, post, true).await["likedByMe"], true);
+}

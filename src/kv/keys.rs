@@ -12,7 +12,7 @@
 //! | `<p>:likes:dead` | STREAM | none | dead letters: entries that failed alone, with the error |
 //! | `<p>:{recount}:dirty` | ZSET | none | level 2: targets to recount, scored by mark sequence |
 //! | `<p>:{recount}:seq` | STRING | none | level 2: the mark sequence |
-//! | `<p>:rl:like:<user>` | STRING | 60 s | like toggles in the current rate-limit window |
+//! | `<p>:{s<k>}:rl:like:<user>` | STRING | 60 s | like toggles in the current rate-limit window (in the user's shard slot: the toggle script counts it) |
 //! | `<p>:{live}:events` | Pub/Sub channel | — | committed like counts and course activity, to every instance |
 //! | `<p>:{v<post>}:ticket:<uuid>` | HASH | VIEW_TICKET_TTL + grace | a started view: user `u`, post `p`, ip, start `t` and expiry `exp` (ms, Redis clock), `used` |
 //! | `<p>:{v<post>}:cap:u:<user>` | STRING | VIEW_CAP_WINDOW | counted views of the user on the post in the current window |
@@ -130,8 +130,10 @@ impl Keys {
     }
 
     /// Fixed-window counter of a user's like toggles (STRING, expires with the window).
+    /// In the user's shard slot, beside their liked-sets and stream: the toggle script checks
+    /// the limit and toggles in one round trip.
     pub fn like_rate(&self, user_id: i64) -> String {
-        format!("{}:rl:like:{user_id}", self.prefix)
+        format!("{}:{{s{}}}:rl:like:{user_id}", self.prefix, self.shard_of(user_id))
     }
 }
 
@@ -147,12 +149,13 @@ mod tests {
     }
 
     #[test]
-    fn a_users_sets_share_the_slot_of_their_stream() {
+    fn a_users_sets_and_rate_limit_share_the_slot_of_their_stream() {
         let keys = Keys::new("cf", 8);
         for user in [1, 7, 8, 12345] {
             let set = keys.liked_set(user, 3);
             let stream = keys.like_stream(keys.shard_of(user));
             assert_eq!(hash_tag(&set), hash_tag(&stream));
+            assert_eq!(hash_tag(&keys.like_rate(user)), hash_tag(&stream));
         }
         assert_eq!(hash_tag(&keys.recount_dirty()), hash_tag(&keys.recount_seq()));
     }

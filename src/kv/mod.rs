@@ -59,6 +59,12 @@ impl ConnectionLike for Redis {
     }
 }
 
+/// A Lua script made of files of `lua/` in order: a prelude that defines shared functions
+/// (`lua/fixed_window.lua`) and the script's own file. Loaded once, run by EVALSHA.
+pub fn script(parts: &[&str]) -> redis::Script {
+    redis::Script::new(&parts.concat())
+}
+
 /// Opens a self-reconnecting connection, failing within `timeout` with one sentence. `role`
 /// names who uses it (`api`, `worker`, …) in the command metrics.
 pub async fn connect(url: &str, timeout: Duration, role: &'static str) -> AppResult<Redis> {

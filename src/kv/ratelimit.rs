@@ -1,4 +1,6 @@
 //! Per-user rate limits in Redis (fixed window, one atomic script), shared by every instance.
+//! The window logic is `lua/fixed_window.lua`, which the buffered like toggle also runs inside
+//! its own script (one round trip for the limit and the toggle).
 
 use std::time::Duration;
 
@@ -18,8 +20,20 @@ pub struct RateLimiter {
 
 impl RateLimiter {
     pub fn new(redis: Redis, limit: u32, window: Duration) -> Self {
-        let script = std::sync::Arc::new(Script::new(include_str!("../../lua/rate_limit.lua")));
+        let script = std::sync::Arc::new(crate::kv::script(&[
+            include_str!("../../lua/fixed_window.lua"),
+            include_str!("../../lua/rate_limit.lua"),
+        ]));
         Self { redis, script, limit, window }
+    }
+
+    /// Events allowed per window (0: no limit).
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    pub fn window(&self) -> Duration {
+        self.window
     }
 
     /// Counts one event against `key`, or fails with RATE_LIMITED (counting nothing else).

@@ -1,6 +1,7 @@
-//! Level 3, the Redis side: per (user, course) liked-sets, the atomic toggle that appends to
-//! the shard's stream (`lua/like_toggle.lua`), warming a set from PostgreSQL when it is not
-//! loaded (`lua/liked_set_warm.lua`), and `likedByMe` by SMISMEMBER.
+//! Level 3, the Redis side: per (user, course) liked-sets, the atomic toggle that checks the
+//! user's rate limit and appends to the shard's stream (`lua/like_toggle.lua`), warming a set
+//! from PostgreSQL when it is not loaded (inside the toggle's second call, or
+//! `lua/liked_set_warm.lua` for reads), and `likedByMe` by SMISMEMBER.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use super::{LikeStats, LikeTarget};
 use crate::db::stmt;
 use crate::error::{AppError, AppResult};
 use crate::kv::keys::Keys;
+use crate::kv::ratelimit::RateLimiter;
 
 /// The sentinel member every loaded set holds.
 pub const SENTINEL: &str = "_";
@@ -24,56 +26,85 @@ pub struct LikedSets {
     redis: Redis,
     keys: Keys,
     ttl: Duration,
+    /// The like rate limit, enforced inside the toggle script.
+    limiter: RateLimiter,
     toggle: Arc<Script>,
     warm: Arc<Script>,
     stats: Arc<LikeStats>,
 }
 
 impl LikedSets {
-    pub fn new(db: DatabaseConnection, redis: Redis, keys: Keys, ttl: Duration, stats: Arc<LikeStats>) -> Self {
+    pub fn new(
+        db: DatabaseConnection,
+        redis: Redis,
+        keys: Keys,
+        ttl: Duration,
+        limiter: RateLimiter,
+        stats: Arc<LikeStats>,
+    ) -> Self {
         Self {
             db,
             redis,
             keys,
             ttl,
-            toggle: Arc::new(Script::new(include_str!("../../lua/like_toggle.lua"))),
+            limiter,
+            toggle: Arc::new(crate::kv::script(&[
+                include_str!("../../lua/fixed_window.lua"),
+                include_str!("../../lua/like_toggle.lua"),
+            ])),
             warm: Arc::new(Script::new(include_str!("../../lua/liked_set_warm.lua"))),
             stats,
         }
     }
 
-    /// Likes or unlikes in the set (warming it first when needed) and, if that changed the set,
-    /// appends the event to the stream in the same script. Returns whether it changed.
+    /// Counts the toggle against the user's rate limit and likes or unlikes in the set and, if
+    /// that changed the set, appends the event to the stream: one script, one round trip. A
+    /// set that is not loaded costs a second call carrying its members from PostgreSQL, which
+    /// loads them and toggles (two round trips, not four). Returns whether the set changed.
     pub async fn toggle(&self, user_id: i64, course_id: i64, target: LikeTarget, liked: bool) -> AppResult<bool> {
         let set = self.keys.liked_set(user_id, course_id);
         let stream = self.keys.like_stream(self.keys.shard_of(user_id));
+        let rate = self.keys.like_rate(user_id);
         let op = if liked { "like" } else { "unlike" };
-        // Twice at most: a missing set is warmed once; missing again means Redis drops keys
-        // as fast as we load them, which must not turn into a loop.
+        let member = target.member();
+        let mut members: Option<Vec<String>> = None;
+        // Twice at most: the second call carries the members, so the script loads the set
+        // instead of answering -1.
         for _ in 0..2 {
-            let mut conn = self.redis.clone();
-            let result: i64 = self
-                .toggle
-                .key(&set)
+            let mut invocation = self.toggle.key(&set);
+            invocation
                 .key(&stream)
-                .arg(target.member())
+                .key(&rate)
+                .arg(&member)
                 .arg(op)
                 .arg(user_id)
                 .arg(course_id)
                 .arg(self.ttl.as_millis() as u64)
-                .invoke_async(&mut conn)
-                .await?;
-            match result {
+                .arg(self.limiter.limit())
+                .arg(self.limiter.window().as_millis() as u64);
+            match &members {
+                Some(members) => invocation.arg(1).arg(members),
+                None => invocation.arg(0),
+            };
+            let mut conn = self.redis.clone();
+            let (status, retry_after_ms): (i64, u64) = invocation.invoke_async(&mut conn).await?;
+            match status {
                 1 => return Ok(true),
                 0 => return Ok(false),
-                _ => self.warm(user_id, course_id).await?,
+                2 => return Err(AppError::RateLimited { retry_after_ms }),
+                _ => {
+                    members = Some(self.members_in_database(user_id, course_id).await?);
+                    LikeStats::bump(&self.stats.set_warms);
+                }
             }
         }
-        Err(AppError::Internal(format!("liked-set {set} vanished right after warming: is Redis evicting keys?")))
+        Err(AppError::Internal(format!(
+            "liked-set {set} was not loaded even with its members: like_toggle.lua out of date?"
+        )))
     }
 
-    /// Loads the user's likes in the course from PostgreSQL into the set, unless it exists.
-    pub async fn warm(&self, user_id: i64, course_id: i64) -> AppResult<()> {
+    /// The user's likes in the course as set members (`p:<id>`, `c:<id>`), from PostgreSQL.
+    async fn members_in_database(&self, user_id: i64, course_id: i64) -> AppResult<Vec<String>> {
         #[derive(FromQueryResult)]
         struct Member {
             member: String,
@@ -89,11 +120,14 @@ impl LikedSets {
         ))
         .all(&self.db)
         .await?;
+        Ok(members.into_iter().map(|m| m.member).collect())
+    }
+
+    /// Loads the user's likes in the course from PostgreSQL into the set, unless it exists.
+    pub async fn warm(&self, user_id: i64, course_id: i64) -> AppResult<()> {
+        let members = self.members_in_database(user_id, course_id).await?;
         let mut invocation = self.warm.key(self.keys.liked_set(user_id, course_id));
-        invocation.arg(self.ttl.as_millis() as u64);
-        for member in &members {
-            invocation.arg(&member.member);
-        }
+        invocation.arg(self.ttl.as_millis() as u64).arg(&members);
         let mut conn = self.redis.clone();
         let _: i64 = invocation.invoke_async(&mut conn).await?;
         LikeStats::bump(&self.stats.set_warms);

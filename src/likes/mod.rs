@@ -146,7 +146,14 @@ impl Likes {
     ) -> Self {
         let stats = Arc::new(LikeStats::default());
         Self {
-            buffered: buffered::LikedSets::new(db.clone(), redis.clone(), keys.clone(), set_ttl, stats.clone()),
+            buffered: buffered::LikedSets::new(
+                db.clone(),
+                redis.clone(),
+                keys.clone(),
+                set_ttl,
+                limiter.clone(),
+                stats.clone(),
+            ),
             recount: recount::DirtyMarks::new(redis, keys.clone()),
             db,
             mode,
@@ -182,7 +189,10 @@ impl Likes {
         liked: bool,
         current_count: i32,
     ) -> AppResult<i32> {
-        self.limiter.check(&self.keys.like_rate(user_id)).await?;
+        // Buffered mode counts the toggle inside its toggle script (same round trip).
+        if self.mode != LikeMode::Buffered {
+            self.limiter.check(&self.keys.like_rate(user_id)).await?;
+        }
         let (count, changed) = match self.mode {
             LikeMode::Sync => {
                 let outcome = sync::set(&self.db, user_id, target, liked)
