@@ -102,6 +102,19 @@ pub struct BatchReport {
     pub changed: Vec<CountChange>,
     /// False when another consumer holds the shard's lease.
     pub leader: bool,
+    /// Where the step's time went (benchmarks and slow-batch diagnosis).
+    pub timings: BatchTimings,
+}
+
+/// The phases of one step.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BatchTimings {
+    /// XREADGROUP (own pending, then new) and parsing the entries.
+    pub read: Duration,
+    /// Collapse, the one transaction (BEGIN … COMMIT) and publishing the counts.
+    pub apply: Duration,
+    /// XACK + XDEL of the applied entries.
+    pub ack: Duration,
 }
 
 /// One stream entry, parsed or not.
@@ -246,6 +259,7 @@ impl LikeWorker {
             return Ok(BatchReport::default());
         }
         let stream = self.keys.like_stream(shard);
+        let reading = Instant::now();
         let mut entries = self.read(&stream, "0", None).await?;
         let from_pending = !entries.is_empty();
         if !from_pending {
@@ -255,12 +269,16 @@ impl LikeWorker {
         if entries.is_empty() {
             return Ok(report);
         }
+        // A blocking read of an idle stream is waiting, not reading: time non-blocking reads only.
+        report.timings.read = if block.is_some() { Duration::ZERO } else { reading.elapsed() };
         let started = Instant::now();
         let events: Vec<LikeEvent> = entries.iter().filter_map(|e| e.event.as_ref().ok().copied()).collect();
         match self.apply_in_transaction(&events).await {
             Ok(changed) => {
+                report.timings.apply = started.elapsed();
                 let ids: Vec<&str> = entries.iter().filter(|e| e.event.is_ok()).map(|e| e.id.as_str()).collect();
                 self.ack(&stream, &ids).await?;
+                report.timings.ack = started.elapsed() - report.timings.apply;
                 report.acked += ids.len();
                 report.changed = changed;
                 // Malformed entries can never apply: straight to the dead letters.

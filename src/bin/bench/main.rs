@@ -45,6 +45,10 @@ pub struct Cli {
     /// whenever PostgreSQL offers it, loopback included); `disable` measures without TLS.
     #[arg(long, global = true)]
     pub db_sslmode: Option<String>,
+    /// Extra environment for the servers, `NAME=VALUE` (repeatable), e.g.
+    /// `TOKIO_WORKER_THREADS=1` or `DB_MAX_CONNECTIONS=8`.
+    #[arg(long = "server-env", global = true, value_parser = parse_env)]
+    pub server_env: Vec<(String, String)>,
     #[command(subcommand)]
     command: Scenario,
 }
@@ -157,6 +161,10 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn parse_env(raw: &str) -> Result<(String, String), String> {
+    raw.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("`{raw}` is not NAME=VALUE"))
 }
 
 impl Cli {

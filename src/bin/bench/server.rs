@@ -75,6 +75,9 @@ impl Server {
         for (name, value) in env {
             command.env(name, value);
         }
+        for (name, value) in &cli.server_env {
+            command.env(name, value);
+        }
         let child = command
             .spawn()
             .map_err(|e| internal("start the server (run `cargo build --release --bins` first)")(e.to_string()))?;

@@ -13,7 +13,7 @@ use course_forum::kv::{self, keys::Keys};
 use course_forum::likes::LikeTarget;
 use course_forum::likes::apply::{self, LikeEvent};
 use course_forum::live::Publisher;
-use course_forum::worker::{LikeWorker, WorkerConfig};
+use course_forum::worker::{BatchTimings, LikeWorker, WorkerConfig};
 use sea_orm::{FromQueryResult, TransactionTrait};
 use serde::Serialize;
 
@@ -35,6 +35,11 @@ pub struct ApplyResult {
     pub ms_per_batch: f64,
     /// One more batch applied by `likes::apply` alone (no Redis): the database's share.
     pub sql_ms_per_batch: f64,
+    /// The worker's phases per batch: stream read (XREADGROUP + parsing), apply (the
+    /// transaction and the publish), ack (XACK + XDEL).
+    pub read_ms_per_batch: f64,
+    pub apply_ms_per_batch: f64,
+    pub ack_ms_per_batch: f64,
 }
 
 pub async fn run(cli: &Cli, events: i64, batches: &[usize]) -> AppResult<Vec<ApplyResult>> {
@@ -42,7 +47,11 @@ pub async fn run(cli: &Cli, events: i64, batches: &[usize]) -> AppResult<Vec<App
     for &batch in batches {
         let run = run_worker_apply(cli, events, batch).await?;
         let secs = run.elapsed.as_secs_f64();
+        let per_batch = |d: Duration| d.as_secs_f64() * 1000.0 / run.batches.max(1) as f64;
         results.push(ApplyResult {
+            read_ms_per_batch: per_batch(run.phases.read),
+            apply_ms_per_batch: per_batch(run.phases.apply),
+            ack_ms_per_batch: per_batch(run.phases.ack),
             batch,
             likes: events,
             seconds: secs,
@@ -56,13 +65,21 @@ pub async fn run(cli: &Cli, events: i64, batches: &[usize]) -> AppResult<Vec<App
 
 pub fn print(results: &[ApplyResult]) {
     println!(
-        "{:>7} {:>8} {:>9} {:>10} {:>14} {:>16}",
-        "batch", "likes", "seconds", "likes/s", "ms per batch", "SQL ms per batch"
+        "{:>7} {:>8} {:>9} {:>10} {:>14} {:>9} {:>9} {:>9} {:>16}",
+        "batch", "likes", "seconds", "likes/s", "ms per batch", "read ms", "apply ms", "ack ms", "SQL-only ms"
     );
     for r in results {
         println!(
-            "{:>7} {:>8} {:>9.3} {:>10.0} {:>14.2} {:>16.2}",
-            r.batch, r.likes, r.seconds, r.likes_per_s, r.ms_per_batch, r.sql_ms_per_batch
+            "{:>7} {:>8} {:>9.3} {:>10.0} {:>14.2} {:>9.2} {:>9.2} {:>9.2} {:>16.2}",
+            r.batch,
+            r.likes,
+            r.seconds,
+            r.likes_per_s,
+            r.ms_per_batch,
+            r.read_ms_per_batch,
+            r.apply_ms_per_batch,
+            r.ack_ms_per_batch,
+            r.sql_ms_per_batch
         );
     }
 }
@@ -74,6 +91,8 @@ struct ApplyRun {
     /// One more batch of the same size applied by `likes::apply` alone, in one transaction
     /// (no Redis): the database's share of a batch.
     sql_only: Duration,
+    /// The worker's own account of its steps, summed.
+    phases: BatchTimings,
 }
 
 async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<ApplyRun> {
@@ -112,7 +131,17 @@ async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<App
             let _: () = pipe.query_async(&mut conn).await?;
         }
         let started = Instant::now();
-        worker.drain().await?;
+        // drain(), by hand, adding up where each step's time went.
+        let mut phases = BatchTimings::default();
+        loop {
+            let report = worker.process_one_batch(0).await?;
+            if report.read == 0 {
+                break;
+            }
+            phases.read += report.timings.read;
+            phases.apply += report.timings.apply;
+            phases.ack += report.timings.ack;
+        }
         let elapsed = started.elapsed();
         let batches_run = worker.stats().batches.load(std::sync::atomic::Ordering::Relaxed);
         let count = One::find_by_statement(stmt("SELECT like_count::bigint AS v FROM posts WHERE id = 1", []))
@@ -135,7 +164,7 @@ async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<App
         if changed.len() != 1 {
             return Err(AppError::Internal("the SQL-only batch changed nothing".into()));
         }
-        Ok(ApplyRun { elapsed, batches: batches_run, sql_only })
+        Ok(ApplyRun { elapsed, batches: batches_run, sql_only, phases })
     }
     .await;
     fixture.drop().await?;
