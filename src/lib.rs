@@ -32,11 +32,11 @@
 //!
 //! 1. `likePost` mutation (`graphql::mutation`) → `graphql::access::post` proves the post is
 //!    live and the viewer a member of its course (the trust boundary, before Redis).
-//! 2. `likes::Likes::set` rate-limits (`lua/rate_limit.lua`), then `likes::buffered` runs
-//!    `lua/like_toggle.lua` on the user's (user, course) liked-set: SADD, and only if that
-//!    changed the set, XADD the event to the user's stream shard, atomically. A set not
-//!    loaded answers -1; it is warmed from PostgreSQL (`lua/liked_set_warm.lua`) and the
-//!    toggle runs again. The mutation answers at once.
+//! 2. `likes::Likes::set` → `likes::buffered` runs `lua/like_toggle.lua` on the user's
+//!    (user, course) liked-set: the rate limit, SADD, and only if that changed the set, XADD
+//!    the event to the user's stream shard, atomically, in one round trip. A set not loaded
+//!    answers -1; the service reads its members from PostgreSQL and calls again with them
+//!    (the script loads them, then toggles). The mutation answers at once.
 //! 3. `worker::LikeWorker` — the shard's one consumer, by lease — reads the entry (own
 //!    pending first, then new), collapses the batch to the last op per (target, user,
 //!    course), and `likes::apply` writes everything in ONE transaction: JOINs drop deleted
