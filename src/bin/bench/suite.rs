@@ -33,7 +33,7 @@ pub struct SuiteConfig {
     #[arg(long, default_value_t = 32)]
     pub connections: usize,
     /// Longest a storm or a page run may send requests, in seconds.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 60)]
     pub time_cap_secs: u64,
     /// Distinct readers of the course page.
     #[arg(long, default_value_t = 500)]
@@ -253,18 +253,20 @@ pub fn table(r: &SuiteReport) -> String {
     );
     let _ = writeln!(
         t,
-        "| mode | accepted/s | p50 ms | p99 ms | max ms | failed | flush lag ms | DB count = rows = accepted | Redis/like (api+worker) | SQL/like | CPU s server/bench/pg/redis | load |"
+        "| mode | accepted/s | p50 ms | p99 ms | max ms | accepted of offered | failed | flush lag ms | DB count = rows = accepted | Redis/like (api+worker) | SQL/like | CPU s server/bench/pg/redis | CPU ms/like | load |"
     );
-    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|");
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|");
     for s in &r.storm {
         let _ = writeln!(
             t,
-            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.0} | {} = {} = {} {} | {:.2}+{:.2} | {:.2} | {:.1}/{:.1}/{:.1}/{:.1} | {:.2} | {:.2} |",
+            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {} of {} | {} | {:.0} | {} = {} = {} {} | {:.2}+{:.2} | {:.2} | {:.1}/{:.1}/{:.1}/{:.1} | {:.2} | {:.2} |",
             s.mode,
             s.likes_per_s,
             s.p50_ms,
             s.p99_ms,
             s.max_ms,
+            s.accepted,
+            s.offered,
             s.failed,
             s.flush_lag_ms,
             s.db_like_count,
@@ -290,9 +292,9 @@ pub fn table(r: &SuiteReport) -> String {
     );
     let _ = writeln!(
         t,
-        "| pages/s | p50 ms | p99 ms | max ms | failed | Redis/page | SQL/page | CPU s server/bench/pg/redis | load |"
+        "| pages/s | p50 ms | p99 ms | max ms | failed | Redis/page | SQL/page | CPU s server/bench/pg/redis | CPU ms/page | load |"
     );
-    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
     let _ = writeln!(
         t,
         "| {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.3} | {:.3} | {:.1}/{:.1}/{:.1}/{:.1} | {:.2} | {:.2} |",
@@ -337,11 +339,23 @@ pub fn table(r: &SuiteReport) -> String {
         l.load_before
     );
     let _ = writeln!(t, "\nWorker apply rate: one worker, one shard, {} likes on one post\n", c.apply_likes);
-    let _ = writeln!(t, "| batch | likes/s | ms per batch | SQL-only ms per batch |");
-    let _ = writeln!(t, "|---:|---:|---:|---:|");
+    let _ = writeln!(
+        t,
+        "| batch | likes/s | ms per batch | stream read ms | transaction ms | XACK+XDEL ms | SQL-only ms per batch |"
+    );
+    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---:|");
     for a in &r.worker_apply {
-        let _ =
-            writeln!(t, "| {} | {:.0} | {:.2} | {:.2} |", a.batch, a.likes_per_s, a.ms_per_batch, a.sql_ms_per_batch);
+        let _ = writeln!(
+            t,
+            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            a.batch,
+            a.likes_per_s,
+            a.ms_per_batch,
+            a.read_ms_per_batch,
+            a.apply_ms_per_batch,
+            a.ack_ms_per_batch,
+            a.sql_ms_per_batch
+        );
     }
     let v = &r.views;
     let _ = writeln!(t, "\nViews: {} distinct users view one post (start, dwell, complete; caps on)\n", v.viewers);
