@@ -28,7 +28,7 @@ async fn a_buffered_page_costs_three_statements_and_one_redis_command() {
 /// 20 posts by 20 authors, every other one liked by alice; alice reads the page. Returns the
 /// SQL statements and Redis commands the read cost.
 async fn read_a_page_of_twenty(app: &TestApp) -> (u64, u64) {
-    let world = World::create(&app).await;
+    let world = World::create(app).await;
     for n in 0..20 {
         let author = app.create_user(&format!("author{n}")).await;
         app.enroll(world.course, author, "student").await;
