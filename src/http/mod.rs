@@ -21,10 +21,7 @@ mod ws;
 #[derive(Clone)]
 struct HttpState {
     app: AppState,
-    /// For websockets (`ws`): errors get their codes from the schema's extension.
     schema: AppSchema,
-    /// For `POST /graphql`: no extension; `graphql` assigns the codes.
-    http_schema: AppSchema,
 }
 
 pub fn router(app: AppState, schema: AppSchema) -> Router {
@@ -40,7 +37,7 @@ pub fn router(app: AppState, schema: AppSchema) -> Router {
         .layer(DefaultBodyLimit::max(body_limit))
         // async-graphql-axum reads the body stream itself, past DefaultBodyLimit: limit the stream.
         .layer(tower_http::limit::RequestBodyLimitLayer::new(body_limit))
-        .with_state(HttpState { http_schema: crate::graphql::build_http_schema(app.clone()), app, schema })
+        .with_state(HttpState { app, schema })
 }
 
 /// Prometheus text exposition of every metric this process recorded.
@@ -79,9 +76,7 @@ async fn graphql(
     if let Some(user_id) = viewer {
         request = request.data(Viewer::new(user_id));
     }
-    let mut response = state.http_schema.execute(request).await;
-    response.errors.iter_mut().for_each(assign_code);
-    response.into()
+    state.schema.execute(request).await.into()
 }
 
 /// A GraphQL response carrying one error, for failures before execution.
