@@ -7,6 +7,7 @@ pub mod cursor;
 pub mod errors;
 pub mod ids;
 pub mod loaders;
+pub mod metrics;
 pub mod mutation;
 pub mod query;
 pub mod subscription;
@@ -28,6 +29,8 @@ pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::
     Schema::build(query::Query, mutation::Mutation::default(), subscription::Subscription)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
+        // Outermost first: the metrics see the codes ErrorCodes assigns.
+        .extension(metrics::RequestMetrics)
         .extension(errors::ErrorCodes)
 }
 
