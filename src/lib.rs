@@ -59,6 +59,7 @@ pub mod http;
 pub mod kv;
 pub mod likes;
 pub mod live;
+pub mod ops;
 pub mod seed;
 pub mod startup;
 pub mod state;

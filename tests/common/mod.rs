@@ -71,6 +71,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         trusted_proxy: None,
         playground_dir: "web-playground/dist".into(),
         demo_users_file: None,
+        shutdown_timeout: Duration::from_secs(10),
     }
 }
 
