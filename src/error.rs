@@ -58,7 +58,7 @@ impl AppError {
 
     /// The service this error says cannot be reached right now, if it says so: a connection
     /// refused, cut or timed out, a pool that cannot hand out a connection, a server shutting
-    /// down or still loading its data. Such errors are retried (the worker) or shown as
+    /// down, still loading its data, or (Redis) full under `noeviction`. Such errors are retried (the worker) or shown as
     /// `UNAVAILABLE` (the API), never dead-lettered and never blamed on the client.
     pub fn unreachable(&self) -> Option<Service> {
         match self {
@@ -130,6 +130,7 @@ fn redis_unreachable(err: &redis::RedisError) -> bool {
         || err.is_connection_refusal()
         || err.is_timeout()
         || err.is_unrecoverable_error()
-        // An AOF or RDB still loading after a restart.
-        || err.code() == Some("LOADING")
+        // Up but unable to serve for now: loading its AOF after a restart, full under
+        // `noeviction`, a replica being promoted, a failed snapshot blocking writes.
+        || matches!(err.code(), Some("LOADING" | "OOM" | "READONLY" | "MISCONF" | "TRYAGAIN" | "CLUSTERDOWN"))
 }

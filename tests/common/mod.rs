@@ -4,6 +4,7 @@
 //! the database and the keys, even when the test panicked.
 #![allow(dead_code)]
 
+pub mod procs;
 pub mod proxy;
 pub mod ws;
 
@@ -28,7 +29,7 @@ pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
-fn database_url(name: &str) -> String {
+pub fn database_url(name: &str) -> String {
     let admin = admin_database_url();
     match admin.rfind('/') {
         Some(slash) => format!("{}/{name}", &admin[..slash]),

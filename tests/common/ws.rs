@@ -107,3 +107,25 @@ impl GqlSocket {
         let _ = self.ws.close(None).await;
     }
 }
+
+impl GqlSocket {
+    /// Reads until the server closes the socket: the close frame's code and reason. None when
+    /// the connection ended without a close frame or nothing came within `timeout`.
+    pub async fn close_frame(&mut self, timeout: Duration) -> Option<(u16, String)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, self.ws.next()).await {
+                Ok(Some(Ok(Message::Close(frame)))) => {
+                    return frame.map(|f| (u16::from(f.code), f.reason.to_string()));
+                }
+                Ok(Some(Ok(_))) => continue,
+                _ => return None,
+            }
+        }
+    }
+
+    /// Sends a raw text frame (for malformed and hostile protocol messages).
+    pub async fn send_raw(&mut self, text: String) -> bool {
+        self.ws.send(Message::Text(text.into())).await.is_ok()
+    }
+}
