@@ -101,7 +101,7 @@ async fn sigterm_closes_websockets_finishes_the_request_in_flight_and_exits() {
 
     let signalled = Instant::now();
     serve.terminate();
-    let (code, reason) = socket.close_frame(Duration::from_secs(5)).await.expect("a close frame");
+    let (code, reason) = socket.close_frame(Duration::from_secs(5)).await.flatten().expect("a close frame");
     assert_eq!(code, 1001, "going away: {reason}");
     // No new connections once shutdown began.
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -6,6 +6,7 @@ pub mod context;
 pub mod cursor;
 pub mod errors;
 pub mod ids;
+pub mod limits;
 pub mod loaders;
 pub mod metrics;
 pub mod mutation;
@@ -29,9 +30,11 @@ pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::
     Schema::build(query::Query, mutation::Mutation::default(), subscription::Subscription)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
+        .limit_directives(limits::MAX_DIRECTIVES)
         // Outermost first: the metrics see the codes ErrorCodes assigns.
         .extension(metrics::RequestMetrics)
         .extension(errors::ErrorCodes)
+        .extension(limits::AliasLimit)
 }
 
 /// The schema served, with the shared state attached.

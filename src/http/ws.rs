@@ -81,7 +81,7 @@ async fn serve(socket: WebSocket, state: HttpState, protocol: WebSocketProtocols
                 WsMessage::Text(text) => Message::Text(text.into()),
                 WsMessage::Close(code, reason) => {
                     let code = if reason.starts_with(AUTH_REFUSED) { 4403 } else { code };
-                    Message::Close(Some(CloseFrame { code, reason: reason.into() }))
+                    Message::Close(Some(CloseFrame { code, reason: close_reason(&reason).into() }))
                 }
             });
     futures_util::pin_mut!(outgoing);
@@ -106,6 +106,21 @@ async fn serve(socket: WebSocket, state: HttpState, protocol: WebSocketProtocols
         }
     }
     let _ = sink.close().await;
+}
+
+/// A close frame is a control frame: 125 bytes at most, 2 of them the code. A longer reason
+/// (a token error can be) makes the whole frame invalid and the client sees a protocol error
+/// instead of the code, so the reason is cut at a character boundary.
+fn close_reason(reason: &str) -> &str {
+    const MAX_REASON_BYTES: usize = 123;
+    if reason.len() <= MAX_REASON_BYTES {
+        return reason;
+    }
+    let mut end = MAX_REASON_BYTES;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
 }
 
 /// Resolves once the process begins to shut down (or its shutdown sender is gone).
@@ -141,4 +156,15 @@ fn authenticate(app: &crate::state::AppState, payload: serde_json::Value) -> Res
     data.insert(Loaders::new(&app.db, &app.likes, &app.views, Some(user_id)));
     data.insert(SubscriptionBudget::new(app.settings.live_max_subscriptions));
     Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_close_reason_fits_a_control_frame() {
+        assert_eq!(super::close_reason("short"), "short");
+        let long = "é".repeat(100);
+        let cut = super::close_reason(&long);
+        assert!(cut.len() <= 123 && long.starts_with(cut) && cut.len() >= 121);
+    }
 }
