@@ -10,9 +10,7 @@ use crate::error::{AppError, AppResult};
 use crate::graphql::ids::{self, NodeKind};
 use crate::kv::keys::Keys;
 use crate::likes::recount;
-use crate::startup::{
-    Application, BackgroundJobs, build_view_aggregator, build_worker, connect_state, shutdown_signal,
-};
+use crate::startup::{Application, connect_state, run_worker_until_stopped, shutdown_signal};
 use crate::{db, graphql, kv, ops, seed, telemetry};
 
 #[derive(Debug, Parser)]
@@ -105,15 +103,7 @@ pub async fn run(cli: Cli) -> AppResult<()> {
             telemetry::init(settings.log_format);
             settings.validate_for_serve()?;
             let state = connect_state(settings).await?;
-            let worker = build_worker(&state).await?;
-            let (stop, stopping) = tokio::sync::watch::channel(false);
-            let mut jobs = BackgroundJobs::new(stopping);
-            jobs.spawn("like worker", worker.run(jobs.shutdown()));
-            jobs.spawn("view aggregator", build_view_aggregator(&state).run(jobs.shutdown()));
-            shutdown_signal().await;
-            let _ = stop.send(true);
-            jobs.stop(tokio::time::Instant::now() + state.settings.shutdown_timeout).await;
-            Ok(())
+            run_worker_until_stopped(state, shutdown_signal()).await
         }
         Command::Reconcile => {
             telemetry::init(settings.log_format);

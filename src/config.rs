@@ -162,6 +162,11 @@ pub struct Settings {
     /// the process exits anyway (the worker's uncommitted batch stays pending and is replayed).
     #[arg(long, env = "SHUTDOWN_TIMEOUT", default_value = "10s", value_parser = parse_duration, global = true)]
     pub shutdown_timeout: Duration,
+
+    /// `course-forum worker` only: serve /healthz, /readyz and /metrics on this address (unset:
+    /// no listener). `serve` has them on BIND.
+    #[arg(long, env = "WORKER_METRICS_BIND", global = true)]
+    pub worker_metrics_bind: Option<SocketAddr>,
 }
 
 /// Parses durations written like `30s`, `250ms`, `1m`.

@@ -118,6 +118,50 @@ impl Application {
     }
 }
 
+/// `course-forum worker`: the like worker and the view aggregator without the API, and the
+/// operator endpoints on `WORKER_METRICS_BIND` when set; stops like `serve` does.
+pub async fn run_worker_until_stopped(
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> AppResult<()> {
+    let settings = state.settings.clone();
+    crate::telemetry::metrics();
+    // Bind first: a bad address stops the process before any work starts.
+    let listener = match settings.worker_metrics_bind {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+            AppError::Config(format!("cannot listen on {addr} ({e}); set WORKER_METRICS_BIND to a free address"))
+        })?),
+        None => None,
+    };
+    let worker = build_worker(&state).await?;
+    let (stop, stopping) = watch::channel(false);
+    let mut jobs = BackgroundJobs::new(stopping.clone());
+    let consumer = worker.consumer().to_owned();
+    jobs.spawn("like worker", worker.run(jobs.shutdown()));
+    jobs.spawn("view aggregator", build_view_aggregator(&state).run(jobs.shutdown()));
+    if let Some(listener) = listener {
+        tracing::info!(addr = ?listener.local_addr().ok(), "serving /healthz, /readyz and /metrics");
+        let router =
+            http::ops_router(state.clone(), http::Lifecycle { shutdown: stopping.clone(), worker: Some(consumer) });
+        let mut stopping = stopping;
+        jobs.spawn("operator endpoints", async move {
+            let served = axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stopping.wait_for(|stopping| *stopping).await;
+                })
+                .await;
+            if let Err(err) = served {
+                tracing::error!(error = %err, "the operator endpoints failed");
+            }
+        });
+    }
+    shutdown.await;
+    let _ = stop.send(true);
+    jobs.stop(Instant::now() + settings.shutdown_timeout).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
 /// The long-running jobs beside the API (the like worker, the view aggregator, …), each a
 /// future that runs until the shared shutdown value turns true. A new job is one `spawn`.
 pub struct BackgroundJobs {

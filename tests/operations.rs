@@ -398,3 +398,67 @@ async fn check_passes_when_healthy_names_every_broken_invariant_and_passes_after
     let rows = app.scalar_i64("SELECT count(*) AS v FROM post_likes WHERE post_id = $1", [post.into()]).await;
     assert_eq!(rows, 2, "the instructor's late like was applied");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_skips_counters_awaiting_their_recount_and_nothing_else() {
+    let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Recount).await;
+    let world = World::create(&app).await;
+    let (post, other) =
+        (create_post(&app, world.bob, world.course).await, create_post(&app, world.bob, world.course).await);
+    // Level 2: the row now, the counter when the recount job runs (it does not, here).
+    app.gql_ok(
+        Some(&app.token(world.alice)),
+        "mutation($p: ID!) { likePost(postId: $p) { id } }",
+        json!({ "p": gid("Post", post) }),
+    )
+    .await;
+    let counter = app.scalar_i64("SELECT like_count::bigint AS v FROM posts WHERE id = $1", [post.into()]).await;
+    assert_eq!(counter, 0, "the counter waits for the recount");
+    let (ok, report) = check(&app, &[]);
+    assert!(ok, "{report}");
+    assert!(report.contains("ok    recount: 1 target(s) await their recount and were skipped"), "{report}");
+    // A counter that is wrong without a mark is still found.
+    app.scalar_i64(
+        "WITH bumped AS (UPDATE posts SET like_count = 5 WHERE id = $1 RETURNING 1) SELECT count(*) AS v FROM bumped",
+        [other.into()],
+    )
+    .await;
+    let (ok, report) = check(&app, &[]);
+    assert!(!ok && report.contains(&format!("id {other} counts 5 but has 0")), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_running_apart_is_watched_like_a_server_and_stops_on_sigterm() {
+    let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await;
+    let world = World::create(&app).await;
+    let post = create_post(&app, world.bob, world.course).await;
+    let mut worker =
+        common::procs::ServeProcess::spawn_worker(&app, &common::redis_url(), &[("WORKER_LEASE_TTL", "30s")]);
+    worker.wait_healthy(Duration::from_secs(20)).await;
+    app.gql_ok(
+        Some(&app.token(world.alice)),
+        "mutation($p: ID!) { likePost(postId: $p) { id } }",
+        json!({ "p": gid("Post", post) }),
+    )
+    .await;
+    let rows = "SELECT count(*) AS v FROM post_likes WHERE post_id = $1";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.scalar_i64(rows, [post.into()]).await != 1 {
+        assert!(Instant::now() < deadline, "the worker process did not apply the like");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = app.http.get(worker.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    let scrape = Scrape(parse(&text));
+    assert!(scrape.value("like_batches_total", &[("result", "committed")]) >= 1.0, "{text}");
+    assert!(scrape.value("like_events_applied_total", &[]) >= 1.0, "{text}");
+    let ready: Value = app.http.get(worker.url("/readyz")).send().await.expect("readyz").json().await.expect("json");
+    assert_eq!(ready["ready"], true);
+    assert!(ready["worker"]["shards"].as_array().expect("shards").iter().all(|s| s["ours"] == true), "{ready}");
+
+    // SIGTERM: it stops at once and gives its leases up, so a successor need not wait 30 s.
+    worker.terminate();
+    let status = worker.wait_exit(Duration::from_secs(10)).await.expect("the worker exited");
+    assert!(status.success(), "{status:?}\n{}", worker.logs());
+    let status = course_forum::ops::streams::status(&app.state.redis, &app.state.keys).await.expect("status");
+    assert!(status.shards.iter().all(|s| s.lease_holder.is_none()), "leases released: {status:?}");
+}

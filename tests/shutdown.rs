@@ -46,6 +46,36 @@ async fn post_graphql(url: String, token: String, query: &str, variables: Value)
         .await
 }
 
+/// Starts a `post` query that waits on the paused PostgreSQL, and checks that it does.
+async fn request_waiting_for_postgres(
+    serve: &ServeProcess,
+    token: String,
+    post: i64,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let in_flight = tokio::spawn(post_graphql(
+        serve.url("/graphql"),
+        token,
+        "query($p: ID!) { post(id: $p) { title likeCount } }",
+        json!({ "p": gid("Post", post) }),
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!in_flight.is_finished(), "the request waits for PostgreSQL");
+    in_flight
+}
+
+/// A test app with a post, and `course-forum serve` on its database through a proxy.
+async fn server_behind_a_proxy(env: &[(&str, &str)]) -> (TestApp, World, i64, TcpProxy, ServeProcess) {
+    let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await;
+    let world = World::create(&app).await;
+    let post = create_post(&app, world.bob, world.course).await;
+    let (proxy, database_url) = database_behind_a_proxy(&app).await;
+    let mut env = env.to_vec();
+    env.push(("DATABASE_URL", database_url.as_str()));
+    let mut serve = ServeProcess::spawn(&app, &common::redis_url(), &env);
+    serve.wait_healthy(Duration::from_secs(20)).await;
+    (app, world, post, proxy, serve)
+}
+
 /// Every log line is a JSON object; returns them.
 fn json_lines(logs: &str) -> Vec<Value> {
     logs.lines()
@@ -61,21 +91,12 @@ fn span_field<'a>(line: &'a Value, span: &str, field: &str) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_closes_websockets_finishes_the_request_in_flight_and_exits() {
-    let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await;
-    let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course).await;
-    let (proxy, database_url) = database_behind_a_proxy(&app).await;
-    let mut serve = ServeProcess::spawn(
-        &app,
-        &common::redis_url(),
-        &[
-            ("DATABASE_URL", database_url.as_str()),
-            ("LOG_FORMAT", "json"),
-            ("RUST_LOG", "info,course_forum=debug"),
-            ("SHUTDOWN_TIMEOUT", "10s"),
-        ],
-    );
-    serve.wait_healthy(Duration::from_secs(20)).await;
+    let (app, world, post, proxy, mut serve) = server_behind_a_proxy(&[
+        ("LOG_FORMAT", "json"),
+        ("RUST_LOG", "info,course_forum=debug"),
+        ("SHUTDOWN_TIMEOUT", "10s"),
+    ])
+    .await;
 
     // A live subscriber, proven live: a like through the server reaches it.
     let alice = app.token(world.alice);
@@ -90,14 +111,7 @@ async fn sigterm_closes_websockets_finishes_the_request_in_flight_and_exits() {
 
     // A request in flight: PostgreSQL answers nothing until the proxy resumes.
     proxy.pause();
-    let in_flight = tokio::spawn(post_graphql(
-        serve.url("/graphql"),
-        app.token(world.bob),
-        "query($p: ID!) { post(id: $p) { title likeCount } }",
-        json!({ "p": gid("Post", post) }),
-    ));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!in_flight.is_finished(), "the request waits for PostgreSQL");
+    let in_flight = request_waiting_for_postgres(&serve, app.token(world.bob), post).await;
 
     let signalled = Instant::now();
     serve.terminate();
@@ -137,16 +151,8 @@ async fn sigterm_closes_websockets_finishes_the_request_in_flight_and_exits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_cannot_finish_is_abandoned_at_the_shutdown_timeout_and_replayed_exactly() {
-    let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await;
-    let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course).await;
-    let (proxy, database_url) = database_behind_a_proxy(&app).await;
-    let mut serve = ServeProcess::spawn(
-        &app,
-        &common::redis_url(),
-        &[("DATABASE_URL", database_url.as_str()), ("SHUTDOWN_TIMEOUT", "2s"), ("WORKER_LEASE_TTL", "1s")],
-    );
-    serve.wait_healthy(Duration::from_secs(20)).await;
+    let (app, world, post, proxy, mut serve) =
+        server_behind_a_proxy(&[("SHUTDOWN_TIMEOUT", "2s"), ("WORKER_LEASE_TTL", "1s")]).await;
 
     // PostgreSQL stalls for the server; likes are acknowledged (by the in-process instance,
     // which reaches PostgreSQL directly) and the server's worker takes them into a batch it
@@ -169,14 +175,7 @@ async fn what_cannot_finish_is_abandoned_at_the_shutdown_timeout_and_replayed_ex
         assert!(Instant::now() < deadline, "the server's worker never took a batch");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let stuck = tokio::spawn(post_graphql(
-        serve.url("/graphql"),
-        app.token(world.alice),
-        "query($p: ID!) { post(id: $p) { title } }",
-        json!({ "p": gid("Post", post) }),
-    ));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!stuck.is_finished(), "the request waits for PostgreSQL");
+    let stuck = request_waiting_for_postgres(&serve, app.token(world.alice), post).await;
 
     let signalled = Instant::now();
     serve.terminate();

@@ -43,6 +43,13 @@ struct HttpState {
     lifecycle: Lifecycle,
 }
 
+/// What the operator endpoints need.
+#[derive(Clone)]
+struct OpsState {
+    app: AppState,
+    lifecycle: Lifecycle,
+}
+
 pub fn router(app: AppState, schema: AppSchema, lifecycle: Lifecycle) -> Router {
     let body_limit = app.settings.max_body_bytes;
     let playground = playground::routes(&app.settings);
@@ -50,15 +57,27 @@ pub fn router(app: AppState, schema: AppSchema, lifecycle: Lifecycle) -> Router 
         .route("/", get(graphiql))
         .route("/graphql", get(graphiql).post(graphql))
         .route("/graphql/ws", get(ws::upgrade))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
         .merge(playground)
+        .with_state(HttpState { app: app.clone(), schema, lifecycle: lifecycle.clone() })
+        .merge(ops_routes(app, lifecycle))
         .layer(DefaultBodyLimit::max(body_limit))
         // async-graphql-axum reads the body stream itself, past DefaultBodyLimit: limit the stream.
         .layer(tower_http::limit::RequestBodyLimitLayer::new(body_limit))
         .layer(middleware::from_fn(request_span))
-        .with_state(HttpState { app, schema, lifecycle })
+}
+
+/// Only the operator endpoints (`/healthz`, `/readyz`, `/metrics`): what `course-forum worker`
+/// serves on `WORKER_METRICS_BIND`, so a worker running apart is watched like a server.
+pub fn ops_router(app: AppState, lifecycle: Lifecycle) -> Router {
+    ops_routes(app, lifecycle).layer(middleware::from_fn(request_span))
+}
+
+fn ops_routes(app: AppState, lifecycle: Lifecycle) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(OpsState { app, lifecycle })
 }
 
 /// Runs the request in a span with a fresh id and returns the id in `x-request-id`, so a
@@ -84,13 +103,13 @@ async fn request_span(request: Request, next: Next) -> Response {
 
 /// Prometheus text exposition of every metric this process recorded, after reading the
 /// gauges that live in Redis (stream lag, dead letters).
-async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
+async fn metrics(State(state): State<OpsState>) -> impl IntoResponse {
     crate::ops::refresh_gauges(&state.app.redis, &state.app.keys).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::telemetry::metrics().render())
 }
 
 /// 200 when PostgreSQL and Redis answer, else 503; the JSON says what was found.
-async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
+async fn readyz(State(state): State<OpsState>) -> impl IntoResponse {
     let report = crate::ops::ready::readiness(&state.app, state.lifecycle.worker.as_deref()).await;
     let status = if report.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, axum::Json(report))

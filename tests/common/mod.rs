@@ -73,6 +73,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         playground_dir: "web-playground/dist".into(),
         demo_users_file: None,
         shutdown_timeout: Duration::from_secs(10),
+        worker_metrics_bind: None,
     }
 }
 

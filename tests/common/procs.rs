@@ -100,7 +100,8 @@ impl Drop for PrivateRedis {
     }
 }
 
-/// `course-forum serve` as its own process, on the test's database and key prefix.
+/// `course-forum serve` (or `worker`) as its own process, on the test's database and key
+/// prefix.
 pub struct ServeProcess {
     pub addr: SocketAddr,
     child: Option<Child>,
@@ -111,17 +112,28 @@ pub struct ServeProcess {
 impl ServeProcess {
     /// Buffered likes, the worker inside, no rate limit; `env` adds or overrides settings.
     pub fn spawn(app: &TestApp, redis_url: &str, env: &[(&str, &str)]) -> ServeProcess {
+        Self::spawn_command("serve", app, redis_url, env)
+    }
+
+    /// `course-forum worker`, with its operator endpoints on `addr` (`WORKER_METRICS_BIND`).
+    pub fn spawn_worker(app: &TestApp, redis_url: &str, env: &[(&str, &str)]) -> ServeProcess {
+        Self::spawn_command("worker", app, redis_url, env)
+    }
+
+    fn spawn_command(command: &str, app: &TestApp, redis_url: &str, env: &[(&str, &str)]) -> ServeProcess {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("address");
         let log = std::env::temp_dir().join(format!("cf-serve-{}.log", uuid::Uuid::new_v4().simple()));
         let stderr = std::fs::File::create(&log).expect("log file");
+        let subcommand = command;
         let mut command = Command::new(env!("CARGO_BIN_EXE_course-forum"));
         command
-            .arg("serve")
+            .arg(subcommand)
             .env("DATABASE_URL", super::database_url(&app.database))
             .env("REDIS_URL", redis_url)
             .env("REDIS_KEY_PREFIX", &app.redis_prefix)
             .env("JWT_SECRET", super::JWT_SECRET)
             .env("BIND", addr.to_string())
+            .env("WORKER_METRICS_BIND", addr.to_string())
             .env("LIKE_MODE", "buffered")
             .env("LIKE_STREAM_SHARDS", app.state.keys.shards().to_string())
             .env("WORKER_IN_SERVE", "true")
