@@ -156,6 +156,17 @@ pub struct Settings {
     /// `/demo/users.json` for GraphiQL and the demo forum. Development only: it hands out tokens.
     #[arg(long, env = "DEMO_USERS_FILE", global = true)]
     pub demo_users_file: Option<std::path::PathBuf>,
+
+    // Operations (health, metrics, shutdown).
+    /// On SIGTERM/SIGINT: how long in-flight requests and background jobs get to finish before
+    /// the process exits anyway (the worker's uncommitted batch stays pending and is replayed).
+    #[arg(long, env = "SHUTDOWN_TIMEOUT", default_value = "10s", value_parser = parse_duration, global = true)]
+    pub shutdown_timeout: Duration,
+
+    /// `course-forum worker` only: serve /healthz, /readyz and /metrics on this address (unset:
+    /// no listener). `serve` has them on BIND.
+    #[arg(long, env = "WORKER_METRICS_BIND", global = true)]
+    pub worker_metrics_bind: Option<SocketAddr>,
 }
 
 /// Parses durations written like `30s`, `250ms`, `1m`.
@@ -224,6 +235,9 @@ impl Settings {
         }
         if self.db_max_connections == 0 {
             return Err(AppError::Config("DB_MAX_CONNECTIONS must be at least 1".into()));
+        }
+        if self.shutdown_timeout < Duration::from_millis(100) || self.shutdown_timeout > Duration::from_secs(600) {
+            return Err(AppError::Config("SHUTDOWN_TIMEOUT must be between 100ms and 10m".into()));
         }
         Ok(())
     }

@@ -134,6 +134,8 @@ struct Coalescer {
     ids: HashMap<LikeTarget, ID>,
     interval: Duration,
     last_emit: HashMap<LikeTarget, Instant>,
+    /// The `seq` of the last value this subscriber received (or found at subscribe time).
+    seen: HashMap<LikeTarget, u64>,
     pending: HashSet<LikeTarget>,
     ready: VecDeque<LikeCountUpdate>,
     _permit: Option<BudgetPermit>,
@@ -147,11 +149,13 @@ fn coalesced(
     interval: Duration,
     permit: Option<BudgetPermit>,
 ) -> impl Stream<Item = LikeCountUpdate> {
+    let seen = watch.receivers.iter().map(|(target, receiver)| (*target, receiver.borrow().seq)).collect();
     let state = Coalescer {
         watch,
         ids,
         interval,
         last_emit: HashMap::new(),
+        seen,
         pending: HashSet::new(),
         ready: VecDeque::new(),
         _permit: permit,
@@ -180,7 +184,9 @@ fn coalesced(
                 if due <= now {
                     let latest = *receiver.borrow_and_update();
                     st.pending.remove(target);
-                    if !latest.is_none() {
+                    if latest.version != i64::MIN {
+                        let seen = st.seen.insert(*target, latest.seq).unwrap_or(0);
+                        st.watch.guard.delivered(latest.seq.saturating_sub(seen + 1));
                         st.last_emit.insert(*target, now);
                         st.ready.push_back(LikeCountUpdate {
                             id: st.ids[target].clone(),

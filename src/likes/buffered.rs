@@ -20,6 +20,12 @@ use crate::kv::ratelimit::RateLimiter;
 /// The sentinel member every loaded set holds.
 pub const SENTINEL: &str = "_";
 
+/// Counts one liked-set lookup: a hit found the set loaded, a miss had to warm it.
+fn cache_lookup(hit: bool) {
+    let result = if hit { "hit" } else { "miss" };
+    metrics::counter!(crate::telemetry::names::CACHE_REQUESTS, "cache" => "liked_set", "result" => result).increment(1);
+}
+
 #[derive(Clone)]
 pub struct LikedSets {
     db: DatabaseConnection,
@@ -70,7 +76,7 @@ impl LikedSets {
         let mut members: Option<Vec<String>> = None;
         // Twice at most: the second call carries the members, so the script loads the set
         // instead of answering -1.
-        for _ in 0..2 {
+        for attempt in 0..2 {
             let mut invocation = self.toggle.key(&set);
             invocation
                 .key(&stream)
@@ -88,6 +94,9 @@ impl LikedSets {
             };
             let mut conn = self.redis.clone();
             let (status, retry_after_ms): (i64, u64) = invocation.invoke_async(&mut conn).await?;
+            if attempt == 0 {
+                cache_lookup(status != -1);
+            }
             match status {
                 1 => return Ok(true),
                 0 => return Ok(false),
@@ -149,6 +158,12 @@ impl LikedSets {
             .filter(|(_, a)| !a.first().copied().unwrap_or(false))
             .map(|(c, _)| *c)
             .collect();
+        for _ in 0..courses.len() - cold.len() {
+            cache_lookup(true);
+        }
+        for _ in &cold {
+            cache_lookup(false);
+        }
         if !cold.is_empty() {
             for course_id in &cold {
                 self.warm(user_id, *course_id).await?;

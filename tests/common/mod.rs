@@ -4,6 +4,7 @@
 //! the database and the keys, even when the test panicked.
 #![allow(dead_code)]
 
+pub mod procs;
 pub mod proxy;
 pub mod ws;
 
@@ -28,7 +29,7 @@ pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
-fn database_url(name: &str) -> String {
+pub fn database_url(name: &str) -> String {
     let admin = admin_database_url();
     match admin.rfind('/') {
         Some(slash) => format!("{}/{name}", &admin[..slash]),
@@ -71,6 +72,8 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         trusted_proxy: None,
         playground_dir: "web-playground/dist".into(),
         demo_users_file: None,
+        shutdown_timeout: Duration::from_secs(10),
+        worker_metrics_bind: None,
     }
 }
 
