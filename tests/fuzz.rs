@@ -695,17 +695,26 @@ async fn mutated_websocket_messages_get_coded_errors_or_a_protocol_close() {
         tally.get("BAD_USER_INPUT").copied().unwrap_or(0) > 0 || tally.keys().any(|k| k.starts_with("close 44")),
         "{tally:?}"
     );
-    // Still serving subscriptions.
+    // Still serving subscriptions. On a fresh post: the fuzzed operations run as alice, who may
+    // have deleted the fixture's post along the way.
+    let fresh = app
+        .gql_ok(
+            Some(&token),
+            "mutation($c: ID!) { createPost(courseId: $c, title: \"after\", body: \"b\") { id } }",
+            json!({ "c": ids.course }),
+        )
+        .await["createPost"]["id"]
+        .clone();
     let mut socket = common::ws::GqlSocket::connect(app.addr, Some(&token)).await.expect("connect after the fuzz");
     socket
         .subscribe(
             "ok",
             "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount } }",
-            json!({ "ids": [ids.post] }),
+            json!({ "ids": [fresh] }),
         )
         .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    app.gql_ok(Some(&app.token(w.bob)), "mutation($p: ID!) { likePost(postId: $p) { id } }", json!({ "p": ids.post }))
+    app.gql_ok(Some(&app.token(w.bob)), "mutation($p: ID!) { likePost(postId: $p) { id } }", json!({ "p": fresh }))
         .await;
     app.worker().await.drain().await.expect("drain");
     assert!(socket.next_data(Duration::from_secs(10)).await.is_some(), "a live update after the fuzz");
