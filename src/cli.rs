@@ -9,8 +9,10 @@ use crate::config::{Settings, parse_duration};
 use crate::error::{AppError, AppResult};
 use crate::graphql::ids::{self, NodeKind};
 use crate::likes::recount;
-use crate::startup::{Application, build_view_aggregator, build_worker, connect_state, shutdown_signal};
-use crate::{db, graphql, seed, telemetry};
+use crate::startup::{
+    Application, build_feed_fanout, build_view_aggregator, build_worker, connect_state, shutdown_signal,
+};
+use crate::{db, graphql, kv, seed, telemetry};
 
 #[derive(Debug, Parser)]
 #[command(name = "course-forum", version, about = "A GraphQL forum for every course")]
@@ -43,12 +45,15 @@ pub enum Command {
     },
     /// Print the GraphQL schema (SDL).
     ExportSchema,
-    /// Run only the workers: the like worker (stream consumer, or recount job) and the view aggregator.
+    /// Run only the workers: the like worker (stream consumer, or recount job), the view aggregator
+    /// and the feed fan-out.
     Worker,
     /// Recount every post's and comment's like counter from its rows; prints what it fixed.
     Reconcile,
     /// Drop every liked-set in Redis so each reloads from PostgreSQL on next use.
     ResetLikeCache,
+    /// Drop every cached post, timeline and celebrity list in Redis (they rebuild from PostgreSQL).
+    ResetFeedCache,
 }
 
 pub async fn run(cli: Cli) -> AppResult<()> {
@@ -98,11 +103,13 @@ pub async fn run(cli: Cli) -> AppResult<()> {
             let worker = build_worker(&state).await?;
             let (stop, stopped) = tokio::sync::watch::channel(false);
             let views = tokio::spawn(build_view_aggregator(&state).run(stop.subscribe()));
+            let fanout = tokio::spawn(build_feed_fanout(&state).await?.run(stop.subscribe()));
             let running = tokio::spawn(worker.run(stopped));
             shutdown_signal().await;
             let _ = stop.send(true);
             let _ = running.await;
             let _ = views.await;
+            let _ = fanout.await;
             Ok(())
         }
         Command::Reconcile => {
@@ -126,6 +133,19 @@ pub async fn run(cli: Cli) -> AppResult<()> {
             let state = connect_state(settings).await?;
             let dropped = state.likes.liked_sets().drop_all().await?;
             println!("reset-like-cache: dropped {dropped} liked-set(s); they reload from PostgreSQL on next use");
+            Ok(())
+        }
+        Command::ResetFeedCache => {
+            telemetry::init(settings.log_format);
+            settings.validate_for_serve()?;
+            let state = connect_state(settings).await?;
+            let mut dropped = 0;
+            for pattern in state.keys.feed_and_cache_patterns() {
+                dropped += kv::unlink_matching(&state.redis, &pattern).await?;
+            }
+            println!(
+                "reset-feed-cache: dropped {dropped} key(s); posts, timelines and celebrity lists rebuild from PostgreSQL"
+            );
             Ok(())
         }
         Command::ExportSchema => {

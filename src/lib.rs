@@ -49,10 +49,12 @@
 //! DO NOTHING, and bump the counter by exactly the rows RETURNING reports.
 
 pub mod auth;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod feed;
 pub mod forum;
 pub mod graphql;
 pub mod http;

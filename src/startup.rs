@@ -11,8 +11,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::auth::TokenKeys;
+use crate::cache::{CacheConfig, PostCache};
 use crate::config::{LikeMode, Settings};
 use crate::error::{AppError, AppResult};
+use crate::feed::fanout::FanoutJob;
+use crate::feed::{Feed, FeedConfig};
 use crate::graphql::{AppSchema, build_schema};
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
@@ -73,6 +76,11 @@ impl Application {
             .settings
             .worker_in_serve
             .then(|| tokio::spawn(build_view_aggregator(&self.state).run(stop_worker.subscribe())));
+        let fanout = if self.state.settings.worker_in_serve {
+            Some(tokio::spawn(build_feed_fanout(&self.state).await?.run(stop_worker.subscribe())))
+        } else {
+            None
+        };
         tracing::info!(addr = %self.local_addr(), mode = ?self.state.settings.like_mode, "serving GraphQL");
         let router = http::router(self.state.clone(), self.schema);
         // Peer addresses reach the handlers (client IPs for view caps).
@@ -91,6 +99,11 @@ impl Application {
             && tokio::time::timeout(WORKER_STOP_GRACE, views).await.is_err()
         {
             tracing::warn!("view aggregator did not stop in time; its records stay pending and will be replayed");
+        }
+        if let Some(fanout) = fanout
+            && tokio::time::timeout(WORKER_STOP_GRACE, fanout).await.is_err()
+        {
+            tracing::warn!("feed fan-out did not stop in time; its posts stay in the outbox and will be pushed again");
         }
         served
     }
@@ -139,6 +152,14 @@ pub fn build_view_aggregator(state: &AppState) -> ViewAggregator {
         state.settings.view_shards,
         state.settings.view_flush_interval,
     )
+    .with_post_cache(state.post_cache.clone())
+}
+
+/// The feed fan-out job (`process_one_batch` steps it) with a Redis connection of its own: its
+/// pipelines of thousands of pushes must not hold up the API's multiplexed connection.
+pub async fn build_feed_fanout(state: &AppState) -> AppResult<FanoutJob> {
+    let redis = kv::connect(state.settings.redis_url()?, state.settings.connect_timeout, "feed").await?;
+    Ok(FanoutJob::new(state.db.clone(), redis, state.keys.clone(), FeedConfig::from_settings(&state.settings)))
 }
 
 /// Opens every client and assembles the shared state.
@@ -153,7 +174,13 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let keys = Keys::new(settings.redis_key_prefix.clone(), settings.like_stream_shards);
     let tokens = TokenKeys::new(settings.jwt_secret()?)?;
     let limiter = RateLimiter::new(redis.clone(), settings.like_rate_per_minute, Duration::from_secs(60));
-    let publisher = Publisher::new(redis.clone(), keys.live_channel());
+    let post_cache = PostCache::new(db.clone(), redis.clone(), keys.clone(), CacheConfig::from_settings(&settings));
+    post_cache.load_scripts().await?;
+    let feed =
+        Feed::new(db.clone(), redis.clone(), keys.clone(), post_cache.clone(), FeedConfig::from_settings(&settings));
+    feed.lists().load_scripts().await?;
+    // Committed like counts reach cached posts through the one door every path publishes by.
+    let publisher = Publisher::new(redis.clone(), keys.live_channel()).with_post_cache(post_cache.clone());
     let likes = Likes::new(
         db.clone(),
         redis.clone(),
@@ -164,7 +191,20 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         publisher.clone(),
     );
     let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
-    Ok(AppState { settings, db, sql_statements, redis, keys, tokens, likes, publisher, live: Hub::new(), views })
+    Ok(AppState {
+        settings,
+        db,
+        sql_statements,
+        redis,
+        keys,
+        tokens,
+        likes,
+        publisher,
+        live: Hub::new(),
+        views,
+        post_cache,
+        feed,
+    })
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -10,6 +10,7 @@ pub mod hub;
 use crate::kv::Redis;
 use serde::{Deserialize, Serialize};
 
+use crate::cache::PostCache;
 use crate::error::AppResult;
 use crate::likes::{CountChange, LikeTarget};
 
@@ -74,15 +75,29 @@ impl LiveMessage {
 pub struct Publisher {
     redis: Redis,
     channel: String,
+    /// Every path that commits a like count (worker, sync, recount) publishes it here, so this
+    /// is also where cached posts learn their new counts.
+    post_cache: Option<PostCache>,
 }
 
 impl Publisher {
     pub fn new(redis: Redis, channel: String) -> Self {
-        Self { redis, channel }
+        Self { redis, channel, post_cache: None }
     }
 
+    /// Also patches committed like counts into the post cache.
+    pub fn with_post_cache(mut self, cache: PostCache) -> Self {
+        self.post_cache = Some(cache);
+        self
+    }
+
+    /// Committed counts: into cached posts first (a subscriber reloading the post sees the new
+    /// count), then to every instance's subscribers.
     pub async fn counts(&self, changes: &[CountChange]) {
         if !changes.is_empty() {
+            if let Some(cache) = &self.post_cache {
+                cache.like_counts_committed(changes).await;
+            }
             self.publish(&LiveMessage::counts(changes)).await;
         }
     }

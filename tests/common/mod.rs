@@ -71,6 +71,16 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         trusted_proxy: None,
         playground_dir: "web-playground/dist".into(),
         demo_users_file: None,
+        feed_fanout_max_members: 2_000,
+        feed_timeline_cap: 800,
+        feed_timeline_ttl: Duration::from_secs(3600),
+        feed_fanout_interval: Duration::from_millis(100),
+        feed_fanout_batch: 100,
+        post_cache_ttl: Duration::from_secs(30),
+        post_cache_ttl_jitter: Duration::from_secs(10),
+        post_cache_missing_ttl: Duration::from_secs(5),
+        // Generous: on a busy 2-core machine a lock holder may take a while to be scheduled.
+        cache_lock_ttl: Duration::from_secs(10),
     }
 }
 
