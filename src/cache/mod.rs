@@ -100,6 +100,7 @@ impl CacheStats {
 #[derive(Default)]
 pub struct CacheHooks {
     store_gate: Arc<RwLock<()>>,
+    parked: AtomicU64,
     clock_skew_ms: AtomicI64,
 }
 
@@ -107,6 +108,16 @@ impl CacheHooks {
     /// Until the guard is dropped, every load parks after its SQL and before it stores.
     pub async fn hold_stores(&self) -> OwnedRwLockWriteGuard<()> {
         self.store_gate.clone().write_owned().await
+    }
+
+    /// Loads that have read PostgreSQL and reached the gate so far.
+    pub fn loads_parked(&self) -> u64 {
+        self.parked.load(Ordering::SeqCst)
+    }
+
+    async fn before_store(&self) {
+        self.parked.fetch_add(1, Ordering::SeqCst);
+        let _open = self.store_gate.read().await;
     }
 
     /// Moves the cache's clock forward (entries expire as if that much time had passed).
@@ -356,7 +367,7 @@ impl PostCache {
     async fn load_and_store(&self, claims: Vec<Claim>) -> AppResult<HashMap<i64, PostRow>> {
         let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
         let mut rows = self.load_rows(&ids).await?;
-        let _gate = self.inner.hooks.store_gate.read().await;
+        self.inner.hooks.before_store().await;
         let keys = &self.inner.keys;
         let mut pipe = redis::pipe();
         let mut store_replies = Vec::with_capacity(claims.len());

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sea_orm::DatabaseConnection;
+use tokio::sync::{OwnedRwLockWriteGuard, RwLock};
 
 use crate::cache::PostCache;
 use crate::config::Settings;
@@ -87,6 +88,31 @@ impl FeedStats {
     }
 }
 
+/// Test hooks, free when unused: park rebuilds between reading PostgreSQL and filling the
+/// timeline, so a test can fan a post out exactly inside that window.
+#[derive(Default)]
+pub struct FeedHooks {
+    rebuild_gate: Arc<RwLock<()>>,
+    parked: AtomicU64,
+}
+
+impl FeedHooks {
+    /// Until the guard is dropped, every rebuild parks after its SQL and before its fill.
+    pub async fn hold_rebuilds(&self) -> OwnedRwLockWriteGuard<()> {
+        self.rebuild_gate.clone().write_owned().await
+    }
+
+    /// Rebuilds that have reached the gate so far.
+    pub fn rebuilds_parked(&self) -> u64 {
+        self.parked.load(Ordering::SeqCst)
+    }
+
+    async fn before_fill(&self) {
+        self.parked.fetch_add(1, Ordering::SeqCst);
+        let _open = self.rebuild_gate.read().await;
+    }
+}
+
 /// The timeline's sentinel for a set of fanned-out courses (sorted): `c:3,8,12`.
 pub fn timeline_sentinel(courses: &[i64]) -> String {
     let ids: Vec<String> = courses.iter().map(i64::to_string).collect();
@@ -111,6 +137,7 @@ pub struct Feed {
     cache: PostCache,
     config: FeedConfig,
     stats: Arc<FeedStats>,
+    hooks: Arc<FeedHooks>,
 }
 
 impl Feed {
@@ -124,11 +151,16 @@ impl Feed {
             cache,
             config,
             stats: Arc::new(FeedStats::default()),
+            hooks: Arc::new(FeedHooks::default()),
         }
     }
 
     pub fn stats(&self) -> &FeedStats {
         &self.stats
+    }
+
+    pub fn hooks(&self) -> &FeedHooks {
+        &self.hooks
     }
 
     pub fn lists(&self) -> &Lists {
@@ -284,6 +316,7 @@ impl Feed {
         let rebuilt = async {
             self.lists.begin_rebuild(&key, &building, self.config.timeline_ttl).await?;
             let ids = posts::newest_ids_in_courses(&self.db, pushed_courses, self.config.cap as i64).await?;
+            self.hooks.before_fill().await;
             self.lists.fill(&key, &building, sentinel, Some(self.config.timeline_ttl), &ids).await
         }
         .await;

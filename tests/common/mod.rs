@@ -158,6 +158,11 @@ impl TestApp {
         course_forum::startup::build_view_aggregator(&self.state)
     }
 
+    /// The feed fan-out job on this app's database and prefix, to step by hand.
+    pub async fn feed_fanout(&self) -> course_forum::feed::fanout::FanoutJob {
+        course_forum::startup::build_feed_fanout(&self.state).await.expect("build feed fan-out")
+    }
+
     /// A valid bearer token for a database user id.
     pub fn token(&self, user_id: i64) -> String {
         self.tokens.mint(user_id, Duration::from_secs(3600)).expect("mint token")
