@@ -129,7 +129,7 @@ impl FanoutJob {
     ) -> AppResult<()> {
         let list = self.keys.celebrity_list(course_id);
         // Sticky celebrity: pushing into the course's list succeeds only if it exists.
-        if self.lists.push(&[(list.clone(), post_ids)]).await?[0] {
+        if self.lists.push(&[(list.clone(), post_ids)]).await?.first().copied().unwrap_or(false) {
             report.celebrity_posts += post_ids.len();
             return Ok(());
         }

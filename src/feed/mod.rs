@@ -276,7 +276,12 @@ impl Feed {
                 }
                 return Ok(Some(sources));
             }
-            // Missing, being rebuilt, or built for other courses: ONE request rebuilds it.
+            // Missing, being rebuilt, or built for other courses: ONE request rebuilds it. The
+            // deadline also bounds our own rebuilds, should something keep undoing them.
+            if Instant::now() >= deadline {
+                tracing::warn!(user_id, "no valid timeline within CACHE_LOCK_TTL; this page comes from PostgreSQL");
+                return Ok(None);
+            }
             let (token, sentinel_now) = self.claim_rebuild(user_id).await?;
             if let Some(token) = token {
                 // Double-checked: a rebuild that finished just before we took the lock is kept.
@@ -286,10 +291,6 @@ impl Feed {
                     self.rebuild(user_id, &pushed_courses, &expected, &token).await?;
                 }
                 continue;
-            }
-            if Instant::now() >= deadline {
-                tracing::warn!(user_id, "a timeline rebuild took too long; this page comes from PostgreSQL");
-                return Ok(None);
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(LONGEST_PAUSE);

@@ -5,6 +5,7 @@
 //! - `live`: a `course-forum serve` process with S websocket subscribers on one post while a
 //!   like storm runs through `POST /graphql`: delivery latency and the server's memory.
 
+mod feed;
 mod fixture;
 mod live;
 mod worker_apply;
@@ -49,6 +50,27 @@ enum Scenario {
         #[arg(long, default_value_t = 500)]
         open_rate: u32,
     },
+    /// Home feed: read latency with a celebrity course, and fan-out of one post to 2,000 members.
+    Feed {
+        /// Members of the celebrity course.
+        #[arg(long, default_value_t = 10_000)]
+        celebrity_members: i64,
+        /// Posts already in the celebrity course.
+        #[arg(long, default_value_t = 500)]
+        celebrity_posts: i64,
+        /// Distinct readers (members of the celebrity course and of five small courses).
+        #[arg(long, default_value_t = 200)]
+        readers: i64,
+        /// Timed reads of the warm first page (and as many of the second page).
+        #[arg(long, default_value_t = 4_000)]
+        reads: usize,
+        /// Concurrent HTTP connections reading.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Posts fanned out to the 2,000-member course (each timed).
+        #[arg(long, default_value_t = 20)]
+        fanout_runs: usize,
+    },
 }
 
 #[tokio::main]
@@ -58,6 +80,11 @@ async fn main() -> std::process::ExitCode {
         Scenario::WorkerApply { events, ref batches } => worker_apply::run(&cli, events, batches).await,
         Scenario::Live { subscribers, likes, concurrency, open_rate } => {
             live::run(&cli, subscribers, likes, concurrency, open_rate).await
+        }
+        Scenario::Feed { celebrity_members, celebrity_posts, readers, reads, concurrency, fanout_runs } => {
+            let bench =
+                feed::FeedBench { celebrity_members, celebrity_posts, readers, reads, concurrency, fanout_runs };
+            feed::run(&cli, &bench).await
         }
     };
     match result {
