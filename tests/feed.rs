@@ -9,8 +9,10 @@ mod common;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use common::redis_server::PrivateRedis;
 use common::{TestApp, error_code, gid, raw_id};
 use course_forum::feed::fanout::FanoutJob;
+use course_forum::feed::lists::Lists;
 use sea_orm::{DbBackend, FromQueryResult, Statement};
 use serde_json::{Value as Json, json};
 use tokio::sync::Barrier;
@@ -528,4 +530,21 @@ async fn a_post_fanned_out_while_its_timeline_is_rebuilt_is_kept() {
     let reads = app.state.feed.stats().database_reads();
     assert_eq!(feed_page(&app, &alice, 10, None).await.ids, vec![newer, older]);
     assert_eq!(app.state.feed.stats().database_reads(), reads, "from the timeline itself");
+}
+
+#[tokio::test]
+async fn pipelined_scripts_load_themselves_into_a_redis_that_forgot_them() {
+    // A Redis of our own: its script cache may be flushed without disturbing other tests.
+    let server = PrivateRedis::start(&[]);
+    let redis =
+        course_forum::kv::connect(&server.url(), std::time::Duration::from_secs(5), "test").await.expect("connect");
+    let lists = Lists::new(redis.clone(), 10);
+    assert!(lists.fill("t:{x}:list", "", "_", None, &[1, 2, 3]).await.expect("fill"));
+    // Nothing but the fill script is known yet: the push pipeline meets NOSCRIPT first.
+    let pushed = lists.push(&[("t:{x}:list".to_owned(), &[4][..]), ("t:{y}:none".to_owned(), &[4][..])]).await;
+    assert_eq!(pushed.expect("push"), vec![true, false]);
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut redis.clone()).await.expect("SCRIPT FLUSH");
+    let windows = lists.windows(&[("t:{x}:list".to_owned(), None)], None, 10).await.expect("windows after a flush");
+    let window = windows.into_iter().next().flatten().expect("the list exists");
+    assert_eq!((window.sentinel.as_str(), window.floor, window.ids), ("_", 0, vec![4, 3, 2, 1]));
 }

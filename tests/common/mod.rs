@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod redis_server;
 pub mod ws;
 
 use std::sync::Arc;
