@@ -4,7 +4,6 @@
 mod common;
 
 use std::process::{Command, Output};
-use std::time::Duration;
 
 use common::redis_server::PrivateRedis;
 use common::{TestApp, World, gid};
