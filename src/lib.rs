@@ -31,6 +31,7 @@
 //! - `db`        — PostgreSQL pool with bounded timeouts; migrations from `migrations/`.
 //! - `seed`      — the demo forum.
 //! - `error`     — the one error type and its machine-readable codes.
+//! - `hooks`     — test hooks: a `Gate` that holds a running step at a chosen point.
 //! - `telemetry` — tracing subscriber (text or JSON).
 //!
 //! Lua scripts live in `lua/` as real files, loaded once and run by EVALSHA.
@@ -72,6 +73,7 @@ pub mod error;
 pub mod feed;
 pub mod forum;
 pub mod graphql;
+pub mod hooks;
 pub mod http;
 pub mod kv;
 pub mod likes;

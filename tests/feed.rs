@@ -33,17 +33,6 @@ async fn spawn() -> TestApp {
     .await
 }
 
-async fn create_post(app: &TestApp, token: &str, course: i64, title: &str) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(token),
-            "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"body\") { id } }",
-            json!({ "c": gid("Course", course), "t": title }),
-        )
-        .await;
-    raw_id(data["createPost"]["id"].as_str().expect("post id"))
-}
-
 async fn delete_post(app: &TestApp, token: &str, post: i64) {
     app.gql_ok(
         Some(token),
@@ -168,6 +157,18 @@ impl FeedWorld {
         }
         FeedWorld { small, celebrity, leaving, foreign, alice, bob, prof, celebrity_authors, outsider }
     }
+
+    /// Alice opens her feed (so her timeline exists), then `n` posts go to the small course (by
+    /// Bob) and `n` to the celebrity course (by a fan), and are fanned out.
+    async fn alice_active_then_posts(&self, app: &TestApp, job: &FanoutJob, n: usize) {
+        feed_page(app, &app.token(self.alice), 5, None).await;
+        let (bob, fan) = (app.token(self.bob), app.token(self.celebrity_authors[0]));
+        for i in 0..n {
+            app.create_post(&bob, self.small, &format!("small {i}")).await;
+            app.create_post(&fan, self.celebrity, &format!("mass {i}")).await;
+        }
+        fan_out(job).await;
+    }
 }
 
 #[tokio::test]
@@ -184,10 +185,10 @@ async fn the_feed_merges_a_small_and_a_celebrity_course_newest_first_across_page
 
     let (mut small_posts, mut mass_posts) = (Vec::new(), Vec::new());
     for n in 0..8 {
-        small_posts.push(create_post(&app, &bob, w.small, &format!("small {n}")).await);
-        mass_posts.push(create_post(&app, &fan, w.celebrity, &format!("mass {n}")).await);
-        create_post(&app, &bob, w.leaving, &format!("leaving {n}")).await;
-        create_post(&app, &outsider, w.foreign, &format!("foreign {n}")).await;
+        small_posts.push(app.create_post(&bob, w.small, &format!("small {n}")).await);
+        mass_posts.push(app.create_post(&fan, w.celebrity, &format!("mass {n}")).await);
+        app.create_post(&bob, w.leaving, &format!("leaving {n}")).await;
+        app.create_post(&outsider, w.foreign, &format!("foreign {n}")).await;
         if n % 3 == 0 {
             fan_out(&job).await;
         }
@@ -209,8 +210,8 @@ async fn the_feed_merges_a_small_and_a_celebrity_course_newest_first_across_page
         }
         assert_eq!(page.ids.len(), 5, "only the last page may be short");
         after = page.end_cursor;
-        arrived.push(create_post(&app, &bob, w.small, "arrived between pages").await);
-        arrived.push(create_post(&app, &fan, w.celebrity, "arrived between pages").await);
+        arrived.push(app.create_post(&bob, w.small, "arrived between pages").await);
+        arrived.push(app.create_post(&fan, w.celebrity, "arrived between pages").await);
         fan_out(&job).await;
     }
     assert_eq!(seen, before, "every post once, newest first; posts that arrived later are above the cursor");
@@ -263,8 +264,8 @@ async fn fan_out_pushes_only_into_existing_timelines_and_never_a_celebritys_post
     assert!(exists(&app, &keys.timeline(w.alice)).await);
     assert!(!exists(&app, &keys.timeline(w.prof)).await);
 
-    let small_post = create_post(&app, &bob, w.small, "to three members").await;
-    let mass_post = create_post(&app, &fan, w.celebrity, "to many").await;
+    let small_post = app.create_post(&bob, w.small, "to three members").await;
+    let mass_post = app.create_post(&fan, w.celebrity, "to many").await;
     let report = job.process_one_batch().await.expect("fan-out");
     assert_eq!((report.posts, report.celebrity_posts), (2, 1));
     // The small course has alice, bob, prof: only alice has a timeline.
@@ -297,7 +298,7 @@ async fn fan_out_pushes_only_into_existing_timelines_and_never_a_celebritys_post
 
     // Timelines stay capped at CAP post ids (plus their sentinel).
     for n in 0..CAP + 4 {
-        create_post(&app, &bob, w.small, &format!("more {n}")).await;
+        app.create_post(&bob, w.small, &format!("more {n}")).await;
     }
     fan_out(&job).await;
     assert_eq!(card(keys.timeline(w.alice)).await, CAP as i64 + 1);
@@ -312,7 +313,7 @@ async fn memberships_changed_without_any_api_call_change_the_feed_at_once() {
     let job = app.feed_fanout().await;
     let alice = app.token(w.alice);
     let outsider = app.token(w.outsider);
-    let foreign_post = create_post(&app, &outsider, w.foreign, "elsewhere").await;
+    let foreign_post = app.create_post(&outsider, w.foreign, "elsewhere").await;
     fan_out(&job).await;
     assert!(!feed_page(&app, &alice, 20, None).await.ids.contains(&foreign_post));
 
@@ -334,16 +335,8 @@ async fn memberships_changed_without_any_api_call_change_the_feed_at_once() {
 async fn a_warm_first_page_is_one_sql_statement_and_no_rebuild() {
     let app = spawn().await;
     let w = FeedWorld::create(&app).await;
-    let job = app.feed_fanout().await;
     let alice = app.token(w.alice);
-    let bob = app.token(w.bob);
-    let fan = app.token(w.celebrity_authors[0]);
-    feed_page(&app, &alice, 5, None).await;
-    for n in 0..3 {
-        create_post(&app, &bob, w.small, &format!("small {n}")).await;
-        create_post(&app, &fan, w.celebrity, &format!("mass {n}")).await;
-    }
-    fan_out(&job).await;
+    w.alice_active_then_posts(&app, &app.feed_fanout().await, 3).await;
     // First read hydrates the posts into the cache.
     let first = feed_page(&app, &alice, 5, None).await;
     let (sql, rebuilds, reads) =
@@ -360,16 +353,8 @@ async fn a_warm_first_page_is_one_sql_statement_and_no_rebuild() {
 async fn a_lost_timeline_is_rebuilt_once_under_a_hundred_concurrent_first_reads() {
     let app = Arc::new(spawn().await);
     let w = FeedWorld::create(&app).await;
-    let job = app.feed_fanout().await;
     let alice = app.token(w.alice);
-    let bob = app.token(w.bob);
-    let fan = app.token(w.celebrity_authors[0]);
-    feed_page(&app, &alice, 5, None).await;
-    for n in 0..4 {
-        create_post(&app, &bob, w.small, &format!("small {n}")).await;
-        create_post(&app, &fan, w.celebrity, &format!("mass {n}")).await;
-    }
-    fan_out(&job).await;
+    w.alice_active_then_posts(&app, &app.feed_fanout().await, 4).await;
     let expected = expected_feed(&app, &[w.small, w.celebrity, w.leaving]).await;
     // Redis lost it (eviction, restart, expiry).
     delete_key(&app, &app.state.keys.timeline(w.alice)).await;
@@ -449,7 +434,7 @@ async fn posts_fan_out_jobs_and_rebuilds_racing_lose_nothing() {
                 if i % 4 == 3 { (fan.clone(), w.celebrity) } else { (authors[i % 3].clone(), w.small) };
             tokio::spawn(async move {
                 barrier.wait().await;
-                let id = create_post(&app, &token, course, &format!("race {i}")).await;
+                let id = app.create_post(&token, course, &format!("race {i}")).await;
                 written_so_far.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 id
             })
@@ -507,20 +492,20 @@ async fn a_post_fanned_out_while_its_timeline_is_rebuilt_is_kept() {
     let job = app.feed_fanout().await;
     let alice = app.token(w.alice);
     let bob = app.token(w.bob);
-    let older = create_post(&app, &bob, w.small, "before the rebuild").await;
+    let older = app.create_post(&bob, w.small, "before the rebuild").await;
     fan_out(&job).await;
 
     // Alice's first read rebuilds her timeline; it parks after reading PostgreSQL.
-    let gate = app.state.feed.hooks().hold_rebuilds().await;
+    let gate = app.state.feed.hooks().rebuilds.hold().await;
     let reader = {
         let (app, alice) = (app.clone(), alice.clone());
         tokio::spawn(async move { app.gql(Some(&alice), FEED, json!({ "first": 10 })).await })
     };
-    while app.state.feed.hooks().rebuilds_parked() == 0 {
+    while app.state.feed.hooks().rebuilds.reached() == 0 {
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
     // A post commits after that read and is fanned out before the rebuild fills the timeline.
-    let newer = create_post(&app, &bob, w.small, "during the rebuild").await;
+    let newer = app.create_post(&bob, w.small, "during the rebuild").await;
     let report = job.process_one_batch().await.expect("fan-out");
     assert_eq!(report.timelines_pushed, 1, "the push landed in the timeline being rebuilt");
     drop(gate);

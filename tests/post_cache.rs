@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{TestApp, World, error_code, gid, raw_id};
+use common::{TestApp, World, error_code, gid};
 use course_forum::config::LikeMode;
 use serde_json::{Value as Json, json};
 use tokio::sync::Barrier;
@@ -21,17 +21,6 @@ const READ: &str = "query($id: ID!) { post(id: $id) { title likeCount commentCou
 /// The test settings' freshness window: POST_CACHE_TTL and POST_CACHE_TTL_JITTER.
 const TTL: Duration = Duration::from_secs(30);
 const JITTER: Duration = Duration::from_secs(10);
-
-async fn create_post(app: &TestApp, token: &str, course: i64, title: &str) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(token),
-            "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"body\") { id } }",
-            json!({ "c": gid("Course", course), "t": title }),
-        )
-        .await;
-    raw_id(data["createPost"]["id"].as_str().expect("post id"))
-}
 
 async fn read(app: &TestApp, token: &str, post: i64) -> Json {
     app.gql_ok(Some(token), READ, json!({ "id": gid("Post", post) })).await["post"].clone()
@@ -95,7 +84,7 @@ async fn a_thousand_reads_of_a_hot_post_just_expired_cost_one_load_and_none_wait
     let app = Arc::new(TestApp::spawn().await);
     let world = World::create(&app).await;
     let token = app.token(world.alice);
-    let post = create_post(&app, &token, world.course, "cached title").await;
+    let post = app.create_post(&token, world.course, "cached title").await;
     assert_eq!(read(&app, &token, post).await["title"], "cached title");
     change_behind_the_caches_back(&app, post, "title = 'reloaded title'").await;
     // The entry's freshness runs out: the cache's clock moves past POST_CACHE_TTL + jitter.
@@ -103,7 +92,7 @@ async fn a_thousand_reads_of_a_hot_post_just_expired_cost_one_load_and_none_wait
 
     let before = loads(&app);
     // The reload may read PostgreSQL but cannot store until the gate opens.
-    let gate = app.state.post_cache.hooks().hold_stores().await;
+    let gate = app.state.post_cache.hooks().stores.hold().await;
     let responses = concurrent_reads(&app, &token, post, 1000).await;
     for response in &responses {
         assert!(response.get("errors").is_none(), "{response}");
@@ -114,7 +103,7 @@ async fn a_thousand_reads_of_a_hot_post_just_expired_cost_one_load_and_none_wait
 
     read_until(&app, &token, post, |p| p["title"] == "reloaded title").await;
     assert_eq!(loads(&app) - before, 1, "exactly one database load for the whole burst");
-    assert_eq!(app.state.post_cache.hooks().loads_parked(), 2, "the first load and the one reload");
+    assert_eq!(app.state.post_cache.hooks().stores.reached(), 2, "the first load and the one reload");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -122,7 +111,7 @@ async fn a_thousand_reads_of_a_hot_post_gone_cold_cost_one_load() {
     let app = Arc::new(TestApp::spawn().await);
     let world = World::create(&app).await;
     let token = app.token(world.alice);
-    let post = create_post(&app, &token, world.course, "cached title").await;
+    let post = app.create_post(&token, world.course, "cached title").await;
     read(&app, &token, post).await;
     change_behind_the_caches_back(&app, post, "title = 'reloaded title'").await;
     // Physically expired (or evicted): nothing to serve stale.
@@ -150,10 +139,10 @@ async fn a_thousand_reads_of_an_id_that_does_not_exist_cost_at_most_one_query() 
     assert!(loads(&app) - before <= 1, "{} loads", loads(&app) - before);
 
     // The next id is asked for before it exists, then created: it is found at once.
-    let first = create_post(&app, &token, world.course, "first").await;
+    let first = app.create_post(&token, world.course, "first").await;
     let probe = app.gql(Some(&token), READ, json!({ "id": gid("Post", first + 1) })).await;
     assert_eq!(error_code(&probe).as_deref(), Some("NOT_FOUND"));
-    let second = create_post(&app, &token, world.course, "second").await;
+    let second = app.create_post(&token, world.course, "second").await;
     assert_eq!(second, first + 1, "identity ids are consecutive here");
     assert_eq!(read(&app, &token, second).await["title"], "second");
 }
@@ -164,7 +153,7 @@ async fn every_write_path_reaches_the_cached_post_before_it_answers() {
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
-    let post = create_post(&app, &alice, world.course, "before").await;
+    let post = app.create_post(&alice, world.course, "before").await;
     let id = gid("Post", post);
     read(&app, &alice, post).await;
 
@@ -214,7 +203,7 @@ async fn buffered_and_recount_likes_reach_the_cached_post_when_they_commit() {
         let app = TestApp::spawn_with(|s| s.like_mode = mode).await;
         let world = World::create(&app).await;
         let alice = app.token(world.alice);
-        let post = create_post(&app, &alice, world.course, "liked").await;
+        let post = app.create_post(&alice, world.course, "liked").await;
         read(&app, &alice, post).await;
         app.gql_ok(
             Some(&alice),
@@ -239,7 +228,7 @@ async fn counters_changed_behind_the_caches_back_are_no_staler_than_ttl_plus_jit
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
     let token = app.token(world.alice);
-    let post = create_post(&app, &token, world.course, "counted").await;
+    let post = app.create_post(&token, world.course, "counted").await;
     read(&app, &token, post).await;
     change_behind_the_caches_back(&app, post, "like_count = 42, comment_count = 7").await;
     let hooks = app.state.post_cache.hooks();
@@ -262,17 +251,17 @@ async fn a_load_that_read_the_post_before_a_write_does_not_store_it() {
     let app = Arc::new(TestApp::spawn().await);
     let world = World::create(&app).await;
     let token = app.token(world.alice);
-    let post = create_post(&app, &token, world.course, "old title").await;
+    let post = app.create_post(&token, world.course, "old title").await;
     let cache = &app.state.post_cache;
 
     // A cold read loads the old row and parks before storing it …
-    let gate = cache.hooks().hold_stores().await;
-    let parked = cache.hooks().loads_parked();
+    let gate = cache.hooks().stores.hold().await;
+    let parked = cache.hooks().stores.reached();
     let reader = {
         let (app, token) = (app.clone(), token.clone());
         tokio::spawn(async move { read(&app, &token, post).await })
     };
-    while cache.hooks().loads_parked() == parked {
+    while cache.hooks().stores.reached() == parked {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     // … an edit commits meanwhile and invalidates, as editPost does …
@@ -293,7 +282,7 @@ async fn entries_loaded_together_expire_apart() {
     let token = app.token(world.alice);
     let mut ids = Vec::new();
     for n in 0..40 {
-        ids.push(create_post(&app, &token, world.course, &format!("post {n}")).await);
+        ids.push(app.create_post(&token, world.course, &format!("post {n}")).await);
     }
     let now_ms =
         || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64;
@@ -323,7 +312,7 @@ async fn metrics_show_cache_and_feed_activity() {
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
     let token = app.token(world.alice);
-    let post = create_post(&app, &token, world.course, "measured").await;
+    let post = app.create_post(&token, world.course, "measured").await;
     read(&app, &token, post).await;
     read(&app, &token, post).await;
     app.feed_fanout().await.process_one_batch().await.expect("fan-out");

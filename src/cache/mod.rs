@@ -33,11 +33,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{FromRedisValue, Script, Value};
 use sea_orm::DatabaseConnection;
-use tokio::sync::{OwnedRwLockWriteGuard, RwLock};
 
 use crate::config::Settings;
 use crate::error::{AppError, AppResult};
 use crate::forum::posts::{self, PostRow, VersionedPostRow};
+use crate::hooks::Gate;
 use crate::kv::keys::Keys;
 use crate::kv::lock::Locks;
 use crate::kv::{self, Redis};
@@ -99,27 +99,12 @@ impl CacheStats {
 /// the cache's clock, so tests can show who waits and who does not without sleeping.
 #[derive(Default)]
 pub struct CacheHooks {
-    store_gate: Arc<RwLock<()>>,
-    parked: AtomicU64,
+    /// Every load passes it after its SQL, before its store.
+    pub stores: Gate,
     clock_skew_ms: AtomicI64,
 }
 
 impl CacheHooks {
-    /// Until the guard is dropped, every load parks after its SQL and before it stores.
-    pub async fn hold_stores(&self) -> OwnedRwLockWriteGuard<()> {
-        self.store_gate.clone().write_owned().await
-    }
-
-    /// Loads that have read PostgreSQL and reached the gate so far.
-    pub fn loads_parked(&self) -> u64 {
-        self.parked.load(Ordering::SeqCst)
-    }
-
-    async fn before_store(&self) {
-        self.parked.fetch_add(1, Ordering::SeqCst);
-        let _open = self.store_gate.read().await;
-    }
-
     /// Moves the cache's clock forward (entries expire as if that much time had passed).
     pub fn advance_clock(&self, by: Duration) {
         self.clock_skew_ms.fetch_add(by.as_millis() as i64, Ordering::Relaxed);
@@ -367,7 +352,7 @@ impl PostCache {
     async fn load_and_store(&self, claims: Vec<Claim>) -> AppResult<HashMap<i64, PostRow>> {
         let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
         let mut rows = self.load_rows(&ids).await?;
-        self.inner.hooks.before_store().await;
+        self.inner.hooks.stores.pass().await;
         let keys = &self.inner.keys;
         let mut pipe = redis::pipe();
         let mut store_replies = Vec::with_capacity(claims.len());

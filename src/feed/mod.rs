@@ -27,13 +27,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sea_orm::DatabaseConnection;
-use tokio::sync::{OwnedRwLockWriteGuard, RwLock};
 
 use crate::cache::PostCache;
 use crate::config::Settings;
 use crate::error::{AppError, AppResult};
 use crate::forum::paging::{Page, PageRequest};
 use crate::forum::posts::{self, PostRow};
+use crate::hooks::Gate;
 use crate::kv::Redis;
 use crate::kv::keys::Keys;
 use crate::kv::lock::Locks;
@@ -88,29 +88,11 @@ impl FeedStats {
     }
 }
 
-/// Test hooks, free when unused: park rebuilds between reading PostgreSQL and filling the
-/// timeline, so a test can fan a post out exactly inside that window.
+/// Test hooks, free when unused: a test can fan a post out exactly inside a rebuild.
 #[derive(Default)]
 pub struct FeedHooks {
-    rebuild_gate: Arc<RwLock<()>>,
-    parked: AtomicU64,
-}
-
-impl FeedHooks {
-    /// Until the guard is dropped, every rebuild parks after its SQL and before its fill.
-    pub async fn hold_rebuilds(&self) -> OwnedRwLockWriteGuard<()> {
-        self.rebuild_gate.clone().write_owned().await
-    }
-
-    /// Rebuilds that have reached the gate so far.
-    pub fn rebuilds_parked(&self) -> u64 {
-        self.parked.load(Ordering::SeqCst)
-    }
-
-    async fn before_fill(&self) {
-        self.parked.fetch_add(1, Ordering::SeqCst);
-        let _open = self.rebuild_gate.read().await;
-    }
+    /// Every timeline rebuild passes it after reading PostgreSQL, before filling the timeline.
+    pub rebuilds: Gate,
 }
 
 /// The timeline's sentinel for a set of fanned-out courses (sorted): `c:3,8,12`.
@@ -317,7 +299,7 @@ impl Feed {
         let rebuilt = async {
             self.lists.begin_rebuild(&key, &building, self.config.timeline_ttl).await?;
             let ids = posts::newest_ids_in_courses(&self.db, pushed_courses, self.config.cap as i64).await?;
-            self.hooks.before_fill().await;
+            self.hooks.rebuilds.pass().await;
             self.lists.fill(&key, &building, sentinel, Some(self.config.timeline_ttl), &ids).await
         }
         .await;

@@ -186,6 +186,18 @@ impl TestApp {
         response["data"].clone()
     }
 
+    /// Creates a post through `createPost` as the token's user; returns its database id.
+    pub async fn create_post(&self, token: &str, course_id: i64, title: &str) -> i64 {
+        let data = self
+            .gql_ok(
+                Some(token),
+                "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"body\") { id } }",
+                json!({ "c": gid("Course", course_id), "t": title }),
+            )
+            .await;
+        raw_id(data["createPost"]["id"].as_str().expect("post id"))
+    }
+
     /// Inserts a user directly; returns the database id.
     pub async fn create_user(&self, handle: &str) -> i64 {
         self.scalar_i64("INSERT INTO users (handle, display_name) VALUES ($1, $1) RETURNING id AS v", [handle.into()])
