@@ -65,6 +65,9 @@ impl Application {
     /// Serves until `shutdown` resolves, then lets in-flight requests and the worker's batch
     /// finish.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> AppResult<()> {
+        // Built before anything is spawned: failing here leaves no background task behind.
+        let fanout_job =
+            if self.state.settings.worker_in_serve { Some(build_feed_fanout(&self.state).await?) } else { None };
         let (stop_worker, worker_stopped) = watch::channel(false);
         let worker = if self.state.settings.worker_in_serve && self.state.settings.like_mode != LikeMode::Sync {
             Some(tokio::spawn(build_worker(&self.state).await?.run(worker_stopped)))
@@ -76,11 +79,7 @@ impl Application {
             .settings
             .worker_in_serve
             .then(|| tokio::spawn(build_view_aggregator(&self.state).run(stop_worker.subscribe())));
-        let fanout = if self.state.settings.worker_in_serve {
-            Some(tokio::spawn(build_feed_fanout(&self.state).await?.run(stop_worker.subscribe())))
-        } else {
-            None
-        };
+        let fanout = fanout_job.map(|job| tokio::spawn(job.run(stop_worker.subscribe())));
         tracing::info!(addr = %self.local_addr(), mode = ?self.state.settings.like_mode, "serving GraphQL");
         let router = http::router(self.state.clone(), self.schema);
         // Peer addresses reach the handlers (client IPs for view caps).

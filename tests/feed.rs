@@ -533,3 +533,24 @@ async fn pipelined_scripts_load_themselves_into_a_redis_that_forgot_them() {
     let window = windows.into_iter().next().flatten().expect("the list exists");
     assert_eq!((window.sentinel.as_str(), window.floor, window.ids), ("_", 0, vec![4, 3, 2, 1]));
 }
+
+#[tokio::test]
+async fn serve_runs_the_fan_out_job_itself() {
+    let app = TestApp::spawn_with(|s| {
+        s.worker_in_serve = true;
+        s.feed_fanout_interval = std::time::Duration::from_millis(20);
+    })
+    .await;
+    let w = FeedWorld::create(&app).await;
+    let alice = app.token(w.alice);
+    assert!(feed_page(&app, &alice, 5, None).await.ids.is_empty());
+    let post = app.create_post(&app.token(w.bob), w.small, "pushed by the server").await;
+    // Nobody steps the job here: the server's own fan-out must push it (well within 10 s).
+    let started = std::time::Instant::now();
+    while app.scalar_i64("SELECT count(*) AS v FROM feed_outbox", []).await > 0 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "the outbox was never emptied");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(zscore(&app, &app.state.keys.timeline(w.alice), post).await, Some(post as f64));
+    assert_eq!(feed_page(&app, &alice, 5, None).await.ids, vec![post]);
+}
