@@ -351,7 +351,16 @@ impl PostCache {
     /// generation moved) and releasing its lock.
     async fn load_and_store(&self, claims: Vec<Claim>) -> AppResult<HashMap<i64, PostRow>> {
         let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
-        let mut rows = self.load_rows(&ids).await?;
+        let mut rows = match self.load_rows(&ids).await {
+            Ok(rows) => rows,
+            Err(err) => {
+                // Give the locks back now, so the next request retries at once.
+                let held: Vec<(i64, String)> =
+                    claims.iter().filter_map(|c| c.token.clone().map(|token| (c.id, token))).collect();
+                self.release_all(&held).await;
+                return Err(err);
+            }
+        };
         self.inner.hooks.stores.pass().await;
         let keys = &self.inner.keys;
         let mut pipe = redis::pipe();
