@@ -222,21 +222,27 @@ async fn measure_with_server(bench: &FeedBench, state: &AppState, base: &str, fa
          POST /graphql (reqwest, {} connections) to the app served in this process",
         bench.readers, bench.concurrency
     );
-    println!("{:<44} {:>6} {:>9} {:>9} {:>9}", "feed read", "reads", "p50 ms", "p99 ms", "max ms");
-    for (name, samples) in [
-        ("first read of each reader (rebuilds)", &first_reads),
-        ("first page, warm", &warm),
-        ("second page (after the first's cursor)", &second),
+    println!("{:<44} {:>6} {:>9} {:>9} {:>9} {:>8}", "feed read", "reads", "p50 ms", "p99 ms", "max ms", "reads/s");
+    // A second-page sample is two requests (the first page for its cursor, then the timed one).
+    for (name, run, requests_per_sample) in [
+        ("first read of each reader (rebuilds)", &first_reads, 1.0),
+        ("first page, warm", &warm, 1.0),
+        ("second page (after the first's cursor)", &second, 2.0),
     ] {
+        let samples = &run.latencies_ms;
         println!(
-            "{name:<44} {:>6} {:>9.2} {:>9.2} {:>9.2}",
+            "{name:<44} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>8.0}",
             samples.len(),
             percentile(samples, 50.0),
             percentile(samples, 99.0),
-            samples.last().copied().unwrap_or(f64::NAN)
+            samples.last().copied().unwrap_or(f64::NAN),
+            requests_per_sample * samples.len() as f64 / run.wall.as_secs_f64()
         );
     }
-    println!("timelines rebuilt by the first reads: {rebuilt}; SQL statements per warm first page: {sql_per_page:.2}");
+    println!(
+        "reads/s: requests per second of wall time, all connections together; timelines rebuilt by the first \
+         reads: {rebuilt}; SQL statements per warm first page: {sql_per_page:.2} (memberships, authors)"
+    );
     fanout_ms.sort_by(f64::total_cmp);
     celebrity_ms.sort_by(f64::total_cmp);
     println!(
@@ -257,8 +263,14 @@ async fn measure_with_server(bench: &FeedBench, state: &AppState, base: &str, fa
     Ok(())
 }
 
-/// `total` reads spread over `concurrency` connections, reader tokens in turn; returns the
-/// sorted latencies in ms. `second_page` reads the first page, then times the page after it.
+/// Latencies of a batch of reads (sorted, ms) and the wall time of the whole batch.
+struct ReadRun {
+    latencies_ms: Vec<f64>,
+    wall: Duration,
+}
+
+/// `total` reads spread over `concurrency` connections, reader tokens in turn. `second_page`
+/// reads the first page, then times the page after it (the wall time includes both).
 async fn timed_reads(
     http: &reqwest::Client,
     url: &str,
@@ -266,7 +278,8 @@ async fn timed_reads(
     total: usize,
     concurrency: usize,
     second_page: bool,
-) -> AppResult<Vec<f64>> {
+) -> AppResult<ReadRun> {
+    let began = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..concurrency.max(1) {
@@ -294,7 +307,7 @@ async fn timed_reads(
         samples.extend(task.await.map_err(|e| AppError::Internal(format!("reader task: {e}")))??);
     }
     samples.sort_by(f64::total_cmp);
-    Ok(samples)
+    Ok(ReadRun { latencies_ms: samples, wall: began.elapsed() })
 }
 
 /// One feed page: how many posts, and its end cursor. Checks the page is newest first.
