@@ -8,11 +8,10 @@ use crate::auth::TokenKeys;
 use crate::config::{Settings, parse_duration};
 use crate::error::{AppError, AppResult};
 use crate::graphql::ids::{self, NodeKind};
+use crate::kv::keys::Keys;
 use crate::likes::recount;
-use crate::startup::{
-    Application, build_feed_fanout, build_view_aggregator, build_worker, connect_state, shutdown_signal,
-};
-use crate::{db, graphql, kv, seed, telemetry};
+use crate::startup::{Application, connect_state, run_worker_until_stopped, shutdown_signal};
+use crate::{db, graphql, kv, ops, seed, telemetry};
 
 #[derive(Debug, Parser)]
 #[command(name = "course-forum", version, about = "A GraphQL forum for every course")]
@@ -54,6 +53,13 @@ pub enum Command {
     ResetLikeCache,
     /// Drop every cached post, timeline and celebrity list in Redis (they rebuild from PostgreSQL).
     ResetFeedCache,
+    /// Verify the invariants (every counter equals its rows, no dead letters waiting, like lag
+    /// under --max-lag); prints a report and exits non-zero when one fails.
+    Check {
+        /// The oldest unapplied like may be at most this old.
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        max_lag: Duration,
+    },
 }
 
 pub async fn run(cli: Cli) -> AppResult<()> {
@@ -100,17 +106,7 @@ pub async fn run(cli: Cli) -> AppResult<()> {
             telemetry::init(settings.log_format);
             settings.validate_for_serve()?;
             let state = connect_state(settings).await?;
-            let worker = build_worker(&state).await?;
-            let (stop, stopped) = tokio::sync::watch::channel(false);
-            let views = tokio::spawn(build_view_aggregator(&state).run(stop.subscribe()));
-            let fanout = tokio::spawn(build_feed_fanout(&state).await?.run(stop.subscribe()));
-            let running = tokio::spawn(worker.run(stopped));
-            shutdown_signal().await;
-            let _ = stop.send(true);
-            let _ = running.await;
-            let _ = views.await;
-            let _ = fanout.await;
-            Ok(())
+            run_worker_until_stopped(state, shutdown_signal()).await
         }
         Command::Reconcile => {
             telemetry::init(settings.log_format);
@@ -147,6 +143,18 @@ pub async fn run(cli: Cli) -> AppResult<()> {
                 "reset-feed-cache: dropped {dropped} key(s); posts, timelines and celebrity lists rebuild from PostgreSQL"
             );
             Ok(())
+        }
+        Command::Check { max_lag } => {
+            telemetry::init(settings.log_format);
+            let db = db::connect(&settings).await?;
+            let redis = kv::connect(settings.redis_url()?, settings.connect_timeout, "check").await?;
+            let keys = Keys::new(settings.redis_key_prefix.clone(), settings.like_stream_shards);
+            let report = ops::check::run(&db, &redis, &keys, max_lag).await?;
+            print!("{report}");
+            match report.failed() {
+                0 => Ok(()),
+                failed => Err(AppError::CheckFailed { failed }),
+            }
         }
         Command::ExportSchema => {
             print!("{}", graphql::sdl());

@@ -196,6 +196,17 @@ pub struct Settings {
     /// holds its lock, and so the longest the others wait for it.
     #[arg(long, env = "CACHE_LOCK_TTL", default_value = "3s", value_parser = parse_duration, global = true)]
     pub cache_lock_ttl: Duration,
+
+    // Operations (health, metrics, shutdown).
+    /// On SIGTERM/SIGINT: how long in-flight requests and background jobs get to finish before
+    /// the process exits anyway (the worker's uncommitted batch stays pending and is replayed).
+    #[arg(long, env = "SHUTDOWN_TIMEOUT", default_value = "10s", value_parser = parse_duration, global = true)]
+    pub shutdown_timeout: Duration,
+
+    /// `course-forum worker` only: serve /healthz, /readyz and /metrics on this address (unset:
+    /// no listener). `serve` has them on BIND.
+    #[arg(long, env = "WORKER_METRICS_BIND", global = true)]
+    pub worker_metrics_bind: Option<SocketAddr>,
 }
 
 /// Parses durations written like `30s`, `250ms`, `1m`.
@@ -288,6 +299,9 @@ impl Settings {
         }
         if self.cache_lock_ttl < Duration::from_millis(100) || self.cache_lock_ttl > Duration::from_secs(60) {
             return Err(AppError::Config("CACHE_LOCK_TTL must be between 100ms and 60s".into()));
+        }
+        if self.shutdown_timeout < Duration::from_millis(100) || self.shutdown_timeout > Duration::from_secs(600) {
+            return Err(AppError::Config("SHUTDOWN_TIMEOUT must be between 100ms and 10m".into()));
         }
         Ok(())
     }

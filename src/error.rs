@@ -1,5 +1,7 @@
 //! The one error type. Every failure a user can cause maps to a stable, machine-readable code
 //! (`extensions.code` on the wire); internal failures are logged with detail and shown opaque.
+//! A backing service that cannot be reached (PostgreSQL or Redis down, a connection cut) is
+//! `UNAVAILABLE`: the client did nothing wrong and may retry; nothing was changed.
 
 use thiserror::Error;
 
@@ -24,6 +26,16 @@ pub enum AppError {
     Redis(#[from] redis::RedisError),
     #[error("internal error: {0}")]
     Internal(String),
+    /// `course-forum check` found invariants that do not hold (its report says which).
+    #[error("{failed} check(s) failed")]
+    CheckFailed { failed: usize },
+}
+
+/// A backing service the server depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    Postgres,
+    Redis,
 }
 
 impl AppError {
@@ -35,8 +47,39 @@ impl AppError {
             AppError::NotFound(_) => "NOT_FOUND",
             AppError::BadUserInput(_) => "BAD_USER_INPUT",
             AppError::RateLimited { .. } => "RATE_LIMITED",
-            AppError::Config(_) | AppError::Database(_) | AppError::Redis(_) | AppError::Internal(_) => "INTERNAL",
+            _ if self.unreachable().is_some() => "UNAVAILABLE",
+            AppError::Config(_)
+            | AppError::Database(_)
+            | AppError::Redis(_)
+            | AppError::Internal(_)
+            | AppError::CheckFailed { .. } => "INTERNAL",
         }
+    }
+
+    /// The service this error says cannot be reached right now, if it says so: a connection
+    /// refused, cut or timed out, a pool that cannot hand out a connection, a server shutting
+    /// down, still loading its data, or (Redis) full under `noeviction`. Such errors are retried (the worker) or shown as
+    /// `UNAVAILABLE` (the API), never dead-lettered and never blamed on the client.
+    pub fn unreachable(&self) -> Option<Service> {
+        match self {
+            AppError::Database(db) if database_unreachable(db) => Some(Service::Postgres),
+            AppError::Redis(redis) if redis_unreachable(redis) => Some(Service::Redis),
+            _ => None,
+        }
+    }
+
+    /// What a client is told when a service is unreachable (the detail goes to the log).
+    pub fn unreachable_message(service: Service) -> &'static str {
+        match service {
+            Service::Postgres => "the database is unreachable right now; nothing was changed, try again shortly",
+            Service::Redis => "the cache (Redis) is unreachable right now; nothing was changed, try again shortly",
+        }
+    }
+
+    /// The SQLSTATE of a database error PostgreSQL reported, if any.
+    pub fn sqlstate(&self) -> Option<String> {
+        let AppError::Database(db) = self else { return None };
+        sqlx_error(db)?.as_database_error()?.code().map(|code| code.into_owned())
     }
 
     /// True when the detail must not reach a client.
@@ -54,3 +97,40 @@ impl AppError {
 }
 
 pub type AppResult<T> = Result<T, AppError>;
+
+fn sqlx_error(db: &sea_orm::DbErr) -> Option<&sea_orm::sqlx::Error> {
+    use sea_orm::{DbErr, RuntimeErr};
+    match db {
+        DbErr::Conn(RuntimeErr::SqlxError(e))
+        | DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e)) => Some(e.as_ref()),
+        _ => None,
+    }
+}
+
+fn database_unreachable(db: &sea_orm::DbErr) -> bool {
+    use sea_orm::sqlx::Error as Sqlx;
+    match db {
+        sea_orm::DbErr::Conn(_) | sea_orm::DbErr::ConnectionAcquire(_) => true,
+        _ => match sqlx_error(db) {
+            Some(Sqlx::Io(_) | Sqlx::Tls(_) | Sqlx::Protocol(_) | Sqlx::PoolTimedOut | Sqlx::PoolClosed) => true,
+            Some(Sqlx::WorkerCrashed) => true,
+            Some(e) => e.as_database_error().and_then(|d| d.code()).is_some_and(|code| {
+                // 08: connection exception; 57P01-57P03: admin/crash shutdown, cannot connect now.
+                code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03")
+            }),
+            None => false,
+        },
+    }
+}
+
+fn redis_unreachable(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_timeout()
+        || err.is_unrecoverable_error()
+        // Up but unable to serve for now: loading its AOF after a restart, full under
+        // `noeviction`, a replica being promoted, a failed snapshot blocking writes.
+        || matches!(err.code(), Some("LOADING" | "OOM" | "READONLY" | "MISCONF" | "TRYAGAIN" | "CLUSTERDOWN"))
+}

@@ -3,11 +3,13 @@
 //! # Layout
 //!
 //! - `cli`       — subcommands: `serve`, `worker`, `migrate`, `seed --demo`, `token`,
-//!                 `export-schema`, `reconcile`, `reset-like-cache`.
+//!                 `export-schema`, `reconcile`, `reset-like-cache`, `check`.
 //! - `config`    — settings from flags and env, validated once with one clear sentence.
-//! - `startup`   — connect, assemble `AppState`, bind, serve until a shutdown future resolves.
+//! - `startup`   — connect, assemble `AppState`, bind, serve until a shutdown future resolves;
+//!                 shutdown of the server, websockets and `BackgroundJobs` in bounded time.
 //! - `state`     — the one context every handler and resolver receives.
-//! - `http`      — axum routes: `POST /graphql`, GraphiQL at `/`, `/healthz`; authentication.
+//! - `http`      — axum routes: `POST /graphql`, GraphiQL at `/`, `/healthz`, `/readyz`,
+//!                 `/metrics`; authentication; a request id on every request.
 //! - `auth`      — HS256 tokens and the per-request `Viewer` with its memberships.
 //! - `graphql`   — the schema apart from transport: types, queries, mutations, loaders,
 //!                 global ids, cursors, access checks, error codes.
@@ -32,7 +34,9 @@
 //! - `seed`      — the demo forum.
 //! - `error`     — the one error type and its machine-readable codes.
 //! - `hooks`     — test hooks: a `Gate` that holds a running step at a chosen point.
-//! - `telemetry` — tracing subscriber (text or JSON).
+//! - `telemetry` — tracing subscriber (text or JSON); the metrics recorder and its catalog.
+//! - `ops`       — what operators ask: stream lag, pending and leases read from Redis, the
+//!                 `/readyz` report, the invariants of `course-forum check`.
 //!
 //! Lua scripts live in `lua/` as real files, loaded once and run by EVALSHA.
 //!
@@ -78,6 +82,7 @@ pub mod http;
 pub mod kv;
 pub mod likes;
 pub mod live;
+pub mod ops;
 pub mod seed;
 pub mod startup;
 pub mod state;

@@ -1,6 +1,12 @@
 //! Start-up and shutdown: connect, assemble the state and schema, bind, serve (with the like
 //! worker beside the API unless told otherwise) until the shutdown future resolves. Tests build
 //! an `Application` on port 0 with their own shutdown.
+//!
+//! Shutdown is a value: one `watch` channel turns true, and everything long-running holds a
+//! receiver of it — the HTTP server (stops accepting, lets in-flight requests finish), every
+//! websocket (closed with 1001), and every background job in `BackgroundJobs` (the like
+//! worker finishes or abandons its batch; nothing uncommitted is acknowledged). Whatever has
+//! not finished by `SHUTDOWN_TIMEOUT` is dropped, so the process always exits in bounded time.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -9,6 +15,8 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::auth::TokenKeys;
 use crate::cache::{CacheConfig, PostCache};
@@ -27,9 +35,6 @@ use crate::views::aggregator::ViewAggregator;
 use crate::views::{ViewConfig, Views};
 use crate::worker::{LikeWorker, WorkerConfig};
 use crate::{db, http, kv};
-
-/// How long shutdown waits for the worker's batch in flight.
-const WORKER_STOP_GRACE: Duration = Duration::from_secs(10);
 
 pub struct Application {
     listener: TcpListener,
@@ -62,49 +67,145 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` resolves, then lets in-flight requests and the worker's batch
-    /// finish.
+    /// Serves until `shutdown` resolves; then stops accepting, closes websockets, lets
+    /// in-flight requests and the background jobs finish, and returns within
+    /// `SHUTDOWN_TIMEOUT` whatever is still running.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> AppResult<()> {
+        let settings = self.state.settings.clone();
         // Built before anything is spawned: failing here leaves no background task behind.
-        let fanout_job =
-            if self.state.settings.worker_in_serve { Some(build_feed_fanout(&self.state).await?) } else { None };
-        let (stop_worker, worker_stopped) = watch::channel(false);
-        let worker = if self.state.settings.worker_in_serve && self.state.settings.like_mode != LikeMode::Sync {
-            Some(tokio::spawn(build_worker(&self.state).await?.run(worker_stopped)))
-        } else {
-            None
-        };
-        let views = self
-            .state
-            .settings
-            .worker_in_serve
-            .then(|| tokio::spawn(build_view_aggregator(&self.state).run(stop_worker.subscribe())));
-        let fanout = fanout_job.map(|job| tokio::spawn(job.run(stop_worker.subscribe())));
-        tracing::info!(addr = %self.local_addr(), mode = ?self.state.settings.like_mode, "serving GraphQL");
-        let router = http::router(self.state.clone(), self.schema);
+        let fanout_job = if settings.worker_in_serve { Some(build_feed_fanout(&self.state).await?) } else { None };
+        let (stop, stopping) = watch::channel(false);
+        let mut jobs = BackgroundJobs::new(stopping.clone());
+        let mut worker_consumer = None;
+        if settings.worker_in_serve && settings.like_mode != LikeMode::Sync {
+            let worker = build_worker(&self.state).await?;
+            worker_consumer = Some(worker.consumer().to_owned());
+            jobs.spawn("like worker", worker.run(jobs.shutdown()));
+        }
+        if settings.worker_in_serve {
+            jobs.spawn("view aggregator", build_view_aggregator(&self.state).run(jobs.shutdown()));
+        }
+        if let Some(fanout) = fanout_job {
+            jobs.spawn("feed fan-out", fanout.run(jobs.shutdown()));
+        }
+        tracing::info!(addr = %self.local_addr(), mode = ?settings.like_mode, "serving GraphQL");
+        let lifecycle = http::Lifecycle { shutdown: stopping.clone(), worker: worker_consumer };
+        let router = http::router(self.state.clone(), self.schema, lifecycle);
+        let mut server_stopping = stopping;
         // Peer addresses reach the handlers (client IPs for view caps).
-        let served = axum::serve(self.listener, router.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(|e| AppError::Internal(format!("server error: {e}")));
-        let _ = stop_worker.send(true);
+        let serve = axum::serve(self.listener, router.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(async move {
+                let _ = server_stopping.wait_for(|stopping| *stopping).await;
+            });
+        let mut server = tokio::spawn(async move { serve.await });
+        let failed_early = tokio::select! {
+            () = shutdown => None,
+            ended = &mut server => Some(ended),
+        };
+        tracing::info!(timeout = ?settings.shutdown_timeout, "shutting down: no new connections; finishing requests and jobs");
+        let _ = stop.send(true);
+        let deadline = Instant::now() + settings.shutdown_timeout;
+        let ended = match failed_early {
+            Some(ended) => ended,
+            None => match tokio::time::timeout_at(deadline, &mut server).await {
+                Ok(ended) => ended,
+                Err(_) => {
+                    tracing::warn!("requests still running at SHUTDOWN_TIMEOUT; their connections are dropped");
+                    server.abort();
+                    Ok(Ok(()))
+                }
+            },
+        };
+        jobs.stop(deadline).await;
         self.relay.abort();
-        if let Some(worker) = worker
-            && tokio::time::timeout(WORKER_STOP_GRACE, worker).await.is_err()
-        {
-            tracing::warn!("like worker did not stop in time; its batch stays pending and will be replayed");
+        tracing::info!("stopped");
+        match ended {
+            Ok(served) => served.map_err(|e| AppError::Internal(format!("server error: {e}"))),
+            Err(e) => Err(AppError::Internal(format!("server task failed: {e}"))),
         }
-        if let Some(views) = views
-            && tokio::time::timeout(WORKER_STOP_GRACE, views).await.is_err()
-        {
-            tracing::warn!("view aggregator did not stop in time; its records stay pending and will be replayed");
+    }
+}
+
+/// `course-forum worker`: the like worker, the view aggregator and the feed fan-out without the API, and the
+/// operator endpoints on `WORKER_METRICS_BIND` when set; stops like `serve` does.
+pub async fn run_worker_until_stopped(
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> AppResult<()> {
+    let settings = state.settings.clone();
+    crate::telemetry::metrics();
+    // Bind first: a bad address stops the process before any work starts.
+    let listener = match settings.worker_metrics_bind {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+            AppError::Config(format!("cannot listen on {addr} ({e}); set WORKER_METRICS_BIND to a free address"))
+        })?),
+        None => None,
+    };
+    let worker = build_worker(&state).await?;
+    let fanout = build_feed_fanout(&state).await?;
+    let (stop, stopping) = watch::channel(false);
+    let mut jobs = BackgroundJobs::new(stopping.clone());
+    let consumer = worker.consumer().to_owned();
+    jobs.spawn("like worker", worker.run(jobs.shutdown()));
+    jobs.spawn("view aggregator", build_view_aggregator(&state).run(jobs.shutdown()));
+    jobs.spawn("feed fan-out", fanout.run(jobs.shutdown()));
+    if let Some(listener) = listener {
+        tracing::info!(addr = ?listener.local_addr().ok(), "serving /healthz, /readyz and /metrics");
+        let router =
+            http::ops_router(state.clone(), http::Lifecycle { shutdown: stopping.clone(), worker: Some(consumer) });
+        let mut stopping = stopping;
+        jobs.spawn("operator endpoints", async move {
+            let served = axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stopping.wait_for(|stopping| *stopping).await;
+                })
+                .await;
+            if let Err(err) = served {
+                tracing::error!(error = %err, "the operator endpoints failed");
+            }
+        });
+    }
+    shutdown.await;
+    let _ = stop.send(true);
+    jobs.stop(Instant::now() + settings.shutdown_timeout).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The long-running jobs beside the API (the like worker, the view aggregator, …), each a
+/// future that runs until the shared shutdown value turns true. A new job is one `spawn`.
+pub struct BackgroundJobs {
+    shutdown: watch::Receiver<bool>,
+    jobs: Vec<(&'static str, JoinHandle<()>)>,
+}
+
+impl BackgroundJobs {
+    pub fn new(shutdown: watch::Receiver<bool>) -> Self {
+        Self { shutdown, jobs: Vec::new() }
+    }
+
+    /// The shutdown value to hand to a job's `run`.
+    pub fn shutdown(&self) -> watch::Receiver<bool> {
+        self.shutdown.clone()
+    }
+
+    pub fn spawn(&mut self, name: &'static str, job: impl Future<Output = ()> + Send + 'static) {
+        self.jobs.push((name, tokio::spawn(job)));
+    }
+
+    /// Waits for every job (they were told to stop) until `deadline`; a job still running then
+    /// is aborted. For the like worker that drops its open transaction, which PostgreSQL rolls
+    /// back: its entries stay pending and the next consumer replays them.
+    pub async fn stop(self, deadline: Instant) {
+        for (name, mut job) in self.jobs {
+            if tokio::time::timeout_at(deadline, &mut job).await.is_err() {
+                job.abort();
+                tracing::warn!(
+                    job = name,
+                    "did not stop by SHUTDOWN_TIMEOUT; abandoned (nothing uncommitted was acknowledged)"
+                );
+            }
         }
-        if let Some(fanout) = fanout
-            && tokio::time::timeout(WORKER_STOP_GRACE, fanout).await.is_err()
-        {
-            tracing::warn!("feed fan-out did not stop in time; its posts stay in the outbox and will be pushed again");
-        }
-        served
     }
 }
 

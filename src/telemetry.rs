@@ -2,12 +2,16 @@
 //! metrics (the `metrics` facade with a Prometheus recorder, rendered at `GET /metrics`).
 //!
 //! Any module records a metric with `metrics::counter!`, `metrics::gauge!` or
-//! `metrics::histogram!`; nothing is plumbed through. Names are snake_case with a unit suffix
-//! (`_total`, `_seconds`, `_bytes`) and low-cardinality labels (never a user or post id).
+//! `metrics::histogram!` and a name from `names`; nothing is plumbed through. Names are
+//! snake_case with a unit suffix (`_total`, `_seconds`, `_bytes`, `_entries`) and
+//! low-cardinality labels (never a user or post id). `CATALOG` is the list operators read (and
+//! README's operations section repeats, which a test checks); gauges that describe Redis state
+//! (stream lag, dead letters) are read at scrape time by `ops::refresh_gauges`.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 use crate::config::LogFormat;
@@ -24,18 +28,166 @@ pub fn init(format: LogFormat) {
     };
 }
 
+/// Metric names, one constant each, so a call site cannot misspell one.
+pub mod names {
+    pub const GRAPHQL_REQUESTS: &str = "graphql_requests_total";
+    pub const GRAPHQL_ERRORS: &str = "graphql_errors_total";
+    pub const GRAPHQL_DURATION: &str = "graphql_request_duration_seconds";
+    pub const LIKE_TOGGLES: &str = "like_toggles_total";
+    pub const LIKE_BATCHES: &str = "like_batches_total";
+    pub const LIKE_BATCH_ENTRIES: &str = "like_batch_entries";
+    pub const LIKE_BATCH_DURATION: &str = "like_batch_duration_seconds";
+    pub const LIKE_EVENTS_APPLIED: &str = "like_events_applied_total";
+    pub const LIKE_DEAD_LETTERS: &str = "like_dead_letters_total";
+    pub const LIKE_STREAM_ENTRIES: &str = "like_stream_entries";
+    pub const LIKE_STREAM_PENDING: &str = "like_stream_pending_entries";
+    pub const LIKE_STREAM_LAG: &str = "like_stream_lag_entries";
+    pub const LIKE_STREAM_OLDEST_AGE: &str = "like_stream_oldest_age_seconds";
+    pub const LIKE_DEAD_LETTER_ENTRIES: &str = "like_dead_letter_entries";
+    pub const CACHE_REQUESTS: &str = "cache_requests_total";
+    pub const CACHE_LOADS: &str = "cache_loads_total";
+    pub const CACHE_STORES_REFUSED: &str = "cache_stores_refused_total";
+    pub const CACHE_BYPASSES: &str = "cache_bypasses_total";
+    pub const CACHE_INVALIDATION_FAILURES: &str = "cache_invalidation_failures_total";
+    pub const FEED_TIMELINE_REBUILDS: &str = "feed_timeline_rebuilds_total";
+    pub const FEED_DATABASE_READS: &str = "feed_database_reads_total";
+    pub const FEED_FANOUT_POSTS: &str = "feed_fanout_posts_total";
+    pub const FEED_FANOUT_PUSHES: &str = "feed_fanout_pushes_total";
+    pub const FEED_FANOUT_BATCH_DURATION: &str = "feed_fanout_batch_seconds";
+    pub const FEED_FANOUT_DELAY: &str = "feed_fanout_delay_seconds";
+    pub const LIVE_SUBSCRIPTIONS_OPEN: &str = "live_subscriptions_open";
+    pub const WEBSOCKET_CONNECTIONS_OPEN: &str = "websocket_connections_open";
+    pub const LIVE_MESSAGES_PUBLISHED: &str = "live_messages_published_total";
+    pub const LIVE_PUBLISH_FAILURES: &str = "live_publish_failures_total";
+    pub const LIVE_MESSAGES_RECEIVED: &str = "live_messages_received_total";
+    pub const LIVE_UPDATES_DELIVERED: &str = "live_updates_delivered_total";
+    pub const LIVE_UPDATES_COALESCED: &str = "live_updates_coalesced_total";
+    pub const VIEW_FLUSHES: &str = "view_flushes_total";
+    pub const VIEW_FLUSH_DURATION: &str = "view_flush_duration_seconds";
+    pub const VIEWS_FLUSHED: &str = "views_flushed_total";
+    pub const REDIS_COMMANDS: &str = "redis_commands_total";
+    pub const SQL_STATEMENTS: &str = "sql_statements_total";
+    pub const REDIS_EVICTED_KEYS: &str = "redis_evicted_keys_total";
+    pub const REDIS_USED_MEMORY: &str = "redis_used_memory_bytes";
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric this process exports: name, kind, labels, and what it tells an operator.
+pub const CATALOG: &[(&str, Kind, &str, &str)] = {
+    use Kind::*;
+    use names::*;
+    &[
+        (GRAPHQL_REQUESTS, Counter, "operation", "GraphQL operations served (HTTP and subscriptions)"),
+        (GRAPHQL_ERRORS, Counter, "operation, code", "errors in GraphQL responses, by extensions.code"),
+        (GRAPHQL_DURATION, Histogram, "operation", "time to answer a query or mutation"),
+        (
+            LIKE_TOGGLES,
+            Counter,
+            "mode, result",
+            "like/unlike toggles: changed, unchanged, rate_limited, unavailable, failed",
+        ),
+        (LIKE_BATCHES, Counter, "result", "worker batches: committed, or failed (retried)"),
+        (LIKE_BATCH_ENTRIES, Histogram, "", "stream entries read per worker batch"),
+        (LIKE_BATCH_DURATION, Histogram, "", "time to apply and acknowledge one worker batch"),
+        (LIKE_EVENTS_APPLIED, Counter, "", "stream entries acknowledged after their batch committed"),
+        (LIKE_DEAD_LETTERS, Counter, "", "entries this process moved to the dead-letter stream"),
+        (LIKE_STREAM_ENTRIES, Gauge, "shard", "entries in the like stream not yet applied (read at scrape)"),
+        (LIKE_STREAM_PENDING, Gauge, "shard", "entries delivered to the worker and not yet acknowledged"),
+        (LIKE_STREAM_LAG, Gauge, "shard", "entries not yet delivered to the worker"),
+        (
+            LIKE_STREAM_OLDEST_AGE,
+            Gauge,
+            "shard",
+            "age of the oldest unapplied like (0 when none): the worker's lag in time",
+        ),
+        (LIKE_DEAD_LETTER_ENTRIES, Gauge, "", "dead letters waiting in <p>:likes:dead (should be 0)"),
+        (
+            CACHE_REQUESTS,
+            Counter,
+            "cache, result",
+            "cache lookups: liked_set hit or miss; post hit, stale, miss or missing",
+        ),
+        (CACHE_LOADS, Counter, "cache", "post cache loads from PostgreSQL (one per key under a stampede)"),
+        (CACHE_STORES_REFUSED, Counter, "cache", "loads not stored because a write moved the post meanwhile"),
+        (CACHE_BYPASSES, Counter, "cache, reason", "reads that went to PostgreSQL without the cache"),
+        (
+            CACHE_INVALIDATION_FAILURES,
+            Counter,
+            "cache",
+            "invalidations or patches lost to a Redis error (the entry is stale until its TTL)",
+        ),
+        (FEED_TIMELINE_REBUILDS, Counter, "", "home-feed timelines rebuilt from PostgreSQL"),
+        (FEED_DATABASE_READS, Counter, "reason", "home-feed pages continued from PostgreSQL"),
+        (FEED_FANOUT_POSTS, Counter, "path", "posts fanned out: to timelines, or to a celebrity list"),
+        (FEED_FANOUT_PUSHES, Counter, "result", "timeline pushes: pushed, or skipped (no timeline)"),
+        (FEED_FANOUT_BATCH_DURATION, Histogram, "", "time of one fan-out transaction"),
+        (FEED_FANOUT_DELAY, Histogram, "", "time from a post's commit to its fan-out"),
+        (LIVE_SUBSCRIPTIONS_OPEN, Gauge, "", "GraphQL subscriptions open in this process"),
+        (WEBSOCKET_CONNECTIONS_OPEN, Gauge, "", "websocket connections open in this process"),
+        (LIVE_MESSAGES_PUBLISHED, Counter, "kind", "live messages published to Redis Pub/Sub (counts, activity)"),
+        (LIVE_PUBLISH_FAILURES, Counter, "", "live messages that could not be published (a stale number on screens)"),
+        (LIVE_MESSAGES_RECEIVED, Counter, "", "live messages this process received from Pub/Sub"),
+        (LIVE_UPDATES_DELIVERED, Counter, "", "like-count updates sent to subscribers"),
+        (LIVE_UPDATES_COALESCED, Counter, "", "like-count updates superseded before delivery (coalescing)"),
+        (VIEW_FLUSHES, Counter, "result", "view aggregator flushes: ok or failed"),
+        (VIEW_FLUSH_DURATION, Histogram, "", "time of one view flush"),
+        (VIEWS_FLUSHED, Counter, "", "counted views written to posts.view_count"),
+        (REDIS_COMMANDS, Counter, "role", "Redis commands sent (api, worker, …)"),
+        (SQL_STATEMENTS, Counter, "", "SQL statements run"),
+        (REDIS_EVICTED_KEYS, Counter, "", "keys Redis evicted since it started (INFO stats; must stay 0 for streams)"),
+        (REDIS_USED_MEMORY, Gauge, "", "memory Redis uses (INFO memory)"),
+    ]
+};
+
+/// Latency buckets (seconds) of every `_seconds` histogram.
+const SECONDS_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// Batch-size buckets of `like_batch_entries`.
+const ENTRIES_BUCKETS: &[f64] = &[1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0, 50_000.0];
+/// How often histogram samples are folded into their buckets when nobody scrapes, so memory
+/// stays bounded.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
 /// The process's metrics recorder, installed on first use. One per process: several
 /// applications in one process (tests with a peer instance) share it, as they share the process.
 pub fn metrics() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(names::LIKE_BATCH_ENTRIES.into()), ENTRIES_BUCKETS));
+        let recorder = match builder {
+            Ok(builder) => builder.build_recorder(),
+            Err(err) => {
+                tracing::warn!(error = %err, "histogram buckets refused; histograms render as summaries");
+                PrometheusBuilder::new().build_recorder()
+            }
+        };
         let handle = recorder.handle();
         // Fails only when another recorder was installed first; then ours renders empty, which
         // the /metrics test would show.
         if metrics::set_global_recorder(recorder).is_err() {
             tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
         }
+        for (name, kind, _, help) in CATALOG {
+            match kind {
+                Kind::Counter => metrics::describe_counter!(*name, *help),
+                Kind::Gauge => metrics::describe_gauge!(*name, *help),
+                Kind::Histogram => metrics::describe_histogram!(*name, *help),
+            }
+        }
+        let upkeep = handle.clone();
+        let _ = std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_EVERY);
+                upkeep.run_upkeep();
+            }
+        });
         handle
     })
 }

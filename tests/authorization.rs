@@ -391,6 +391,7 @@ fn mutation_table(f: &Fixture) -> Vec<(&'static str, &'static str, Json)> {
             "mutation($id: ID!) { unlikeComment(commentId: $id) { id likeCount body } }",
             json!({ "id": f.reply }),
         ),
+        ("startPostView", "mutation($id: ID!) { startPostView(postId: $id) { ticket } }", json!({ "id": f.post })),
     ]
 }
 
@@ -791,4 +792,107 @@ async fn a_member_removed_from_the_course_loses_access_at_once() {
     let response = f.app.gql(Some(&bob), query, json!({ "id": f.post })).await;
     assert_eq!(refusal_problem(&response, "FORBIDDEN"), None);
     expect_every_mutation_refused(&f, "removed bob", Some(&bob), "FORBIDDEN").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Websockets: tokens at connection_init, and every subscription
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn invalid_tokens_are_refused_at_websocket_connection_init() {
+    let f = Fixture::new().await;
+    let mut failures = Vec::new();
+    for (name, header) in bad_headers(f.w.alice) {
+        match common::ws::GqlSocket::connect_with_payload(
+            f.app.addr,
+            json!({ "authorization": header }),
+            "graphql-transport-ws",
+        )
+        .await
+        {
+            Ok(_) => failures.push(format!("{name}: the connection was acknowledged")),
+            Err(refused) if refused.code != 4403 => failures.push(format!("{name}: closed with {refused:?}")),
+            Err(_) => {}
+        }
+    }
+    // A payload that is not even a header, and a token in the wrong place.
+    for (name, payload) in [
+        ("number", json!({ "authorization": 42 })),
+        ("list", json!({ "authorization": ["Bearer", f.token(f.w.alice)] })),
+        ("token without key", json!({ "token": f.token(f.w.alice) })),
+    ] {
+        match common::ws::GqlSocket::connect_with_payload(f.app.addr, payload, "graphql-transport-ws").await {
+            Err(refused) if refused.code == 4403 => {}
+            other => failures.push(format!("{name}: {:?}", other.err())),
+        }
+    }
+    assert_no_failures(failures);
+    // Control: the same path with a valid token is acknowledged.
+    let good = json!({ "authorization": format!("Bearer {}", f.token(f.w.alice)) });
+    assert!(common::ws::GqlSocket::connect_with_payload(f.app.addr, good, "graphql-transport-ws").await.is_ok());
+}
+
+/// The code of a refused subscription: an `error` message or a `next` with errors and no data.
+fn subscription_refusal(message: &Json) -> Option<String> {
+    match message["type"].as_str()? {
+        "error" => message["payload"][0]["extensions"]["code"].as_str().map(str::to_owned),
+        "next" if message["payload"]["data"].is_null() => {
+            message["payload"]["errors"][0]["extensions"]["code"].as_str().map(str::to_owned)
+        }
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn non_member_is_forbidden_from_every_subscription_and_hears_nothing() {
+    let f = Fixture::new().await;
+    let mut socket = common::ws::GqlSocket::connect(f.app.addr, Some(&f.token(f.w.outsider))).await.expect("connect");
+    let like_counts = "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount } }";
+    let cases = [
+        ("likeCounts(post)", like_counts, json!({ "ids": [f.post] })),
+        ("likeCounts(comment)", like_counts, json!({ "ids": [f.comment] })),
+        ("likeCounts(reply)", like_counts, json!({ "ids": [f.reply] })),
+        // One foreign id among the outsider's own refuses the whole subscription.
+        ("likeCounts(own and foreign)", like_counts, json!({ "ids": [f.other_post, f.post] })),
+        (
+            "courseActivity",
+            "subscription($c: ID!) { courseActivity(courseId: $c) { kind post { title } comment { body } } }",
+            json!({ "c": gid("Course", f.w.course) }),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (n, (name, query, vars)) in cases.iter().enumerate() {
+        let id = format!("s{n}");
+        socket.subscribe(&id, query, vars.clone()).await;
+        let message = loop {
+            let message = socket.next_message(Duration::from_secs(5)).await.expect("an answer");
+            if message["id"] == id.as_str() && message["type"] != "complete" {
+                break message;
+            }
+        };
+        if subscription_refusal(&message).as_deref() != Some("FORBIDDEN") {
+            failures.push(format!("outsider {name}: {message}"));
+        }
+        if message.to_string().contains(SECRET) {
+            failures.push(format!("outsider {name} leaks: {message}"));
+        }
+    }
+    assert_no_failures(failures);
+    // Activity and likes in CS101 reach nobody on the outsider's socket.
+    let alice = f.token(f.w.alice);
+    f.app
+        .gql_ok(
+            Some(&alice),
+            "mutation($p: ID!) { createComment(postId: $p, body: \"SECRET-CS101 later\") { id } unlikePost(postId: $p) { id } }",
+            json!({ "p": f.post }),
+        )
+        .await;
+    let quiet_until = std::time::Instant::now() + Duration::from_secs(1);
+    while let Some(left) = quiet_until.checked_duration_since(std::time::Instant::now()) {
+        match socket.next_message(left).await {
+            Some(message) if message["type"] == "complete" => continue,
+            Some(message) => panic!("the outsider heard: {message}"),
+            None => break,
+        }
+    }
 }

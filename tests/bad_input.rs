@@ -897,3 +897,151 @@ async fn the_sixth_like_toggle_in_a_minute_is_rate_limited_and_changes_nothing()
         .await;
     assert_eq!(data["likePost"], json!({ "likeCount": 2, "likedByMe": true }));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Bombs: aliases, batches, directives, oversized websocket messages
+// ---------------------------------------------------------------------------------------------
+
+fn repeated(n: usize, item: impl Fn(usize) -> String) -> String {
+    (0..n).map(item).collect::<Vec<_>>().join(" ")
+}
+
+#[tokio::test]
+async fn an_alias_bomb_is_refused_before_any_resolver_runs() {
+    let f = Fixture::new().await;
+    let vars = json!({ "id": f.post });
+    // At the limit, 30 aliases run: each one resolver call (here one SQL statement each).
+    let at_limit = format!("query($id: ID!) {{ {} }}", repeated(30, |i| format!("a{i}: post(id: $id) {{ id }}")));
+    let response = f.app.gql(Some(&f.alice), &at_limit, vars.clone()).await;
+    assert!(response.get("errors").is_none(), "{response}");
+    assert_eq!(response["data"].as_object().map(|d| d.len()), Some(30));
+
+    let bombs = [
+        ("31 aliases", format!("query($id: ID!) {{ {} }}", repeated(31, |i| format!("a{i}: post(id: $id) {{ id }}")))),
+        (
+            "2,000 aliases, which fit in 64 KiB",
+            format!("query($id: ID!) {{ {} }}", repeated(2000, |i| format!("a{i}: post(id: $id) {{ id }}"))),
+        ),
+        (
+            "nested aliases",
+            format!("query($id: ID!) {{ post(id: $id) {{ {} }} }}", repeated(31, |i| format!("t{i}: title"))),
+        ),
+        (
+            "aliases in a fragment",
+            format!(
+                "query($id: ID!) {{ ...F }} fragment F on Query {{ {} }}",
+                repeated(31, |i| format!("a{i}: post(id: $id) {{ id }}"))
+            ),
+        ),
+        (
+            "aliased mutations",
+            format!("mutation($id: ID!) {{ {} }}", repeated(31, |i| format!("a{i}: likePost(postId: $id) {{ id }}"))),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, query) in bombs {
+        let before = snapshot(&f.app).await;
+        let statements = f.app.state.sql_statements.get();
+        let started = std::time::Instant::now();
+        let response = f.app.gql(Some(&f.alice), &query, vars.clone()).await;
+        let took = started.elapsed();
+        if let Some(problem) = refusal_problem(&response, "BAD_USER_INPUT") {
+            failures.push(format!("{name}: {problem}"));
+        } else if !response["errors"][0]["message"].as_str().unwrap_or_default().contains("aliases") {
+            failures.push(format!("{name}: the message does not say why: {response}"));
+        }
+        if f.app.state.sql_statements.get() != statements {
+            failures.push(format!("{name}: ran SQL before refusing"));
+        }
+        if took > std::time::Duration::from_secs(2) {
+            failures.push(format!("{name}: took {took:?} to refuse"));
+        }
+        if snapshot(&f.app).await != before {
+            failures.push(format!("{name}: database changed"));
+        }
+    }
+    assert_no_failures(failures);
+}
+
+#[tokio::test]
+async fn a_batch_bomb_is_refused_whole_and_runs_nothing() {
+    let f = Fixture::new().await;
+    let course = gid("Course", f.w.course);
+    let one = json!({
+        "query": "mutation($c: ID!) { createPost(courseId: $c, title: \"batched\", body: \"b\") { id } }",
+        "variables": { "c": course },
+    });
+    let before = snapshot(&f.app).await;
+    let statements = f.app.state.sql_statements.get();
+    // Under the body limit (300 operations), and far over it (5,000).
+    for n in [2, 300, 5_000] {
+        let body = Json::Array(vec![one.clone(); n]).to_string();
+        let response = f
+            .app
+            .http
+            .post(f.app.url("/graphql"))
+            .header("Authorization", format!("Bearer {}", f.alice))
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+            .await;
+        match response {
+            Ok(response) => {
+                let status = response.status();
+                let text = response.text().await.unwrap_or_default();
+                let refused_in_json = serde_json::from_str::<Json>(&text)
+                    .is_ok_and(|j| error_code(&j).as_deref() == Some("BAD_USER_INPUT") && no_data(&j));
+                assert!(status.is_client_error() || refused_in_json, "a batch of {n}: {status} {text}");
+            }
+            // Over the limit the server may close while the client still sends.
+            Err(err) => assert!(n > 1000, "a batch of {n}: {err}"),
+        }
+    }
+    assert_eq!(f.app.state.sql_statements.get(), statements, "a batch ran SQL");
+    assert_eq!(snapshot(&f.app).await, before);
+    assert_eq!(count(&f.app, "SELECT count(*) AS v FROM posts WHERE title = 'batched'").await, 0);
+}
+
+#[tokio::test]
+async fn a_directive_bomb_is_bad_user_input() {
+    let f = Fixture::new().await;
+    let query = format!("{{ me {{ id {} }} }}", repeated(9, |_| "@skip(if: false)".to_owned()));
+    let response = f.app.gql(Some(&f.alice), &query, json!({})).await;
+    assert_eq!(refusal_problem(&response, "BAD_USER_INPUT"), None, "{response}");
+}
+
+#[tokio::test]
+async fn an_oversized_websocket_message_closes_only_that_socket() {
+    let f = Fixture::new().await;
+    let mut socket = common::ws::GqlSocket::connect(f.app.addr, Some(&f.alice)).await.expect("connect");
+    let huge = json!({
+        "id": "1",
+        "type": "subscribe",
+        "payload": { "query": format!("subscription {{ likeCounts(ids: [\"{}\"]) {{ id }} }} #{}", f.post, "x".repeat(70 * 1024)) },
+    });
+    socket.send_raw(huge.to_string()).await;
+    let closed = socket.close_frame(std::time::Duration::from_secs(5)).await;
+    assert!(
+        matches!(closed, Some(None) | Some(Some((1009 | 1002, _)))),
+        "the socket is closed (message too big), got {closed:?}"
+    );
+    // Everyone else is served as before.
+    let mut other = common::ws::GqlSocket::connect(f.app.addr, Some(&f.alice)).await.expect("connect again");
+    other
+        .subscribe(
+            "2",
+            "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount } }",
+            json!({ "ids": [f.post] }),
+        )
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    f.app
+        .gql_ok(
+            Some(&f.app.token(f.w.bob)),
+            "mutation($p: ID!) { likePost(postId: $p) { id } }",
+            json!({ "p": f.post }),
+        )
+        .await;
+    let update = other.next_data(std::time::Duration::from_secs(5)).await.expect("an update");
+    assert_eq!(update["likeCounts"]["likeCount"], 1);
+}

@@ -42,6 +42,7 @@ use crate::kv::keys::Keys;
 use crate::kv::lock::Locks;
 use crate::kv::{self, Redis};
 use crate::likes::{CountChange, LikeTarget};
+use crate::telemetry::names;
 
 /// The fields of an entry, in the order `HMGET` asks for them. The counters inside `row` are
 /// overridden by the entry's own counter fields, which commits patch one by one.
@@ -252,7 +253,7 @@ impl PostCache {
                     "miss"
                 }
             };
-            metrics::counter!("cache_requests_total", "cache" => "post", "result" => result).increment(1);
+            metrics::counter!(names::CACHE_REQUESTS, "cache" => "post", "result" => result).increment(1);
         }
         if !stale.is_empty() {
             self.refresh_in_background(&stale).await;
@@ -404,7 +405,7 @@ impl PostCache {
         let refused = store_replies.iter().filter(|i| matches!(replies.get(**i), Some(Value::Int(0)))).count();
         if refused > 0 {
             self.inner.stats.stores_refused.fetch_add(refused as u64, Ordering::Relaxed);
-            metrics::counter!("cache_stores_refused_total", "cache" => "post").increment(refused as u64);
+            metrics::counter!(names::CACHE_STORES_REFUSED, "cache" => "post").increment(refused as u64);
         }
         Ok(rows.drain().map(|(id, versioned)| (id, versioned.row)).collect())
     }
@@ -413,14 +414,14 @@ impl PostCache {
     /// lock holder took too long).
     async fn load_uncached(&self, ids: &[i64], reason: &'static str) -> AppResult<HashMap<i64, PostRow>> {
         self.inner.stats.bypasses.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("cache_bypasses_total", "cache" => "post", "reason" => reason).increment(1);
+        metrics::counter!(names::CACHE_BYPASSES, "cache" => "post", "reason" => reason).increment(1);
         Ok(self.load_rows(ids).await?.into_iter().map(|(id, v)| (id, v.row)).collect())
     }
 
     /// The loader's one SQL statement (counted: tests assert how many loads a burst caused).
     async fn load_rows(&self, ids: &[i64]) -> AppResult<HashMap<i64, VersionedPostRow>> {
         self.inner.stats.loads.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("cache_loads_total", "cache" => "post").increment(1);
+        metrics::counter!(names::CACHE_LOADS, "cache" => "post").increment(1);
         let rows = posts::find_many_versioned(&self.inner.db, ids).await?;
         Ok(rows.into_iter().map(|v| (v.row.id, v)).collect())
     }
@@ -510,7 +511,7 @@ impl PostCache {
         }
         .await;
         if let Err(err) = done {
-            metrics::counter!("cache_invalidation_failures_total", "cache" => "post").increment(1);
+            metrics::counter!(names::CACHE_INVALIDATION_FAILURES, "cache" => "post").increment(1);
             tracing::warn!(error = %err, post_id, "could not invalidate a cached post; it may show stale until it expires");
         }
     }
@@ -558,7 +559,7 @@ impl PostCache {
         let patched: AppResult<Vec<i64>> =
             kv::query_scripts(&self.inner.redis, &pipe, &[&self.inner.scripts.count]).await;
         if let Err(err) = patched {
-            metrics::counter!("cache_invalidation_failures_total", "cache" => "post").increment(posts.len() as u64);
+            metrics::counter!(names::CACHE_INVALIDATION_FAILURES, "cache" => "post").increment(posts.len() as u64);
             tracing::warn!(error = %err, field, "could not patch committed counts into cached posts");
         }
     }

@@ -70,7 +70,7 @@ impl StatementCounter {
         let inner = counter.0.clone();
         db.set_metric_callback(move |_| {
             inner.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            metrics::counter!("sql_statements_total").increment(1);
+            metrics::counter!(crate::telemetry::names::SQL_STATEMENTS).increment(1);
         });
         counter
     }

@@ -32,6 +32,7 @@ use crate::error::AppResult;
 use crate::forum::posts;
 use crate::kv::Redis;
 use crate::kv::keys::Keys;
+use crate::telemetry::names;
 
 /// The sentinel of a celebrity list.
 pub const CELEBRITY_SENTINEL: &str = "_";
@@ -109,14 +110,14 @@ impl FanoutJob {
         txn.commit().await?;
         report.elapsed = started.elapsed();
         for row in &claimed {
-            metrics::histogram!("feed_fanout_delay_seconds").record(row.waited.max(0.0));
+            metrics::histogram!(names::FEED_FANOUT_DELAY).record(row.waited.max(0.0));
         }
-        metrics::histogram!("feed_fanout_batch_seconds").record(report.elapsed.as_secs_f64());
-        metrics::counter!("feed_fanout_posts_total", "path" => "celebrity").increment(report.celebrity_posts as u64);
-        metrics::counter!("feed_fanout_posts_total", "path" => "timelines")
+        metrics::histogram!(names::FEED_FANOUT_BATCH_DURATION).record(report.elapsed.as_secs_f64());
+        metrics::counter!(names::FEED_FANOUT_POSTS, "path" => "celebrity").increment(report.celebrity_posts as u64);
+        metrics::counter!(names::FEED_FANOUT_POSTS, "path" => "timelines")
             .increment((report.posts - report.celebrity_posts) as u64);
-        metrics::counter!("feed_fanout_pushes_total", "result" => "pushed").increment(report.timelines_pushed as u64);
-        metrics::counter!("feed_fanout_pushes_total", "result" => "skipped").increment(report.timelines_skipped as u64);
+        metrics::counter!(names::FEED_FANOUT_PUSHES, "result" => "pushed").increment(report.timelines_pushed as u64);
+        metrics::counter!(names::FEED_FANOUT_PUSHES, "result" => "skipped").increment(report.timelines_skipped as u64);
         Ok(report)
     }
 

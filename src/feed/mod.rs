@@ -37,6 +37,7 @@ use crate::hooks::Gate;
 use crate::kv::Redis;
 use crate::kv::keys::Keys;
 use crate::kv::lock::Locks;
+use crate::telemetry::names;
 use lists::{Lists, Window};
 
 /// Waiting for another request's rebuild: the first pause, and the longest.
@@ -306,7 +307,7 @@ impl Feed {
         let released = self.locks.release(&self.keys.timeline_lock(user_id), token).await;
         if let Ok(true) = rebuilt {
             self.stats.rebuilds.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("feed_timeline_rebuilds_total").increment(1);
+            metrics::counter!(names::FEED_TIMELINE_REBUILDS).increment(1);
             tracing::debug!(user_id, courses = pushed_courses.len(), "timeline rebuilt");
         }
         rebuilt?;
@@ -346,7 +347,7 @@ impl Feed {
         reason: &'static str,
     ) -> AppResult<Vec<PostRow>> {
         self.stats.database_reads.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("feed_database_reads_total", "reason" => reason).increment(1);
+        metrics::counter!(names::FEED_DATABASE_READS, "reason" => reason).increment(1);
         posts::newest_in_courses(&self.db, courses, below, want as i64).await
     }
 }

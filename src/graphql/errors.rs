@@ -1,7 +1,8 @@
 //! Gives every GraphQL error an `extensions.code`. Resolver errors carry an `AppError` as their
 //! source and take its code; internal ones are logged and replaced by an opaque message.
 //! Errors raised by async-graphql itself (parse, validation, depth, complexity, argument
-//! coercion) are the client's fault: BAD_USER_INPUT.
+//! coercion) are the client's fault: BAD_USER_INPUT. A service that cannot be reached is
+//! UNAVAILABLE, with a fixed message (the detail is logged).
 
 use std::sync::Arc;
 
@@ -52,6 +53,11 @@ fn app_error(err: &ServerError) -> Option<&AppError> {
 /// Sets the code of one error (keeping one a resolver set explicitly).
 pub fn assign_code(err: &mut ServerError) {
     let code = match app_error(err) {
+        Some(app) if let Some(service) = app.unreachable() => {
+            tracing::warn!(error = %app, path = ?err.path, "a backing service is unreachable");
+            err.message = AppError::unreachable_message(service).to_owned();
+            "UNAVAILABLE"
+        }
         Some(app) if app.is_internal() => {
             tracing::error!(error = %app, path = ?err.path, "internal error while resolving");
             err.message = "internal error".to_owned();

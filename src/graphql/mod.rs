@@ -6,7 +6,9 @@ pub mod context;
 pub mod cursor;
 pub mod errors;
 pub mod ids;
+pub mod limits;
 pub mod loaders;
+pub mod metrics;
 pub mod mutation;
 pub mod query;
 pub mod subscription;
@@ -28,7 +30,11 @@ pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::
     Schema::build(query::Query, mutation::Mutation::default(), subscription::Subscription)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
+        .limit_directives(limits::MAX_DIRECTIVES)
+        // Outermost first: the metrics see the codes ErrorCodes assigns.
+        .extension(metrics::RequestMetrics)
         .extension(errors::ErrorCodes)
+        .extension(limits::AliasLimit)
 }
 
 /// The schema served, with the shared state attached.

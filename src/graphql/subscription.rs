@@ -130,6 +130,8 @@ struct Coalescer {
     ids: HashMap<LikeTarget, ID>,
     interval: Duration,
     last_emit: HashMap<LikeTarget, Instant>,
+    /// The `seq` of the last value this subscriber received (or found at subscribe time).
+    seen: HashMap<LikeTarget, u64>,
     pending: HashSet<LikeTarget>,
     ready: VecDeque<LikeCountUpdate>,
     _permit: Option<BudgetPermit>,
@@ -143,11 +145,13 @@ fn coalesced(
     interval: Duration,
     permit: Option<BudgetPermit>,
 ) -> impl Stream<Item = LikeCountUpdate> {
+    let seen = watch.receivers.iter().map(|(target, receiver)| (*target, receiver.borrow().seq)).collect();
     let state = Coalescer {
         watch,
         ids,
         interval,
         last_emit: HashMap::new(),
+        seen,
         pending: HashSet::new(),
         ready: VecDeque::new(),
         _permit: permit,
@@ -174,11 +178,14 @@ fn coalesced(
                 }
                 let due = st.last_emit.get(target).map(|t| *t + st.interval).unwrap_or(now);
                 if due <= now {
-                    let (version, like_count) = *receiver.borrow_and_update();
+                    let latest = *receiver.borrow_and_update();
                     st.pending.remove(target);
-                    if version != i64::MIN {
+                    if latest.version != i64::MIN {
+                        let seen = st.seen.insert(*target, latest.seq).unwrap_or(0);
+                        st.watch.guard.delivered(latest.seq.saturating_sub(seen + 1));
                         st.last_emit.insert(*target, now);
-                        st.ready.push_back(LikeCountUpdate { id: st.ids[target].clone(), like_count });
+                        st.ready
+                            .push_back(LikeCountUpdate { id: st.ids[target].clone(), like_count: latest.like_count });
                     }
                 } else {
                     next_due = Some(next_due.map_or(due, |d: Instant| d.min(due)));

@@ -1,14 +1,22 @@
 //! HTTP transport: `POST /graphql`, subscriptions at `/graphql/ws` (`ws`), GraphiQL at `/` and
-//! the demo forum at `/demo` (`playground`, from local files), `/healthz`, `/metrics`. Authentication
-//! happens here, once per request; the schema only sees the resulting `Viewer`.
+//! the demo forum at `/demo` (`playground`, from local files), and for operators `/healthz`
+//! (the process answers), `/readyz` (PostgreSQL and Redis answer; worker leases) and
+//! `/metrics` (Prometheus text). Authentication happens here, once per request; the schema
+//! only sees the resulting `Viewer`. Every request runs in an `http_request` span carrying a
+//! `request_id`, which the response repeats in `x-request-id`.
+
+use std::time::Instant;
 
 use async_graphql::{Response as GqlResponse, ServerError};
 use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
 use axum::Router;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
-use axum::http::{HeaderMap, header};
-use axum::response::IntoResponse;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::auth::Viewer;
 use crate::error::AppError;
@@ -18,44 +26,107 @@ use crate::state::AppState;
 mod playground;
 mod ws;
 
+/// What the HTTP layer knows of the process it serves in.
+#[derive(Clone)]
+pub struct Lifecycle {
+    /// Turns true when the process begins to shut down: open websockets are then closed with
+    /// 1001 (going away), so clients reconnect elsewhere.
+    pub shutdown: watch::Receiver<bool>,
+    /// The consumer name of the like worker this process runs, if it runs one (`/readyz`).
+    pub worker: Option<String>,
+}
+
 #[derive(Clone)]
 struct HttpState {
     app: AppState,
     schema: AppSchema,
+    lifecycle: Lifecycle,
 }
 
-pub fn router(app: AppState, schema: AppSchema) -> Router {
+/// What the operator endpoints need.
+#[derive(Clone)]
+struct OpsState {
+    app: AppState,
+    lifecycle: Lifecycle,
+}
+
+pub fn router(app: AppState, schema: AppSchema, lifecycle: Lifecycle) -> Router {
     let body_limit = app.settings.max_body_bytes;
     let playground = playground::routes(&app.settings);
     Router::new()
         .route("/", get(graphiql))
         .route("/graphql", get(graphiql).post(graphql))
         .route("/graphql/ws", get(ws::upgrade))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/metrics", get(metrics))
         .merge(playground)
+        .with_state(HttpState { app: app.clone(), schema, lifecycle: lifecycle.clone() })
+        .merge(ops_routes(app, lifecycle))
         .layer(DefaultBodyLimit::max(body_limit))
         // async-graphql-axum reads the body stream itself, past DefaultBodyLimit: limit the stream.
         .layer(tower_http::limit::RequestBodyLimitLayer::new(body_limit))
-        .with_state(HttpState { app, schema })
+        .layer(middleware::from_fn(request_span))
 }
 
-/// Prometheus text exposition of every metric this process recorded.
-async fn metrics() -> impl IntoResponse {
+/// Only the operator endpoints (`/healthz`, `/readyz`, `/metrics`): what `course-forum worker`
+/// serves on `WORKER_METRICS_BIND`, so a worker running apart is watched like a server.
+pub fn ops_router(app: AppState, lifecycle: Lifecycle) -> Router {
+    ops_routes(app, lifecycle).layer(middleware::from_fn(request_span))
+}
+
+fn ops_routes(app: AppState, lifecycle: Lifecycle) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(OpsState { app, lifecycle })
+}
+
+/// Runs the request in a span with a fresh id and returns the id in `x-request-id`, so a
+/// client's report and the server's log lines meet. The id is ours, never the client's.
+async fn request_span(request: Request, next: Next) -> Response {
+    let id = uuid::Uuid::now_v7().to_string();
+    let span =
+        tracing::info_span!("http_request", request_id = %id, method = %request.method(), path = %request.uri().path());
+    let started = Instant::now();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    span.in_scope(|| {
+        tracing::debug!(
+            status = response.status().as_u16(),
+            micros = started.elapsed().as_micros() as u64,
+            "request served"
+        )
+    });
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    response
+}
+
+/// Prometheus text exposition of every metric this process recorded, after reading the
+/// gauges that live in Redis (stream lag, dead letters).
+async fn metrics(State(state): State<OpsState>) -> impl IntoResponse {
+    crate::ops::refresh_gauges(&state.app.redis, &state.app.keys).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::telemetry::metrics().render())
+}
+
+/// 200 when PostgreSQL and Redis answer, else 503; the JSON says what was found.
+async fn readyz(State(state): State<OpsState>) -> impl IntoResponse {
+    let report = crate::ops::ready::readiness(&state.app, state.lifecycle.worker.as_deref()).await;
+    let status = if report.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, axum::Json(report))
 }
 
 async fn graphiql(State(state): State<HttpState>) -> impl IntoResponse {
     playground::graphiql_index(&state.app.settings.playground_dir).await
 }
 
-#[tracing::instrument(name = "graphql", skip_all, fields(request_id = %uuid::Uuid::now_v7()))]
+#[tracing::instrument(name = "graphql", skip_all)]
 async fn graphql(
     State(state): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     request: GraphQLRequest,
 ) -> GraphQLResponse {
+    let started = Instant::now();
     let mut request = request.into_inner();
     let viewer = match headers.get(header::AUTHORIZATION) {
         None => None,
@@ -66,7 +137,15 @@ async fn graphql(
                 .and_then(|v| state.app.tokens.verify_header(v));
             match verified {
                 Ok(user_id) => Some(user_id),
-                Err(err) => return error_response(err).into(),
+                Err(err) => {
+                    let response = error_response(err);
+                    crate::graphql::metrics::record(
+                        crate::graphql::metrics::UNPARSED,
+                        Some(started.elapsed()),
+                        &response.errors,
+                    );
+                    return response.into();
+                }
             }
         }
     };

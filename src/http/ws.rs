@@ -1,6 +1,8 @@
 //! GraphQL subscriptions over websockets, speaking `graphql-transport-ws` and the legacy
 //! `graphql-ws`. The token comes in `connection_init` (`{"authorization": "Bearer …"}`); a
 //! missing or bad one closes the socket with 4403 and the reason, as the protocol says.
+//! When the process shuts down, every socket is closed with 1001 (going away) so clients
+//! reconnect to another instance instead of holding the shutdown up.
 
 use async_graphql::Data;
 use async_graphql::http::{WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
@@ -10,6 +12,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt, future};
 use std::str::FromStr;
+use tracing::Instrument;
 
 use super::HttpState;
 use crate::auth::Viewer;
@@ -24,6 +27,8 @@ const WS_MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// Marks connection_init refusals so their close code can be set to the protocol's 4403.
 const AUTH_REFUSED: &str = "authentication failed: ";
+/// RFC 6455: the endpoint is going away (server shutdown).
+const GOING_AWAY: u16 = 1001;
 
 pub async fn upgrade(State(state): State<HttpState>, headers: HeaderMap, upgrade: WebSocketUpgrade) -> Response {
     let Some(protocol) = negotiated_protocol(&headers) else {
@@ -38,7 +43,11 @@ pub async fn upgrade(State(state): State<HttpState>, headers: HeaderMap, upgrade
         .write_buffer_size(WS_BUFFER_BYTES)
         .max_write_buffer_size(WS_MAX_MESSAGE_BYTES * 4)
         .max_message_size(WS_MAX_MESSAGE_BYTES)
-        .on_upgrade(move |socket| serve(socket, state, protocol))
+        .on_upgrade(move |socket| {
+            // The connection outlives the upgrade request: its own span, child of the request's.
+            let span = tracing::info_span!("websocket", connection_id = %uuid::Uuid::now_v7());
+            serve(socket, state, protocol).instrument(span)
+        })
         .into_response()
 }
 
@@ -72,17 +81,67 @@ async fn serve(socket: WebSocket, state: HttpState, protocol: WebSocketProtocols
                 WsMessage::Text(text) => Message::Text(text.into()),
                 WsMessage::Close(code, reason) => {
                     let code = if reason.starts_with(AUTH_REFUSED) { 4403 } else { code };
-                    Message::Close(Some(CloseFrame { code, reason: reason.into() }))
+                    Message::Close(Some(CloseFrame { code, reason: close_reason(&reason).into() }))
                 }
             });
     futures_util::pin_mut!(outgoing);
-    while let Some(message) = outgoing.next().await {
-        let closing = matches!(message, Message::Close(_));
-        if sink.send(message).await.is_err() || closing {
-            break;
+    let _open = OpenConnection::new();
+    let mut shutdown = state.lifecycle.shutdown.clone();
+    loop {
+        tokio::select! {
+            message = outgoing.next() => {
+                let Some(message) = message else { break };
+                let closing = matches!(message, Message::Close(_));
+                if sink.send(message).await.is_err() || closing {
+                    break;
+                }
+            }
+            // Also when the sender is gone: the process is going away either way.
+            () = shutting_down(&mut shutdown) => {
+                tracing::debug!("closing the websocket: the server is shutting down");
+                let frame = CloseFrame { code: GOING_AWAY, reason: "server shutting down".into() };
+                let _ = sink.send(Message::Close(Some(frame))).await;
+                break;
+            }
         }
     }
     let _ = sink.close().await;
+}
+
+/// A close frame is a control frame: 125 bytes at most, 2 of them the code. A longer reason
+/// (a token error can be) makes the whole frame invalid and the client sees a protocol error
+/// instead of the code, so the reason is cut at a character boundary.
+fn close_reason(reason: &str) -> &str {
+    const MAX_REASON_BYTES: usize = 123;
+    if reason.len() <= MAX_REASON_BYTES {
+        return reason;
+    }
+    let mut end = MAX_REASON_BYTES;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
+}
+
+/// Resolves once the process begins to shut down (or its shutdown sender is gone).
+async fn shutting_down(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stopping| *stopping).await;
+}
+
+/// Counts an open connection in `websocket_connections_open` for as long as it lives.
+struct OpenConnection;
+
+impl OpenConnection {
+    fn new() -> Self {
+        metrics::gauge!(crate::telemetry::names::WEBSOCKET_CONNECTIONS_OPEN).increment(1.0);
+        OpenConnection
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        metrics::gauge!(crate::telemetry::names::WEBSOCKET_CONNECTIONS_OPEN).decrement(1.0);
+    }
 }
 
 /// Reads `authorization` (or `Authorization`) from the connection_init payload.
@@ -97,4 +156,15 @@ fn authenticate(app: &crate::state::AppState, payload: serde_json::Value) -> Res
     data.insert(Loaders::new(&app.db, &app.likes, &app.views, Some(user_id)));
     data.insert(SubscriptionBudget::new(app.settings.live_max_subscriptions));
     Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_close_reason_fits_a_control_frame() {
+        assert_eq!(super::close_reason("short"), "short");
+        let long = "é".repeat(100);
+        let cut = super::close_reason(&long);
+        assert!(cut.len() <= 123 && long.starts_with(cut) && cut.len() >= 121);
+    }
 }

@@ -35,7 +35,7 @@ impl Redis {
 
     fn count(&self, n: usize) {
         self.commands.fetch_add(n as u64, Ordering::Relaxed);
-        metrics::counter!("redis_commands_total", "role" => self.role).increment(n as u64);
+        metrics::counter!(crate::telemetry::names::REDIS_COMMANDS, "role" => self.role).increment(n as u64);
     }
 }
 

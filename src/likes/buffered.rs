@@ -18,6 +18,12 @@ use crate::kv::keys::Keys;
 /// The sentinel member every loaded set holds.
 pub const SENTINEL: &str = "_";
 
+/// Counts one liked-set lookup: a hit found the set loaded, a miss had to warm it.
+fn cache_lookup(hit: bool) {
+    let result = if hit { "hit" } else { "miss" };
+    metrics::counter!(crate::telemetry::names::CACHE_REQUESTS, "cache" => "liked_set", "result" => result).increment(1);
+}
+
 #[derive(Clone)]
 pub struct LikedSets {
     db: DatabaseConnection,
@@ -50,7 +56,7 @@ impl LikedSets {
         let op = if liked { "like" } else { "unlike" };
         // Twice at most: a missing set is warmed once; missing again means Redis drops keys
         // as fast as we load them, which must not turn into a loop.
-        for _ in 0..2 {
+        for attempt in 0..2 {
             let mut conn = self.redis.clone();
             let result: i64 = self
                 .toggle
@@ -63,6 +69,9 @@ impl LikedSets {
                 .arg(self.ttl.as_millis() as u64)
                 .invoke_async(&mut conn)
                 .await?;
+            if attempt == 0 {
+                cache_lookup(result != -1);
+            }
             match result {
                 1 => return Ok(true),
                 0 => return Ok(false),
@@ -115,6 +124,12 @@ impl LikedSets {
             .filter(|(_, a)| !a.first().copied().unwrap_or(false))
             .map(|(c, _)| *c)
             .collect();
+        for _ in 0..courses.len() - cold.len() {
+            cache_lookup(true);
+        }
+        for _ in &cold {
+            cache_lookup(false);
+        }
         if !cold.is_empty() {
             for course_id in &cold {
                 self.warm(user_id, *course_id).await?;

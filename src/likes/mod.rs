@@ -31,6 +31,7 @@ use crate::error::{AppError, AppResult};
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
 use crate::live::Publisher;
+use crate::telemetry::names;
 
 /// What can be liked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -182,8 +183,31 @@ impl Likes {
         liked: bool,
         current_count: i32,
     ) -> AppResult<i32> {
+        let outcome = self.toggle(user_id, course_id, target, liked, current_count).await;
+        let result = match &outcome {
+            Ok((_, true)) => "changed",
+            Ok((_, false)) => "unchanged",
+            Err(AppError::RateLimited { .. }) => "rate_limited",
+            Err(err) if err.unreachable().is_some() => "unavailable",
+            Err(_) => "failed",
+        };
+        metrics::counter!(names::LIKE_TOGGLES, "mode" => mode_name(self.mode), "result" => result).increment(1);
+        let (count, changed) = outcome?;
+        LikeStats::bump(if changed { &self.stats.toggles_changed } else { &self.stats.toggles_repeated });
+        Ok(count)
+    }
+
+    /// `set` without the bookkeeping: the count to show and whether anything changed.
+    async fn toggle(
+        &self,
+        user_id: i64,
+        course_id: i64,
+        target: LikeTarget,
+        liked: bool,
+        current_count: i32,
+    ) -> AppResult<(i32, bool)> {
         self.limiter.check(&self.keys.like_rate(user_id)).await?;
-        let (count, changed) = match self.mode {
+        Ok(match self.mode {
             LikeMode::Sync => {
                 let outcome = sync::set(&self.db, user_id, target, liked)
                     .await?
@@ -206,9 +230,7 @@ impl Likes {
                 let changed = self.buffered.toggle(user_id, course_id, target, liked).await?;
                 (adjusted(current_count, liked, changed), changed)
             }
-        };
-        LikeStats::bump(if changed { &self.stats.toggles_changed } else { &self.stats.toggles_repeated });
-        Ok(count)
+        })
     }
 
     /// The subset of `targets` (each with its course) that `user_id` likes: in buffered mode one
@@ -221,6 +243,15 @@ impl Likes {
                 liked_in_database(&self.db, user_id, &only_targets).await
             }
         }
+    }
+}
+
+/// `LIKE_MODE`'s value, as metrics and `/readyz` name it.
+pub fn mode_name(mode: LikeMode) -> &'static str {
+    match mode {
+        LikeMode::Sync => "sync",
+        LikeMode::Recount => "recount",
+        LikeMode::Buffered => "buffered",
     }
 }
 

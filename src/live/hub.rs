@@ -17,19 +17,35 @@ use tokio::sync::{broadcast, watch};
 
 use super::{Activity, LiveMessage};
 use crate::likes::{CountChange, LikeTarget};
+use crate::telemetry::names;
 
 /// Activity events a course channel holds for subscribers that are behind.
 const ACTIVITY_CAPACITY: usize = 256;
 
-/// (version, like_count) of one target.
-pub type VersionedCount = (i64, i32);
+/// The latest committed count of one target, as this process knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VersionedCount {
+    /// Orders the target's changes (`like_version`); `i64::MIN` before any is known.
+    pub version: i64,
+    pub like_count: i32,
+    /// How many values this process has accepted for the target. A subscriber that goes from
+    /// seq 3 to seq 7 never saw 4, 5 and 6: they were coalesced away.
+    pub seq: u64,
+}
 
+impl VersionedCount {
+    const UNKNOWN: VersionedCount = VersionedCount { version: i64::MIN, like_count: 0, seq: 0 };
+}
+
+/// This process's live counters (also exported: `telemetry::names::LIVE_*`).
 #[derive(Default)]
 pub struct HubStats {
     pub messages_received: AtomicU64,
     pub subscriptions_open: AtomicU64,
-    /// Count updates delivered to subscribers / superseded before delivery (coalesced).
+    /// Count updates delivered to subscribers.
     pub counts_delivered: AtomicU64,
+    /// Count updates superseded before a subscriber received them (coalesced).
+    pub counts_coalesced: AtomicU64,
 }
 
 #[derive(Default)]
@@ -50,24 +66,30 @@ impl Hub {
         let receivers = targets
             .iter()
             .map(|target| {
-                let sender = map.entry(*target).or_insert_with(|| watch::channel((i64::MIN, 0)).0);
+                let sender = map.entry(*target).or_insert_with(|| watch::channel(VersionedCount::UNKNOWN).0);
                 (*target, sender.subscribe())
             })
             .collect();
-        self.stats.subscriptions_open.fetch_add(1, Ordering::Relaxed);
+        self.opened();
         CountWatch { receivers, guard: HubGuard { hub: self.clone(), targets: targets.to_vec() } }
     }
 
     pub fn watch_activity(self: &Arc<Self>, course_id: i64) -> (broadcast::Receiver<Activity>, HubGuard) {
         let mut map = self.activity.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let receiver = map.entry(course_id).or_insert_with(|| broadcast::channel(ACTIVITY_CAPACITY).0).subscribe();
-        self.stats.subscriptions_open.fetch_add(1, Ordering::Relaxed);
+        self.opened();
         (receiver, HubGuard { hub: self.clone(), targets: Vec::new() })
+    }
+
+    fn opened(&self) {
+        self.stats.subscriptions_open.fetch_add(1, Ordering::Relaxed);
+        metrics::gauge!(names::LIVE_SUBSCRIPTIONS_OPEN).increment(1.0);
     }
 
     /// Applies one message from the channel.
     pub fn dispatch(&self, message: LiveMessage) {
         self.stats.messages_received.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(names::LIVE_MESSAGES_RECEIVED).increment(1);
         match message {
             LiveMessage::Counts { counts } => {
                 let map = self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -89,6 +111,7 @@ impl Hub {
     /// Forgets channels nobody listens to any more.
     fn release(&self, targets: &[LikeTarget]) {
         self.stats.subscriptions_open.fetch_sub(1, Ordering::Relaxed);
+        metrics::gauge!(names::LIVE_SUBSCRIPTIONS_OPEN).decrement(1.0);
         let mut counts = self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for target in targets {
             if counts.get(target).is_some_and(|s| s.receiver_count() == 0) {
@@ -108,8 +131,8 @@ impl Hub {
 
 fn publish_if_newer(sender: &watch::Sender<VersionedCount>, change: CountChange) {
     sender.send_if_modified(|current| {
-        if change.version > current.0 {
-            *current = (change.version, change.like_count);
+        if change.version > current.version {
+            *current = VersionedCount { version: change.version, like_count: change.like_count, seq: current.seq + 1 };
             true
         } else {
             false
@@ -132,6 +155,19 @@ impl Drop for HubGuard {
 pub struct CountWatch {
     pub receivers: Vec<(LikeTarget, watch::Receiver<VersionedCount>)>,
     pub guard: HubGuard,
+}
+
+impl HubGuard {
+    /// Counts one update delivered to this subscriber, and the `skipped` ones it never saw.
+    pub fn delivered(&self, skipped: u64) {
+        let stats = &self.hub.stats;
+        stats.counts_delivered.fetch_add(1, Ordering::Relaxed);
+        stats.counts_coalesced.fetch_add(skipped, Ordering::Relaxed);
+        metrics::counter!(names::LIVE_UPDATES_DELIVERED).increment(1);
+        if skipped > 0 {
+            metrics::counter!(names::LIVE_UPDATES_COALESCED).increment(skipped);
+        }
+    }
 }
 
 /// Keeps one Redis subscription to `channel` for the life of the process, resubscribing after

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::PostCache;
 use crate::error::AppResult;
 use crate::likes::{CountChange, LikeTarget};
+use crate::telemetry::names;
 
 /// What happened in a course, for `courseActivity`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, async_graphql::Enum)]
@@ -107,8 +108,16 @@ impl Publisher {
     }
 
     async fn publish(&self, message: &LiveMessage) {
-        if let Err(err) = self.try_publish(message).await {
-            tracing::warn!(error = %err, "could not publish a live update");
+        let kind = match message {
+            LiveMessage::Counts { .. } => "counts",
+            LiveMessage::Activity { .. } => "activity",
+        };
+        match self.try_publish(message).await {
+            Ok(()) => metrics::counter!(names::LIVE_MESSAGES_PUBLISHED, "kind" => kind).increment(1),
+            Err(err) => {
+                metrics::counter!(names::LIVE_PUBLISH_FAILURES).increment(1);
+                tracing::warn!(error = %err, "could not publish a live update");
+            }
         }
     }
 

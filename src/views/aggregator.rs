@@ -29,6 +29,7 @@ use crate::cache::PostCache;
 use crate::db::stmt;
 use crate::error::AppResult;
 use crate::kv::keys::Keys;
+use crate::telemetry::names;
 
 /// Most posts one shard moves into one record (the rest wait for the next round).
 const MAX_POSTS_PER_TAKE: usize = 10_000;
@@ -221,8 +222,21 @@ impl ViewAggregator {
 
     /// One whole flush: take the shards, apply every pending record (new and left over) in one
     /// statement, then delete the records. Tests and `run` call this.
-    #[tracing::instrument(name = "view_flush", skip(self))]
+    #[tracing::instrument(name = "view_flush", skip(self), fields(flush_id = %uuid::Uuid::now_v7()))]
     pub async fn flush_views_once(&self) -> AppResult<FlushReport> {
+        let flushed = self.flush().await;
+        match &flushed {
+            Ok(report) => {
+                metrics::counter!(names::VIEW_FLUSHES, "result" => "ok").increment(1);
+                metrics::counter!(names::VIEWS_FLUSHED).increment(report.views_applied.max(0) as u64);
+                metrics::histogram!(names::VIEW_FLUSH_DURATION).record(report.elapsed.as_secs_f64());
+            }
+            Err(_) => metrics::counter!(names::VIEW_FLUSHES, "result" => "failed").increment(1),
+        }
+        flushed
+    }
+
+    async fn flush(&self) -> AppResult<FlushReport> {
         let started = Instant::now();
         let posts_taken = self.take_shards().await?;
         let records = self.pending().await?;

@@ -33,6 +33,7 @@ use crate::likes::apply::{self, LikeEvent};
 use crate::likes::recount::DirtyMarks;
 use crate::likes::{CountChange, LikeTarget};
 use crate::live::Publisher;
+use crate::telemetry::names;
 use lease::{Holding, Lease};
 
 /// A deliberate crash for fault tests: `COURSE_FORUM_FAULT=abort-after-commit` (or
@@ -79,7 +80,8 @@ impl WorkerConfig {
     }
 }
 
-/// Counters for operators (stream gauges are read from Redis on demand, see `shard_status`).
+/// Counters for benchmarks and tests; operators read the same through `/metrics`
+/// (`telemetry::names`), and the stream gauges from Redis (`ops::streams`).
 #[derive(Debug, Default)]
 pub struct WorkerStats {
     pub batches: AtomicU64,
@@ -213,7 +215,6 @@ impl LikeWorker {
 
     /// One step on one shard: read up to a batch (own pending first), apply, ack. Does not
     /// block waiting for entries.
-    #[tracing::instrument(name = "like_batch", skip(self), fields(batch_id = %uuid::Uuid::now_v7()))]
     pub async fn process_one_batch(&self, shard: u32) -> AppResult<BatchReport> {
         self.step(shard, None).await
     }
@@ -251,10 +252,24 @@ impl LikeWorker {
         if !from_pending {
             entries = self.read(&stream, ">", block).await?;
         }
-        let mut report = BatchReport { leader: true, read: entries.len(), ..Default::default() };
         if entries.is_empty() {
-            return Ok(report);
+            return Ok(BatchReport { leader: true, ..Default::default() });
         }
+        self.apply_batch(shard, &stream, entries, from_pending).await
+    }
+
+    /// Applies what one read returned, in ONE transaction, and acknowledges it after COMMIT.
+    /// Its span carries a `batch_id` that every log line of the batch repeats.
+    #[tracing::instrument(name = "like_batch", skip(self, stream, entries), fields(batch_id = %uuid::Uuid::now_v7(), entries = entries.len()))]
+    async fn apply_batch(
+        &self,
+        shard: u32,
+        stream: &str,
+        entries: Vec<Entry>,
+        from_pending: bool,
+    ) -> AppResult<BatchReport> {
+        let stream = stream.to_owned();
+        let mut report = BatchReport { leader: true, read: entries.len(), ..Default::default() };
         let started = Instant::now();
         let events: Vec<LikeEvent> = entries.iter().filter_map(|e| e.event.as_ref().ok().copied()).collect();
         match self.apply_in_transaction(&events).await {
@@ -273,18 +288,32 @@ impl LikeWorker {
             }
             Err(err) if is_transient(&err) => {
                 self.stats.batch_failures.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!(names::LIKE_BATCHES, "result" => "failed").increment(1);
                 return Err(err);
             }
             Err(err) => {
                 self.stats.batch_failures.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!(names::LIKE_BATCHES, "result" => "failed").increment(1);
                 tracing::warn!(shard, error = %err, entries = entries.len(), "batch failed; retrying entries one by one");
                 self.one_by_one(shard, &stream, &entries, &mut report).await?;
             }
         }
+        let elapsed = started.elapsed();
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         self.stats.events_applied.fetch_add(report.acked as u64, Ordering::Relaxed);
         self.stats.last_batch_size.store(report.read as u64, Ordering::Relaxed);
-        self.stats.last_batch_micros.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.stats.last_batch_micros.store(elapsed.as_micros() as u64, Ordering::Relaxed);
+        metrics::counter!(names::LIKE_BATCHES, "result" => "committed").increment(1);
+        metrics::counter!(names::LIKE_EVENTS_APPLIED).increment(report.acked as u64);
+        metrics::histogram!(names::LIKE_BATCH_ENTRIES).record(report.read as f64);
+        metrics::histogram!(names::LIKE_BATCH_DURATION).record(elapsed.as_secs_f64());
+        tracing::debug!(
+            acked = report.acked,
+            dead_lettered = report.dead_lettered,
+            replayed = from_pending,
+            micros = elapsed.as_micros() as u64,
+            "like batch applied"
+        );
         Ok(report)
     }
 
@@ -429,6 +458,7 @@ impl LikeWorker {
             .await?;
         self.ack(stream, &[entry.id.as_str()]).await?;
         self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(names::LIKE_DEAD_LETTERS).increment(1);
         tracing::error!(shard, id = %entry.id, error = why, "like event moved to the dead-letter stream");
         Ok(())
     }
@@ -443,7 +473,7 @@ impl LikeWorker {
         let mut backoff = Duration::from_millis(100);
         while !*shutdown.borrow() {
             let round = match self.config.mode {
-                LikeMode::Buffered => self.round().await,
+                LikeMode::Buffered => self.round(&shutdown).await,
                 LikeMode::Recount => self.recount_once().await,
                 LikeMode::Sync => Ok(0),
             };
@@ -473,11 +503,14 @@ impl LikeWorker {
     }
 
     /// One pass over all shards. When every shard was idle, the last read blocked briefly, so
-    /// an idle worker does not spin.
-    async fn round(&self) -> AppResult<usize> {
+    /// an idle worker does not spin. Stops between shards once shutdown is asked for.
+    async fn round(&self, shutdown: &watch::Receiver<bool>) -> AppResult<usize> {
         let mut read = 0;
         let shards = self.keys.shards();
         for shard in 0..shards {
+            if *shutdown.borrow() {
+                break;
+            }
             let block = (read == 0 && shard + 1 == shards).then_some(self.config.idle_wait);
             read += self.step(shard, block).await?.read;
         }
@@ -507,24 +540,20 @@ fn parse_event(map: &HashMap<String, Value>) -> Result<LikeEvent, String> {
 pub fn is_transient(err: &AppError) -> bool {
     match err {
         AppError::Redis(_) => true,
-        AppError::Database(db) => match db {
-            DbErr::Conn(_) | DbErr::ConnectionAcquire(_) => true,
-            DbErr::Exec(runtime) | DbErr::Query(runtime) => match runtime {
-                sea_orm::RuntimeErr::SqlxError(sqlx_err) => match sqlx_err.as_database_error() {
-                    Some(db_error) => db_error.code().is_some_and(|code| {
-                        // connection exceptions, shutdown, resources, serialization/deadlock
-                        code.starts_with("08")
-                            || code.starts_with("57")
-                            || code.starts_with("53")
-                            || code == "40001"
-                            || code == "40P01"
-                    }),
-                    None => true,
-                },
-                _ => false,
-            },
-            _ => false,
-        },
+        AppError::Database(db) => {
+            if err.unreachable().is_some() {
+                return true;
+            }
+            match err.sqlstate() {
+                // shutdown, insufficient resources, serialization failure, deadlock
+                Some(code) => code.starts_with("57") || code.starts_with("53") || code == "40001" || code == "40P01",
+                // The driver's verdict rather than PostgreSQL's (I/O, protocol): retried.
+                None => matches!(
+                    db,
+                    DbErr::Exec(sea_orm::RuntimeErr::SqlxError(_)) | DbErr::Query(sea_orm::RuntimeErr::SqlxError(_))
+                ),
+            }
+        }
         _ => false,
     }
 }

@@ -4,6 +4,7 @@
 //! the database and the keys, even when the test panicked.
 #![allow(dead_code)]
 
+pub mod procs;
 pub mod proxy;
 pub mod redis_server;
 pub mod ws;
@@ -29,7 +30,7 @@ pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
-fn database_url(name: &str) -> String {
+pub fn database_url(name: &str) -> String {
     let admin = admin_database_url();
     match admin.rfind('/') {
         Some(slash) => format!("{}/{name}", &admin[..slash]),
@@ -82,6 +83,8 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         post_cache_missing_ttl: Duration::from_secs(5),
         // Generous: on a busy 2-core machine a lock holder may take a while to be scheduled.
         cache_lock_ttl: Duration::from_secs(10),
+        shutdown_timeout: Duration::from_secs(10),
+        worker_metrics_bind: None,
     }
 }
 

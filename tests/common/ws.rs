@@ -31,14 +31,23 @@ impl GqlSocket {
         token: Option<&str>,
         protocol: &str,
     ) -> Result<GqlSocket, Refused> {
-        let mut request = format!("ws://{addr}/graphql/ws").into_client_request().expect("request");
-        request.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().expect("header"));
-        let (ws, _) = tokio_tungstenite::connect_async(request).await.expect("websocket handshake");
-        let mut socket = GqlSocket { ws, legacy: protocol == "graphql-ws" };
         let payload = match token {
             Some(token) => json!({ "authorization": format!("Bearer {token}") }),
             None => json!({}),
         };
+        Self::connect_with_payload(addr, payload, protocol).await
+    }
+
+    /// Connects and sends `payload` as the connection_init payload, whatever it holds.
+    pub async fn connect_with_payload(
+        addr: std::net::SocketAddr,
+        payload: Value,
+        protocol: &str,
+    ) -> Result<GqlSocket, Refused> {
+        let mut request = format!("ws://{addr}/graphql/ws").into_client_request().expect("request");
+        request.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().expect("header"));
+        let (ws, _) = tokio_tungstenite::connect_async(request).await.expect("websocket handshake");
+        let mut socket = GqlSocket { ws, legacy: protocol == "graphql-ws" };
         socket.send(json!({ "type": "connection_init", "payload": payload })).await;
         loop {
             match tokio::time::timeout(Duration::from_secs(10), socket.ws.next()).await {
@@ -105,5 +114,29 @@ impl GqlSocket {
 
     pub async fn close(mut self) {
         let _ = self.ws.close(None).await;
+    }
+}
+
+impl GqlSocket {
+    /// Reads until the server closes the socket. None: still open after `timeout`;
+    /// `Some(None)`: the connection ended without a close frame; else the frame's code and
+    /// reason.
+    pub async fn close_frame(&mut self, timeout: Duration) -> Option<Option<(u16, String)>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, self.ws.next()).await {
+                Ok(Some(Ok(Message::Close(frame)))) => {
+                    return Some(frame.map(|f| (u16::from(f.code), f.reason.to_string())));
+                }
+                Ok(Some(Ok(_))) => continue,
+                Ok(None) | Ok(Some(Err(_))) => return Some(None),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Sends a raw text frame (for malformed and hostile protocol messages).
+    pub async fn send_raw(&mut self, text: String) -> bool {
+        self.ws.send(Message::Text(text.into())).await.is_ok()
     }
 }

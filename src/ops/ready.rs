@@ -1,0 +1,120 @@
+//! Readiness, for `GET /readyz`: can this process serve requests right now? It can when
+//! PostgreSQL and Redis both answer within `PROBE_TIMEOUT`. The report also shows the like
+//! worker's lease state per shard (who holds it, and whether that is this process), so an
+//! operator sees at once whether likes are being applied; a lease held elsewhere, or by
+//! nobody for a moment, does not make this process unready (another instance may run the
+//! worker, and a lapsed lease is taken over within `WORKER_LEASE_TTL`).
+
+use std::time::{Duration, Instant};
+
+use sea_orm::ConnectionTrait;
+use serde::Serialize;
+
+use super::streams;
+use crate::config::LikeMode;
+use crate::state::AppState;
+
+/// How long each probe may take before it counts as a failure.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    pub postgres: Probe,
+    pub redis: Probe,
+    pub worker: WorkerState,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Probe {
+    pub ok: bool,
+    pub millis: u64,
+    /// Why it failed, in a few words (the detail is in the log).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'static str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WorkerState {
+    pub mode: &'static str,
+    /// This process runs the like worker (`WORKER_IN_SERVE`).
+    pub in_process: bool,
+    /// This process's worker consumer name, when it runs one.
+    pub consumer: Option<String>,
+    /// Per shard, in buffered mode when Redis answered.
+    pub shards: Vec<ShardLease>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ShardLease {
+    pub shard: u32,
+    pub holder: Option<String>,
+    /// The holder is this process's worker.
+    pub ours: bool,
+    pub ttl_ms: Option<i64>,
+    /// Unapplied likes, and the age of the oldest.
+    pub entries: u64,
+    pub oldest_age_ms: Option<u64>,
+}
+
+/// Probes PostgreSQL and Redis concurrently, each bounded by `PROBE_TIMEOUT`.
+pub async fn readiness(state: &AppState, consumer: Option<&str>) -> Readiness {
+    let postgres = probe("PostgreSQL", async {
+        state.db.execute_unprepared("SELECT 1").await.map(|_| ()).map_err(|e| e.to_string())
+    });
+    let redis = probe("Redis", async {
+        let mut conn = state.redis.clone();
+        redis::cmd("PING").query_async::<String>(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
+    });
+    let (postgres, redis) = tokio::join!(postgres, redis);
+    let mut shards = Vec::new();
+    if redis.ok && state.settings.like_mode == LikeMode::Buffered {
+        match tokio::time::timeout(PROBE_TIMEOUT, streams::status(&state.redis, &state.keys)).await {
+            Ok(Ok(status)) => {
+                shards = status
+                    .shards
+                    .into_iter()
+                    .map(|s| ShardLease {
+                        shard: s.shard,
+                        ours: consumer.is_some() && s.lease_holder.as_deref() == consumer,
+                        holder: s.lease_holder,
+                        ttl_ms: s.lease_ttl_ms,
+                        entries: s.entries,
+                        oldest_age_ms: s.oldest_age_ms,
+                    })
+                    .collect();
+            }
+            Ok(Err(err)) => tracing::warn!(error = %err, "readyz: cannot read the like streams"),
+            Err(_) => tracing::warn!("readyz: the like streams did not answer in time"),
+        }
+    }
+    Readiness {
+        ready: postgres.ok && redis.ok,
+        postgres,
+        redis,
+        worker: WorkerState {
+            mode: crate::likes::mode_name(state.settings.like_mode),
+            in_process: consumer.is_some(),
+            consumer: consumer.map(str::to_owned),
+            shards,
+        },
+    }
+}
+
+async fn probe(service: &'static str, check: impl Future<Output = Result<(), String>>) -> Probe {
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(PROBE_TIMEOUT, check).await;
+    let millis = started.elapsed().as_millis() as u64;
+    let error = match outcome {
+        Ok(Ok(())) => None,
+        Ok(Err(detail)) => {
+            tracing::warn!(service, error = detail, "readiness probe failed");
+            Some("unreachable")
+        }
+        Err(_) => {
+            tracing::warn!(service, timeout = ?PROBE_TIMEOUT, "readiness probe timed out");
+            Some("timed out")
+        }
+    };
+    Probe { ok: error.is_none(), millis, error }
+}
