@@ -44,12 +44,15 @@ pub enum Command {
     },
     /// Print the GraphQL schema (SDL).
     ExportSchema,
-    /// Run only the workers: the like worker (stream consumer, or recount job) and the view aggregator.
+    /// Run only the workers: the like worker (stream consumer, or recount job), the view aggregator
+    /// and the feed fan-out.
     Worker,
     /// Recount every post's and comment's like counter from its rows; prints what it fixed.
     Reconcile,
     /// Drop every liked-set in Redis so each reloads from PostgreSQL on next use.
     ResetLikeCache,
+    /// Drop every cached post, timeline and celebrity list in Redis (they rebuild from PostgreSQL).
+    ResetFeedCache,
     /// Verify the invariants (every counter equals its rows, no dead letters waiting, like lag
     /// under --max-lag); prints a report and exits non-zero when one fails.
     Check {
@@ -126,6 +129,19 @@ pub async fn run(cli: Cli) -> AppResult<()> {
             let state = connect_state(settings).await?;
             let dropped = state.likes.liked_sets().drop_all().await?;
             println!("reset-like-cache: dropped {dropped} liked-set(s); they reload from PostgreSQL on next use");
+            Ok(())
+        }
+        Command::ResetFeedCache => {
+            telemetry::init(settings.log_format);
+            settings.validate_for_serve()?;
+            let state = connect_state(settings).await?;
+            let mut dropped = 0;
+            for pattern in state.keys.feed_and_cache_patterns() {
+                dropped += kv::unlink_matching(&state.redis, &pattern).await?;
+            }
+            println!(
+                "reset-feed-cache: dropped {dropped} key(s); posts, timelines and celebrity lists rebuild from PostgreSQL"
+            );
             Ok(())
         }
         Command::Check { max_lag } => {

@@ -157,6 +157,46 @@ pub struct Settings {
     #[arg(long, env = "DEMO_USERS_FILE", global = true)]
     pub demo_users_file: Option<std::path::PathBuf>,
 
+    /// Home feed: courses with at least this many members are celebrities: their posts are not
+    /// pushed into every member's timeline but kept in one list per course, merged at read time.
+    #[arg(long, env = "FEED_FANOUT_MAX_MEMBERS", default_value_t = 2_000, global = true)]
+    pub feed_fanout_max_members: usize,
+
+    /// Home feed: post ids kept per timeline and per celebrity list (older posts come from PostgreSQL).
+    #[arg(long, env = "FEED_TIMELINE_CAP", default_value_t = 800, global = true)]
+    pub feed_timeline_cap: usize,
+
+    /// Home feed: a timeline nobody read for this long expires; fan-out skips users without one.
+    #[arg(long, env = "FEED_TIMELINE_TTL", default_value = "7days", value_parser = parse_duration, global = true)]
+    pub feed_timeline_ttl: Duration,
+
+    /// Home feed: how often the fan-out job looks for new posts in the outbox.
+    #[arg(long, env = "FEED_FANOUT_INTERVAL", default_value = "100ms", value_parser = parse_duration, global = true)]
+    pub feed_fanout_interval: Duration,
+
+    /// Home feed: most new posts one fan-out transaction pushes.
+    #[arg(long, env = "FEED_FANOUT_BATCH", default_value_t = 100, global = true)]
+    pub feed_fanout_batch: usize,
+
+    /// Post cache: how long a cached post is fresh; later it is served stale while ONE request
+    /// reloads it in the background.
+    #[arg(long, env = "POST_CACHE_TTL", default_value = "30s", value_parser = parse_duration, global = true)]
+    pub post_cache_ttl: Duration,
+
+    /// Post cache: random extra freshness (0 up to this) per entry, so entries loaded together
+    /// do not expire together.
+    #[arg(long, env = "POST_CACHE_TTL_JITTER", default_value = "10s", value_parser = parse_duration, global = true)]
+    pub post_cache_ttl_jitter: Duration,
+
+    /// Post cache: how long "no such post" is remembered (ids that do not exist cost no query meanwhile).
+    #[arg(long, env = "POST_CACHE_MISSING_TTL", default_value = "5s", value_parser = parse_duration, global = true)]
+    pub post_cache_missing_ttl: Duration,
+
+    /// Cache and feed locks: how long the one request loading a post or rebuilding a timeline
+    /// holds its lock, and so the longest the others wait for it.
+    #[arg(long, env = "CACHE_LOCK_TTL", default_value = "3s", value_parser = parse_duration, global = true)]
+    pub cache_lock_ttl: Duration,
+
     // Operations (health, metrics, shutdown).
     /// On SIGTERM/SIGINT: how long in-flight requests and background jobs get to finish before
     /// the process exits anyway (the worker's uncommitted batch stays pending and is replayed).
@@ -235,6 +275,30 @@ impl Settings {
         }
         if self.db_max_connections == 0 {
             return Err(AppError::Config("DB_MAX_CONNECTIONS must be at least 1".into()));
+        }
+        if self.feed_fanout_max_members == 0 {
+            return Err(AppError::Config("FEED_FANOUT_MAX_MEMBERS must be at least 1".into()));
+        }
+        if self.feed_timeline_cap == 0 || self.feed_timeline_cap > 10_000 {
+            return Err(AppError::Config("FEED_TIMELINE_CAP must be between 1 and 10000".into()));
+        }
+        if self.feed_timeline_ttl < Duration::from_secs(1) {
+            return Err(AppError::Config("FEED_TIMELINE_TTL must be at least 1s".into()));
+        }
+        if self.feed_fanout_interval < Duration::from_millis(10) {
+            return Err(AppError::Config("FEED_FANOUT_INTERVAL must be at least 10ms".into()));
+        }
+        if self.feed_fanout_batch == 0 || self.feed_fanout_batch > 10_000 {
+            return Err(AppError::Config("FEED_FANOUT_BATCH must be between 1 and 10000".into()));
+        }
+        if self.post_cache_ttl < Duration::from_millis(100) {
+            return Err(AppError::Config("POST_CACHE_TTL must be at least 100ms".into()));
+        }
+        if self.post_cache_missing_ttl < Duration::from_millis(100) {
+            return Err(AppError::Config("POST_CACHE_MISSING_TTL must be at least 100ms".into()));
+        }
+        if self.cache_lock_ttl < Duration::from_millis(100) || self.cache_lock_ttl > Duration::from_secs(60) {
+            return Err(AppError::Config("CACHE_LOCK_TTL must be between 100ms and 60s".into()));
         }
         if self.shutdown_timeout < Duration::from_millis(100) || self.shutdown_timeout > Duration::from_secs(600) {
             return Err(AppError::Config("SHUTDOWN_TIMEOUT must be between 100ms and 10m".into()));

@@ -22,10 +22,18 @@
 //! - `views`     — post views bots cannot inflate: tickets with server-measured dwell, caps per
 //!                 user and IP, random counter shards, unique viewers (HyperLogLog), and the
 //!                 exactly-once aggregator (`views::aggregator`, one SQL statement per flush).
-//! - `kv`        — Redis: connection, key layout (`kv::keys`, the key table), rate limits.
+//! - `feed`      — the home feed: the fan-out job (`feed::fanout`: transactional outbox →
+//!                 members' timelines, or one list per celebrity course), timelines rebuilt
+//!                 from PostgreSQL once under a lock, `homeFeed` pages merged from them.
+//! - `cache`     — the stampede-proof post cache (logical expiration, lock + brief wait, TTL
+//!                 jitter, "missing" markers, invalidation by generation) behind `post(id)`,
+//!                 access checks and feed hydration.
+//! - `kv`        — Redis: connection, key layout (`kv::keys`, the key table), owner-token locks
+//!                 (`kv::lock`), rate limits.
 //! - `db`        — PostgreSQL pool with bounded timeouts; migrations from `migrations/`.
 //! - `seed`      — the demo forum.
 //! - `error`     — the one error type and its machine-readable codes.
+//! - `hooks`     — test hooks: a `Gate` that holds a running step at a chosen point.
 //! - `telemetry` — tracing subscriber (text or JSON); the metrics recorder and its catalog.
 //! - `ops`       — what operators ask: stream lag, pending and leases read from Redis, the
 //!                 `/readyz` report, the invariants of `course-forum check`.
@@ -51,14 +59,25 @@
 //!
 //! In `sync` mode step 2 is instead one SQL statement (`likes::sync`): insert ON CONFLICT
 //! DO NOTHING, and bump the counter by exactly the rows RETURNING reports.
+//!
+//! # The life of a post in the home feed
+//!
+//! `createPost` writes the post and its `feed_outbox` row in one statement → the fan-out job
+//! (`feed::fanout`) claims the row, pushes the id into each member's existing timeline (or the
+//! celebrity course's list), deletes the row, commits → `homeFeed` (`feed::Feed::page`) merges
+//! the viewer's timeline with their celebrity courses' lists, hydrates the page through
+//! `cache::PostCache`, and continues from PostgreSQL below the lists.
 
 pub mod auth;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod feed;
 pub mod forum;
 pub mod graphql;
+pub mod hooks;
 pub mod http;
 pub mod kv;
 pub mod likes;

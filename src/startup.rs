@@ -19,8 +19,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::auth::TokenKeys;
+use crate::cache::{CacheConfig, PostCache};
 use crate::config::{LikeMode, Settings};
 use crate::error::{AppError, AppResult};
+use crate::feed::fanout::FanoutJob;
+use crate::feed::{Feed, FeedConfig};
 use crate::graphql::{AppSchema, build_schema};
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
@@ -69,6 +72,8 @@ impl Application {
     /// `SHUTDOWN_TIMEOUT` whatever is still running.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> AppResult<()> {
         let settings = self.state.settings.clone();
+        // Built before anything is spawned: failing here leaves no background task behind.
+        let fanout_job = if settings.worker_in_serve { Some(build_feed_fanout(&self.state).await?) } else { None };
         let (stop, stopping) = watch::channel(false);
         let mut jobs = BackgroundJobs::new(stopping.clone());
         let mut worker_consumer = None;
@@ -79,6 +84,9 @@ impl Application {
         }
         if settings.worker_in_serve {
             jobs.spawn("view aggregator", build_view_aggregator(&self.state).run(jobs.shutdown()));
+        }
+        if let Some(fanout) = fanout_job {
+            jobs.spawn("feed fan-out", fanout.run(jobs.shutdown()));
         }
         tracing::info!(addr = %self.local_addr(), mode = ?settings.like_mode, "serving GraphQL");
         let lifecycle = http::Lifecycle { shutdown: stopping.clone(), worker: worker_consumer };
@@ -118,7 +126,7 @@ impl Application {
     }
 }
 
-/// `course-forum worker`: the like worker and the view aggregator without the API, and the
+/// `course-forum worker`: the like worker, the view aggregator and the feed fan-out without the API, and the
 /// operator endpoints on `WORKER_METRICS_BIND` when set; stops like `serve` does.
 pub async fn run_worker_until_stopped(
     state: AppState,
@@ -134,11 +142,13 @@ pub async fn run_worker_until_stopped(
         None => None,
     };
     let worker = build_worker(&state).await?;
+    let fanout = build_feed_fanout(&state).await?;
     let (stop, stopping) = watch::channel(false);
     let mut jobs = BackgroundJobs::new(stopping.clone());
     let consumer = worker.consumer().to_owned();
     jobs.spawn("like worker", worker.run(jobs.shutdown()));
     jobs.spawn("view aggregator", build_view_aggregator(&state).run(jobs.shutdown()));
+    jobs.spawn("feed fan-out", fanout.run(jobs.shutdown()));
     if let Some(listener) = listener {
         tracing::info!(addr = ?listener.local_addr().ok(), "serving /healthz, /readyz and /metrics");
         let router =
@@ -242,6 +252,14 @@ pub fn build_view_aggregator(state: &AppState) -> ViewAggregator {
         state.settings.view_shards,
         state.settings.view_flush_interval,
     )
+    .with_post_cache(state.post_cache.clone())
+}
+
+/// The feed fan-out job (`process_one_batch` steps it) with a Redis connection of its own: its
+/// pipelines of thousands of pushes must not hold up the API's multiplexed connection.
+pub async fn build_feed_fanout(state: &AppState) -> AppResult<FanoutJob> {
+    let redis = kv::connect(state.settings.redis_url()?, state.settings.connect_timeout, "feed").await?;
+    Ok(FanoutJob::new(state.db.clone(), redis, state.keys.clone(), FeedConfig::from_settings(&state.settings)))
 }
 
 /// Opens every client and assembles the shared state.
@@ -256,7 +274,13 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let keys = Keys::new(settings.redis_key_prefix.clone(), settings.like_stream_shards);
     let tokens = TokenKeys::new(settings.jwt_secret()?)?;
     let limiter = RateLimiter::new(redis.clone(), settings.like_rate_per_minute, Duration::from_secs(60));
-    let publisher = Publisher::new(redis.clone(), keys.live_channel());
+    let post_cache = PostCache::new(db.clone(), redis.clone(), keys.clone(), CacheConfig::from_settings(&settings));
+    post_cache.load_scripts().await?;
+    let feed =
+        Feed::new(db.clone(), redis.clone(), keys.clone(), post_cache.clone(), FeedConfig::from_settings(&settings));
+    feed.lists().load_scripts().await?;
+    // Committed like counts reach cached posts through the one door every path publishes by.
+    let publisher = Publisher::new(redis.clone(), keys.live_channel()).with_post_cache(post_cache.clone());
     let likes = Likes::new(
         db.clone(),
         redis.clone(),
@@ -267,7 +291,20 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         publisher.clone(),
     );
     let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
-    Ok(AppState { settings, db, sql_statements, redis, keys, tokens, likes, publisher, live: Hub::new(), views })
+    Ok(AppState {
+        settings,
+        db,
+        sql_statements,
+        redis,
+        keys,
+        tokens,
+        likes,
+        publisher,
+        live: Hub::new(),
+        views,
+        post_cache,
+        feed,
+    })
 }
 
 /// Resolves on SIGINT or SIGTERM.

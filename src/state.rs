@@ -6,8 +6,10 @@ use crate::kv::Redis;
 use sea_orm::DatabaseConnection;
 
 use crate::auth::TokenKeys;
+use crate::cache::PostCache;
 use crate::config::Settings;
 use crate::db::StatementCounter;
+use crate::feed::Feed;
 use crate::kv::keys::Keys;
 use crate::likes::Likes;
 use crate::live::Publisher;
@@ -31,4 +33,8 @@ pub struct AppState {
     pub live: Arc<Hub>,
     /// Post view tickets, caps and counters (Redis).
     pub views: Views,
+    /// Posts by id through the stampede-proof cache: `post(id)`, access checks, feed hydration.
+    pub post_cache: PostCache,
+    /// Home feed pages (timelines, celebrity lists, PostgreSQL below them).
+    pub feed: Feed,
 }

@@ -45,6 +45,16 @@ pub mod names {
     pub const LIKE_STREAM_OLDEST_AGE: &str = "like_stream_oldest_age_seconds";
     pub const LIKE_DEAD_LETTER_ENTRIES: &str = "like_dead_letter_entries";
     pub const CACHE_REQUESTS: &str = "cache_requests_total";
+    pub const CACHE_LOADS: &str = "cache_loads_total";
+    pub const CACHE_STORES_REFUSED: &str = "cache_stores_refused_total";
+    pub const CACHE_BYPASSES: &str = "cache_bypasses_total";
+    pub const CACHE_INVALIDATION_FAILURES: &str = "cache_invalidation_failures_total";
+    pub const FEED_TIMELINE_REBUILDS: &str = "feed_timeline_rebuilds_total";
+    pub const FEED_DATABASE_READS: &str = "feed_database_reads_total";
+    pub const FEED_FANOUT_POSTS: &str = "feed_fanout_posts_total";
+    pub const FEED_FANOUT_PUSHES: &str = "feed_fanout_pushes_total";
+    pub const FEED_FANOUT_BATCH_DURATION: &str = "feed_fanout_batch_seconds";
+    pub const FEED_FANOUT_DELAY: &str = "feed_fanout_delay_seconds";
     pub const LIVE_SUBSCRIPTIONS_OPEN: &str = "live_subscriptions_open";
     pub const WEBSOCKET_CONNECTIONS_OPEN: &str = "websocket_connections_open";
     pub const LIVE_MESSAGES_PUBLISHED: &str = "live_messages_published_total";
@@ -101,8 +111,23 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             CACHE_REQUESTS,
             Counter,
             "cache, result",
-            "cache lookups: hit or miss (cache=liked_set; the post cache adds its own)",
+            "cache lookups: liked_set hit or miss; post hit, stale, miss or missing",
         ),
+        (CACHE_LOADS, Counter, "cache", "post cache loads from PostgreSQL (one per key under a stampede)"),
+        (CACHE_STORES_REFUSED, Counter, "cache", "loads not stored because a write moved the post meanwhile"),
+        (CACHE_BYPASSES, Counter, "cache, reason", "reads that went to PostgreSQL without the cache"),
+        (
+            CACHE_INVALIDATION_FAILURES,
+            Counter,
+            "cache",
+            "invalidations or patches lost to a Redis error (the entry is stale until its TTL)",
+        ),
+        (FEED_TIMELINE_REBUILDS, Counter, "", "home-feed timelines rebuilt from PostgreSQL"),
+        (FEED_DATABASE_READS, Counter, "reason", "home-feed pages continued from PostgreSQL"),
+        (FEED_FANOUT_POSTS, Counter, "path", "posts fanned out: to timelines, or to a celebrity list"),
+        (FEED_FANOUT_PUSHES, Counter, "result", "timeline pushes: pushed, or skipped (no timeline)"),
+        (FEED_FANOUT_BATCH_DURATION, Histogram, "", "time of one fan-out transaction"),
+        (FEED_FANOUT_DELAY, Histogram, "", "time from a post's commit to its fan-out"),
         (LIVE_SUBSCRIPTIONS_OPEN, Gauge, "", "GraphQL subscriptions open in this process"),
         (WEBSOCKET_CONNECTIONS_OPEN, Gauge, "", "websocket connections open in this process"),
         (LIVE_MESSAGES_PUBLISHED, Counter, "kind", "live messages published to Redis Pub/Sub (counts, activity)"),

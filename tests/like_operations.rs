@@ -3,9 +3,9 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::process::{Command, Output};
 
+use common::redis_server::PrivateRedis;
 use common::{TestApp, World, gid};
 use course_forum::config::LikeMode;
 use sea_orm::ConnectionTrait;
@@ -101,38 +101,6 @@ async fn reset_like_cache_drops_the_sets_and_they_reload() {
     let data =
         app.gql_ok(Some(&token), "query($p: ID!) { post(id: $p) { likedByMe likeCount } }", json!({ "p": post })).await;
     assert_eq!(data["post"], json!({ "likedByMe": true, "likeCount": 1 }));
-}
-
-/// A private redis-server on a free port, stopped on drop.
-struct PrivateRedis {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl PrivateRedis {
-    fn start(extra: &[&str]) -> PrivateRedis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (script/services installs it)");
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return PrivateRedis { child, port };
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("private redis-server did not start");
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[tokio::test]

@@ -36,6 +36,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0001_forum_core"),
             sql_migration!("0002_like_versions"),
             sql_migration!("0003_view_flushes"),
+            sql_migration!("0004_feed_outbox"),
         ]
     }
 }

@@ -1,4 +1,6 @@
-//! Posts: a course's threads. Soft-deleted rows are invisible to every read here.
+//! Posts: a course's threads. Soft-deleted rows are invisible to every read here. Creating a
+//! post also writes its `feed_outbox` row in the same statement (the home feed's fan-out job
+//! pushes it to timelines after COMMIT; see `crate::feed`).
 
 use sea_orm::{ConnectionTrait, FromQueryResult};
 
@@ -6,7 +8,8 @@ use crate::db::stmt;
 use crate::error::{AppError, AppResult};
 use crate::forum::paging::{Order, Page, PageRequest, page_sql};
 
-#[derive(Clone, Debug, FromQueryResult)]
+/// Serializable so the post cache (`crate::cache`) can keep it in Redis.
+#[derive(Clone, Debug, FromQueryResult, serde::Serialize, serde::Deserialize)]
 pub struct PostRow {
     pub id: i64,
     pub course_id: i64,
@@ -67,6 +70,8 @@ pub async fn page_in_course(db: &impl ConnectionTrait, course_id: i64, page: &Pa
     Ok(page.finish(rows))
 }
 
+/// Inserts a post and its `feed_outbox` row in ONE statement: either both commit or neither,
+/// so a post can never miss its fan-out, even if the process dies right after COMMIT.
 pub async fn create(
     db: &impl ConnectionTrait,
     course_id: i64,
@@ -75,9 +80,10 @@ pub async fn create(
     body: &str,
 ) -> AppResult<PostRow> {
     let sql = format!(
-        "INSERT INTO posts (course_id, user_id, title, body) VALUES ($1, $2, $3, $4) \
-         RETURNING {}",
-        POST_COLUMNS
+        "WITH post AS (INSERT INTO posts (course_id, user_id, title, body) VALUES ($1, $2, $3, $4) \
+                       RETURNING {POST_COLUMNS}), \
+              outbox AS (INSERT INTO feed_outbox (post_id, course_id) SELECT id, course_id FROM post) \
+         SELECT {POST_COLUMNS} FROM post"
     );
     PostRow::find_by_statement(stmt(&sql, [course_id.into(), user_id.into(), title.into(), body.into()]))
         .one(db)
@@ -104,4 +110,68 @@ pub async fn soft_delete(db: &impl ConnectionTrait, id: i64) -> AppResult<bool> 
         .execute_raw(stmt("UPDATE posts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL", [id.into()]))
         .await?;
     Ok(result.rows_affected() == 1)
+}
+
+/// A live post with its `like_version`: what the post cache stores, so a like count patched in
+/// later can be told apart from an older one.
+#[derive(Clone, Debug, FromQueryResult)]
+pub struct VersionedPostRow {
+    #[sea_orm(nested)]
+    pub row: PostRow,
+    pub like_version: i64,
+}
+
+/// The live posts among `ids`, in one statement (the post cache's loader).
+pub async fn find_many_versioned(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<VersionedPostRow>> {
+    Ok(VersionedPostRow::find_by_statement(stmt(
+        &format!("SELECT {POST_COLUMNS}, like_version FROM posts WHERE id = ANY($1) AND deleted_at IS NULL"),
+        [ids.to_vec().into()],
+    ))
+    .all(db)
+    .await?)
+}
+
+/// The newest `limit` live post ids of some courses, newest first: each course's head comes from
+/// `posts_course_feed_idx` (LATERAL), then the heads are merged. Rebuilds timelines and
+/// celebrity lists.
+pub async fn newest_ids_in_courses(db: &impl ConnectionTrait, courses: &[i64], limit: i64) -> AppResult<Vec<i64>> {
+    #[derive(FromQueryResult)]
+    struct Id {
+        id: i64,
+    }
+    if courses.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = Id::find_by_statement(stmt(
+        "SELECT p.id FROM unnest($1::bigint[]) AS c(id) CROSS JOIN LATERAL \
+           (SELECT id FROM posts WHERE course_id = c.id AND deleted_at IS NULL ORDER BY id DESC LIMIT $2) p \
+         ORDER BY p.id DESC LIMIT $2",
+        [courses.to_vec().into(), limit.into()],
+    ))
+    .all(db)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// Up to `limit` live posts of some courses with ids below `below` (all when `None`), newest
+/// first: the home feed's keyset over PostgreSQL, served by `posts_course_feed_idx` per course.
+pub async fn newest_in_courses(
+    db: &impl ConnectionTrait,
+    courses: &[i64],
+    below: Option<i64>,
+    limit: i64,
+) -> AppResult<Vec<PostRow>> {
+    if courses.is_empty() {
+        return Ok(Vec::new());
+    }
+    let columns = POST_COLUMNS.split(", ").map(|c| format!("p.{c}")).collect::<Vec<_>>().join(", ");
+    let sql = format!(
+        "SELECT {columns} FROM unnest($1::bigint[]) AS c(id) CROSS JOIN LATERAL \
+           (SELECT {POST_COLUMNS} FROM posts WHERE course_id = c.id AND deleted_at IS NULL \
+              AND id < $2 ORDER BY id DESC LIMIT $3) p \
+         ORDER BY p.id DESC LIMIT $3"
+    );
+    // A bound always, so `id < $2` is an index condition in the generic plan too.
+    let below = below.unwrap_or(i64::MAX);
+    Ok(PostRow::find_by_statement(stmt(&sql, [courses.to_vec().into(), below.into(), limit.into()])).all(db).await?)
 }

@@ -1,5 +1,6 @@
 //! The access rule in one place: load what an id names and prove the viewer belongs to its
-//! course. Every entry point (queries, `node`, mutations) goes through these.
+//! course. Every entry point (queries, `node`, mutations) goes through these. Posts come
+//! through the post cache; memberships always from PostgreSQL, once per request.
 
 use async_graphql::{Context, ID};
 
@@ -8,7 +9,7 @@ use super::ids::{self, NodeKind};
 use crate::error::{AppError, AppResult};
 use crate::forum::comments::{self, CommentRow};
 use crate::forum::courses::{self, CourseRow, Role};
-use crate::forum::posts::{self, PostRow};
+use crate::forum::posts::PostRow;
 
 pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(CourseRow, Role)> {
     let viewer = viewer(ctx)?;
@@ -29,9 +30,9 @@ pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(CourseRow, Role)> 
 
 pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
     let viewer = viewer(ctx)?;
-    let db = &state(ctx)?.db;
-    let row = posts::find(db, id).await?.ok_or_else(|| AppError::not_found("post"))?;
-    let role = viewer.require_member(db, row.course_id).await?;
+    let state = state(ctx)?;
+    let row = state.post_cache.get(id).await?.ok_or_else(|| AppError::not_found("post"))?;
+    let role = viewer.require_member(&state.db, row.course_id).await?;
     Ok((row, role))
 }
 

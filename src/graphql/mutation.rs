@@ -1,5 +1,7 @@
 //! Mutation roots: writing posts, comments and replies, liking them, and counting post views. Each checks the
-//! viewer and the target through `access` before it changes anything.
+//! viewer and the target through `access` before it changes anything, and every write that
+//! changes a post tells the post cache before it answers (like counts reach it through
+//! `live::Publisher`, view counts through the aggregator).
 
 use async_graphql::{Context, ID, MergedObject, Object, Result};
 
@@ -29,6 +31,8 @@ impl PostMutations {
         let body = validate_text("body", &body, MAX_BODY_CHARS)?;
         let (course, _) = access::course(ctx, course_id).await?;
         let row = posts::create(&state(ctx)?.db, course.id, viewer.user_id, &title, &body).await?;
+        // Its id may have been asked for before it existed: drop any "missing" marker.
+        state(ctx)?.post_cache.invalidate(row.id).await;
         publish(ctx, row.course_id, ActivityKind::PostCreated, row.id, row.id).await?;
         Ok(Post(row))
     }
@@ -51,6 +55,7 @@ impl PostMutations {
         let (post, _) = access::post(ctx, post_id).await?;
         require_author(viewer.user_id, post.user_id)?;
         let row = posts::edit(&state(ctx)?.db, post.id, title.as_deref(), body.as_deref()).await?;
+        state(ctx)?.post_cache.invalidate(post.id).await;
         Ok(Post(row))
     }
 
@@ -60,7 +65,10 @@ impl PostMutations {
         let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
         let (post, role) = access::post(ctx, post_id).await?;
         require_author_or_instructor(viewer.user_id, post.user_id, role)?;
-        if !posts::soft_delete(&state(ctx)?.db, post.id).await? {
+        let deleted = posts::soft_delete(&state(ctx)?.db, post.id).await?;
+        // Also when it was gone already: then the cached entry that let us get here was stale.
+        state(ctx)?.post_cache.post_deleted(post.id).await;
+        if !deleted {
             return Err(AppError::not_found("post").into());
         }
         publish(ctx, post.course_id, ActivityKind::PostDeleted, post.id, post.id).await?;
@@ -80,6 +88,7 @@ impl CommentMutations {
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
         let (post, _) = access::post(ctx, post_id).await?;
         let row = comments::create_comment(&state(ctx)?.db, post.id, post.course_id, viewer.user_id, &body).await?;
+        state(ctx)?.post_cache.invalidate(row.post_id).await;
         publish(ctx, row.course_id, ActivityKind::CommentCreated, row.id, row.post_id).await?;
         Ok(Comment(row))
     }
@@ -91,6 +100,7 @@ impl CommentMutations {
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
         let (target, _) = access::any_comment(ctx, &comment_id).await?;
         let row = comments::create_reply(&state(ctx)?.db, &target, viewer.user_id, &body).await?;
+        state(ctx)?.post_cache.invalidate(row.post_id).await;
         publish(ctx, row.course_id, ActivityKind::ReplyCreated, row.id, row.post_id).await?;
         Ok(Reply(row))
     }
@@ -113,6 +123,7 @@ impl CommentMutations {
         if !comments::soft_delete(&state(ctx)?.db, &comment).await? {
             return Err(AppError::not_found("comment").into());
         }
+        state(ctx)?.post_cache.invalidate(comment.post_id).await;
         let (kind, activity) = if comment.parent_id.is_some() {
             (NodeKind::Reply, ActivityKind::ReplyDeleted)
         } else {

@@ -1,12 +1,15 @@
-//! Query roots: the viewer, their courses, and entry points by id.
+//! Query roots: the viewer, their courses, their home feed, and entry points by id.
 
+use async_graphql::connection::Connection;
 use async_graphql::{Context, ID, Object, Result};
 
 use super::access;
 use super::context::{state, viewer};
+use super::cursor::{self, KeyCursor};
 use super::ids::{self, NodeKind};
-use super::types::{Comment, Course, Node, Post, Reply, User};
+use super::types::{Comment, Course, Node, Post, Reply, User, connection, page_cost};
 use crate::error::AppError;
+use crate::forum::paging::PageRequest;
 use crate::forum::{courses, users};
 
 #[derive(Default)]
@@ -26,6 +29,24 @@ impl Query {
         let viewer = viewer(ctx)?;
         let rows = courses::of_user(&state(ctx)?.db, viewer.user_id).await?;
         Ok(rows.into_iter().map(Course).collect())
+    }
+
+    /// Posts from all the signed-in user's courses, newest first: the home feed. Pages forward
+    /// with `first` (1 to 100, default 20) and `after`; never shows deleted posts or posts of
+    /// courses the user has left.
+    #[graphql(complexity = "page_cost(first, None, child_complexity)")]
+    async fn home_feed(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<KeyCursor, Post>> {
+        let viewer = viewer(ctx)?;
+        let page = PageRequest::new(first, cursor::decode(after.as_deref())?, None, None)?;
+        let state = state(ctx)?;
+        let courses: Vec<i64> = viewer.memberships(&state.db).await?.keys().copied().collect();
+        let rows = state.feed.page(viewer.user_id, &courses, &page).await?;
+        Ok(connection(rows, |r| r.id, Post))
     }
 
     async fn course(&self, ctx: &Context<'_>, id: ID) -> Result<Course> {

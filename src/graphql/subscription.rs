@@ -18,7 +18,7 @@ use super::context::{state, viewer};
 use super::ids::{self, NodeKind, encode};
 use super::types::{Comment, Post, Reply};
 use crate::error::AppError;
-use crate::forum::{comments, posts};
+use crate::forum::comments;
 use crate::likes::LikeTarget;
 use crate::live::hub::CountWatch;
 use crate::live::{Activity, ActivityKind};
@@ -249,7 +249,7 @@ impl CourseActivity {
         if self.0.kind != ActivityKind::PostCreated {
             return Ok(None);
         }
-        Ok(posts::find(&state(ctx)?.db, self.0.node_id).await?.map(Post))
+        Ok(state(ctx)?.post_cache.get(self.0.node_id).await?.map(Post))
     }
 
     /// The new comment (COMMENT_CREATED).

@@ -36,7 +36,7 @@ fn page_request(
     Ok(PageRequest::new(first, after, last, before)?)
 }
 
-fn connection<R, N: async_graphql::OutputType>(
+pub(crate) fn connection<R, N: async_graphql::OutputType>(
     page: Page<R>,
     id_of: impl Fn(&R) -> i64,
     node: impl Fn(R) -> N,
@@ -200,9 +200,9 @@ impl Post {
     }
 }
 
-/// Resolves the live post a comment belongs to.
+/// Resolves the live post a comment belongs to (through the post cache).
 async fn post_of(ctx: &Context<'_>, comment: &CommentRow) -> Result<Post> {
-    let row = posts::find(&state(ctx)?.db, comment.post_id).await?;
+    let row = state(ctx)?.post_cache.get(comment.post_id).await?;
     row.map(Post).ok_or_else(|| AppError::not_found("post").into())
 }
 

@@ -22,11 +22,22 @@
 //! | `<p>:{vc<k>}:dirty` | SET | none | posts with an unflushed counter in shard k |
 //! | `<p>:{vc<k>}:flush:<batch>` | HASH | none (deleted after COMMIT) | pending flush record: post → views moved out of shard k, batch uuid |
 //! | `<p>:{vc<k>}:flushes` | SET | none | batch uuids of shard k's pending flush records |
+//! | `<p>:{pc<post>}:post` | HASH | 10 × the freshness window (live), POST_CACHE_MISSING_TTL (missing) | the post cache entry: state `s` (`live`/`missing`), fresh-until `fresh` (ms), the row `row` (JSON), counters `likes`, `like_v`, `comments`, `views` |
+//! | `<p>:{pc<post>}:lock` | STRING | CACHE_LOCK_TTL | owner token of the one request loading the post into the cache |
+//! | `<p>:{pc<post>}:gen` | STRING | 1 day, refreshed | invalidation generation: bumped by every write, so a load that began before it does not store |
+//! | `<p>:{tl<user>}:timeline` | ZSET | FEED_TIMELINE_TTL, refreshed on read | the user's home timeline: post ids scored by id, capped at FEED_TIMELINE_CAP, plus one score-0 sentinel naming the courses it was built for (`c:1,5,9`) or `building:<token>` |
+//! | `<p>:{tl<user>}:rebuild` | STRING | CACHE_LOCK_TTL | owner token of the one request rebuilding the timeline |
+//! | `<p>:{fc<course>}:recent` | ZSET | none | a celebrity course's recent post ids (capped), plus the sentinel `_`; its existence makes the course a celebrity |
 //!
 //! Views: the completion script touches only `{v<post>}` keys (ticket, both caps, the
 //! HyperLogLog: single use and caps in one atomic script, one slot). The counters are spread
 //! deliberately: counter shard k of every post lives in slot `{vc<k>}`, so a viral post's
 //! increments land on N slots, and the aggregator's per-shard move script stays in one slot.
+//!
+//! Feed and cache: a post's cache entry, lock and generation share `{pc<post>}`; a timeline and
+//! its rebuild lock share `{tl<user>}`; each celebrity list is alone in `{fc<course>}`. Every
+//! feed and cache script touches one of these tags only; fan-out pipelines one script per
+//! timeline, so a cluster client spreads them over the nodes.
 
 /// The consumer group every like-stream shard has.
 pub const LIKE_GROUP: &str = "like-writers";
@@ -135,6 +146,41 @@ impl Keys {
     pub fn like_rate(&self, user_id: i64) -> String {
         format!("{}:{{s{}}}:rl:like:{user_id}", self.prefix, self.shard_of(user_id))
     }
+
+    /// The post cache entry (HASH) of a post.
+    pub fn post_cache_entry(&self, post_id: i64) -> String {
+        format!("{}:{{pc{post_id}}}:post", self.prefix)
+    }
+
+    /// The lock held by the one request loading a post into the cache.
+    pub fn post_cache_lock(&self, post_id: i64) -> String {
+        format!("{}:{{pc{post_id}}}:lock", self.prefix)
+    }
+
+    /// The post's invalidation generation.
+    pub fn post_cache_gen(&self, post_id: i64) -> String {
+        format!("{}:{{pc{post_id}}}:gen", self.prefix)
+    }
+
+    /// A user's home timeline (ZSET of post ids plus its sentinel).
+    pub fn timeline(&self, user_id: i64) -> String {
+        format!("{}:{{tl{user_id}}}:timeline", self.prefix)
+    }
+
+    /// The lock held by the one request rebuilding a user's timeline.
+    pub fn timeline_lock(&self, user_id: i64) -> String {
+        format!("{}:{{tl{user_id}}}:rebuild", self.prefix)
+    }
+
+    /// A celebrity course's recent post ids.
+    pub fn celebrity_list(&self, course_id: i64) -> String {
+        format!("{}:{{fc{course_id}}}:recent", self.prefix)
+    }
+
+    /// SCAN patterns matching every feed and post-cache key (braces are literal in globs).
+    pub fn feed_and_cache_patterns(&self) -> [String; 3] {
+        ["pc", "tl", "fc"].map(|tag| format!("{}:{{{tag}*}}:*", self.prefix))
+    }
 }
 
 #[cfg(test)]
@@ -172,5 +218,17 @@ mod tests {
             assert_eq!(hash_tag(&shard), hash_tag(&key));
         }
         assert_ne!(hash_tag(&keys.view_counter(3, 42)), hash_tag(&keys.view_counter(4, 42)));
+    }
+
+    #[test]
+    fn each_feed_and_cache_script_stays_in_one_slot() {
+        let keys = Keys::new("cf", 8);
+        let entry = keys.post_cache_entry(42);
+        assert_eq!(hash_tag(&entry), hash_tag(&keys.post_cache_lock(42)));
+        assert_eq!(hash_tag(&entry), hash_tag(&keys.post_cache_gen(42)));
+        assert_ne!(hash_tag(&entry), hash_tag(&keys.post_cache_entry(43)));
+        assert_eq!(hash_tag(&keys.timeline(7)), hash_tag(&keys.timeline_lock(7)));
+        assert_ne!(hash_tag(&keys.timeline(7)), hash_tag(&keys.timeline(8)));
+        assert_ne!(hash_tag(&keys.celebrity_list(7)), hash_tag(&keys.timeline(7)));
     }
 }

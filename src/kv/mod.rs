@@ -3,6 +3,7 @@
 //! by EVALSHA.
 
 pub mod keys;
+pub mod lock;
 pub mod ratelimit;
 
 use std::time::Duration;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Script, Value};
 
 use crate::error::{AppError, AppResult};
 
@@ -100,5 +101,56 @@ pub async fn refuse_evicting_policy(redis: &Redis) -> AppResult<()> {
              volatile-* (or set ALLOW_EVICTING_REDIS=true to accept losing likes)"
         ))),
         _ => Ok(()),
+    }
+}
+
+/// Sends a pipeline that runs scripts by EVALSHA (`Pipeline::invoke_script` does not load them).
+/// When Redis does not know one — it restarted, or its script cache was flushed — `scripts` are
+/// loaded and the pipeline is sent once more. Commands that did run the first time run again, so
+/// a pipeline sent through here must be safe to repeat (every caller's is: ZADDs, stores checked
+/// against a generation, releases checked against an owner token).
+pub async fn query_scripts<T: FromRedisValue>(redis: &Redis, pipe: &Pipeline, scripts: &[&Script]) -> AppResult<T> {
+    let mut conn = redis.clone();
+    match pipe.query_async(&mut conn).await {
+        Err(err) if err.code() == Some("NOSCRIPT") => {
+            load_scripts(redis, scripts).await?;
+            Ok(pipe.query_async(&mut conn).await?)
+        }
+        other => Ok(other?),
+    }
+}
+
+/// Loads scripts into Redis's script cache (at start-up, so the first pipelines find them).
+pub async fn load_scripts(redis: &Redis, scripts: &[&Script]) -> AppResult<()> {
+    let mut conn = redis.clone();
+    for script in scripts {
+        let _: String = script.load_async(&mut conn).await?;
+    }
+    Ok(())
+}
+
+/// Drops every key matching a SCAN pattern (SCAN + UNLINK, in steps of 1,000, so Redis is never
+/// blocked); returns how many were dropped.
+pub async fn unlink_matching(redis: &Redis, pattern: &str) -> AppResult<u64> {
+    let mut conn = redis.clone();
+    let mut cursor: u64 = 0;
+    let mut dropped = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
+        if !keys.is_empty() {
+            let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
+            dropped += n;
+        }
+        if next == 0 {
+            return Ok(dropped);
+        }
+        cursor = next;
     }
 }

@@ -206,26 +206,6 @@ impl LikedSets {
     /// Drops every liked-set (SCAN + UNLINK), so each reloads from PostgreSQL on next use.
     /// Returns how many were dropped.
     pub async fn drop_all(&self) -> AppResult<u64> {
-        let mut conn = self.redis.clone();
-        let mut cursor: u64 = 0;
-        let mut dropped = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(self.keys.liked_set_pattern())
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await?;
-            if !keys.is_empty() {
-                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
-                dropped += n;
-            }
-            if next == 0 {
-                return Ok(dropped);
-            }
-            cursor = next;
-        }
+        crate::kv::unlink_matching(&self.redis, &self.keys.liked_set_pattern()).await
     }
 }

@@ -10,6 +10,7 @@ pub mod hub;
 use crate::kv::Redis;
 use serde::{Deserialize, Serialize};
 
+use crate::cache::PostCache;
 use crate::error::AppResult;
 use crate::likes::{CountChange, LikeTarget};
 use crate::telemetry::names;
@@ -88,18 +89,32 @@ pub fn now_micros() -> i64 {
 pub struct Publisher {
     redis: Redis,
     channel: String,
+    /// Every path that commits a like count (worker, sync, recount) publishes it here, so this
+    /// is also where cached posts learn their new counts.
+    post_cache: Option<PostCache>,
 }
 
 impl Publisher {
     pub fn new(redis: Redis, channel: String) -> Self {
-        Self { redis, channel }
+        Self { redis, channel, post_cache: None }
     }
 
-    /// Publishes committed counts. Every caller calls this right after its COMMIT returned, so
-    /// the time taken here is the commit time as this process saw it.
+    /// Also patches committed like counts into the post cache.
+    pub fn with_post_cache(mut self, cache: PostCache) -> Self {
+        self.post_cache = Some(cache);
+        self
+    }
+
+    /// Committed counts: into cached posts first (a subscriber reloading the post sees the new
+    /// count), then to every instance's subscribers. Every caller calls this right after its
+    /// COMMIT returned, so the time taken on entry is the commit time as this process saw it.
     pub async fn counts(&self, changes: &[CountChange]) {
         if !changes.is_empty() {
-            self.publish(&LiveMessage::counts(changes, now_micros())).await;
+            let committed_at_us = now_micros();
+            if let Some(cache) = &self.post_cache {
+                cache.like_counts_committed(changes).await;
+            }
+            self.publish(&LiveMessage::counts(changes, committed_at_us)).await;
         }
     }
 

@@ -25,6 +25,7 @@ use redis::Script;
 use sea_orm::{DatabaseConnection, FromQueryResult};
 use tokio::sync::watch;
 
+use crate::cache::PostCache;
 use crate::db::stmt;
 use crate::error::AppResult;
 use crate::kv::keys::Keys;
@@ -93,12 +94,20 @@ pub struct ViewAggregator {
     shards: u32,
     interval: Duration,
     take: std::sync::Arc<Script>,
+    /// Cached posts learn their committed view counts after each flush.
+    post_cache: Option<PostCache>,
 }
 
 impl ViewAggregator {
     pub fn new(db: DatabaseConnection, redis: Redis, keys: Keys, shards: u32, interval: Duration) -> Self {
         let take = std::sync::Arc::new(Script::new(include_str!("../../lua/view_take.lua")));
-        Self { db, redis, keys, shards: shards.max(1), interval, take }
+        Self { db, redis, keys, shards: shards.max(1), interval, take, post_cache: None }
+    }
+
+    /// Also patches the committed view counts of each flush into the post cache.
+    pub fn with_post_cache(mut self, cache: PostCache) -> Self {
+        self.post_cache = Some(cache);
+        self
     }
 
     /// Step 1: moves every shard's counters into new pending records. Returns posts moved.
@@ -233,6 +242,10 @@ impl ViewAggregator {
         let records = self.pending().await?;
         let statements = usize::from(records.iter().any(|r| !r.views.is_empty()));
         let (counts, fresh) = self.apply(&records).await?;
+        // Committed: cached posts show the new totals (their shards were just emptied).
+        if let Some(cache) = &self.post_cache {
+            cache.view_counts_committed(&counts).await;
+        }
         self.cleanup(&records).await?;
         let fresh_views: i64 =
             records.iter().filter(|r| fresh.contains(&r.batch_id)).flat_map(|r| r.views.iter().map(|(_, n)| *n)).sum();

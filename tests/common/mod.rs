@@ -6,6 +6,7 @@
 
 pub mod procs;
 pub mod proxy;
+pub mod redis_server;
 pub mod ws;
 
 use std::sync::Arc;
@@ -72,6 +73,16 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         trusted_proxy: None,
         playground_dir: "web-playground/dist".into(),
         demo_users_file: None,
+        feed_fanout_max_members: 2_000,
+        feed_timeline_cap: 800,
+        feed_timeline_ttl: Duration::from_secs(3600),
+        feed_fanout_interval: Duration::from_millis(100),
+        feed_fanout_batch: 100,
+        post_cache_ttl: Duration::from_secs(30),
+        post_cache_ttl_jitter: Duration::from_secs(10),
+        post_cache_missing_ttl: Duration::from_secs(5),
+        // Generous: on a busy 2-core machine a lock holder may take a while to be scheduled.
+        cache_lock_ttl: Duration::from_secs(10),
         shutdown_timeout: Duration::from_secs(10),
         worker_metrics_bind: None,
     }
@@ -151,6 +162,11 @@ impl TestApp {
         course_forum::startup::build_view_aggregator(&self.state)
     }
 
+    /// The feed fan-out job on this app's database and prefix, to step by hand.
+    pub async fn feed_fanout(&self) -> course_forum::feed::fanout::FanoutJob {
+        course_forum::startup::build_feed_fanout(&self.state).await.expect("build feed fan-out")
+    }
+
     /// A valid bearer token for a database user id.
     pub fn token(&self, user_id: i64) -> String {
         self.tokens.mint(user_id, Duration::from_secs(3600)).expect("mint token")
@@ -171,6 +187,18 @@ impl TestApp {
         let response = self.gql(token, query, variables).await;
         assert!(response.get("errors").is_none(), "unexpected errors: {response}");
         response["data"].clone()
+    }
+
+    /// Creates a post through `createPost` as the token's user; returns its database id.
+    pub async fn create_post(&self, token: &str, course_id: i64, title: &str) -> i64 {
+        let data = self
+            .gql_ok(
+                Some(token),
+                "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"body\") { id } }",
+                json!({ "c": gid("Course", course_id), "t": title }),
+            )
+            .await;
+        raw_id(data["createPost"]["id"].as_str().expect("post id"))
     }
 
     /// Inserts a user directly; returns the database id.

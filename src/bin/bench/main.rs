@@ -12,6 +12,7 @@
 //! - `worker-apply`: likes/s ONE worker applies to PostgreSQL at batch sizes 500 and 5,000.
 //! - `views`: start + complete a post view per user; rate and the aggregator's flush lag.
 
+mod feed;
 mod fixture;
 mod live;
 mod load;
@@ -120,6 +121,27 @@ enum Scenario {
         #[arg(long, default_value_t = 32)]
         connections: usize,
     },
+    /// Home feed: read latency with a celebrity course, and fan-out of one post to 2,000 members.
+    Feed {
+        /// Members of the celebrity course.
+        #[arg(long, default_value_t = 10_000)]
+        celebrity_members: i64,
+        /// Posts already in the celebrity course.
+        #[arg(long, default_value_t = 500)]
+        celebrity_posts: i64,
+        /// Distinct readers (members of the celebrity course and of five small courses).
+        #[arg(long, default_value_t = 200)]
+        readers: i64,
+        /// Timed reads of the warm first page (and as many of the second page).
+        #[arg(long, default_value_t = 4_000)]
+        reads: usize,
+        /// Concurrent HTTP connections reading.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Posts fanned out to the 2,000-member course (each timed).
+        #[arg(long, default_value_t = 20)]
+        fanout_runs: usize,
+    },
 }
 
 fn show<T: serde::Serialize>(result: AppResult<T>) -> AppResult<bool> {
@@ -149,6 +171,17 @@ async fn main() -> std::process::ExitCode {
             show(live::run(&cli, *subscribers, *likes, *concurrency, *open_rate).await)
         }
         Scenario::Views { viewers, connections } => show(views::run(&cli, *viewers, *connections).await),
+        Scenario::Feed { celebrity_members, celebrity_posts, readers, reads, concurrency, fanout_runs } => {
+            let bench = feed::FeedBench {
+                celebrity_members: *celebrity_members,
+                celebrity_posts: *celebrity_posts,
+                readers: *readers,
+                reads: *reads,
+                concurrency: *concurrency,
+                fanout_runs: *fanout_runs,
+            };
+            feed::run(&cli, &bench).await.map(|()| true)
+        }
     };
     match result {
         Ok(true) => std::process::ExitCode::SUCCESS,
