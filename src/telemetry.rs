@@ -38,6 +38,7 @@ pub mod names {
     pub const LIKE_BATCH_ENTRIES: &str = "like_batch_entries";
     pub const LIKE_BATCH_DURATION: &str = "like_batch_duration_seconds";
     pub const LIKE_EVENTS_APPLIED: &str = "like_events_applied_total";
+    pub const LIKE_EVENTS_REFUSED: &str = "like_events_refused_total";
     pub const LIKE_DEAD_LETTERS: &str = "like_dead_letters_total";
     pub const LIKE_STREAM_ENTRIES: &str = "like_stream_entries";
     pub const LIKE_STREAM_PENDING: &str = "like_stream_pending_entries";
@@ -96,6 +97,12 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
         (LIKE_BATCH_ENTRIES, Histogram, "", "stream entries read per worker batch"),
         (LIKE_BATCH_DURATION, Histogram, "", "time to apply and acknowledge one worker batch"),
         (LIKE_EVENTS_APPLIED, Counter, "", "stream entries acknowledged after their batch committed"),
+        (
+            LIKE_EVENTS_REFUSED,
+            Counter,
+            "",
+            "like events the worker's fences refused (deleted or foreign target, user not a member)",
+        ),
         (LIKE_DEAD_LETTERS, Counter, "", "entries this process moved to the dead-letter stream"),
         (LIKE_STREAM_ENTRIES, Gauge, "shard", "entries in the like stream not yet applied (read at scrape)"),
         (LIKE_STREAM_PENDING, Gauge, "shard", "entries delivered to the worker and not yet acknowledged"),

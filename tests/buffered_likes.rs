@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{TestApp, World, gid, raw_id};
 use course_forum::config::LikeMode;
 use course_forum::kv::keys::LIKE_GROUP;
-use course_forum::likes::LikeTarget;
+use course_forum::likes::{LikeTarget, Membership};
 use sea_orm::ConnectionTrait;
 use serde_json::{Value, json};
 
@@ -97,7 +97,13 @@ async fn the_seed_story_end_to_end() {
     // A like on another course's post pushed through this course's set (as a bug or a forged
     // call would) is dropped by the worker's JOIN.
     let likes = &app.state.likes;
-    assert!(likes.liked_sets().toggle(world.alice, world.course, LikeTarget::Post(foreign), true).await.unwrap());
+    assert!(
+        likes
+            .liked_sets()
+            .toggle(world.alice, world.course, LikeTarget::Post(foreign), true, Membership::Verified)
+            .await
+            .unwrap()
+    );
 
     // A comment like.
     let comment = app
@@ -199,22 +205,29 @@ async fn a_poison_event_is_dead_lettered_and_later_events_still_apply() {
     let world = World::create(&app).await;
     let worker = app.worker().await;
     let post = create_post(&app, world.bob, world.course, "target").await;
-    // An event for a user that does not exist: the insert violates the foreign key.
-    let ghost = 999_999_i64;
-    let mut conn = app.state.redis.clone();
-    let stream = app.state.keys.like_stream(app.state.keys.shard_of(ghost));
-    let _: String = redis::cmd("XADD")
-        .arg(&stream)
-        .arg("*")
-        .arg(&["op", "like", "t", &format!("p:{post}"), "u", &ghost.to_string(), "c", &world.course.to_string()])
-        .query_async(&mut conn)
+    // A member whose like PostgreSQL refuses on its own: a trigger the test installs raises for
+    // that user's row, as a constraint or a bug in a later migration would. The fences cannot
+    // drop it (the event is valid); only the poison path can get it out of the way.
+    let poisoned = app.create_user("poisoned").await;
+    app.enroll(world.course, poisoned, "student").await;
+    app.db
+        .execute_unprepared(&format!(
+            "CREATE FUNCTION refuse_poisoned() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               IF NEW.user_id = {poisoned} THEN RAISE EXCEPTION 'a test trigger refuses user %', NEW.user_id; END IF; \
+               RETURN NEW; END $$; \
+             CREATE TRIGGER refuse_poisoned BEFORE INSERT ON post_likes \
+               FOR EACH ROW EXECUTE FUNCTION refuse_poisoned();"
+        ))
         .await
-        .expect("xadd poison");
+        .expect("install the poison trigger");
+    set_post_like(&app, poisoned, post, true).await;
+    let mut conn = app.state.redis.clone();
+    let stream = app.state.keys.like_stream(app.state.keys.shard_of(poisoned));
     // Good events on the poison's own shard, after it in the stream.
     let mut neighbours = Vec::new();
     for n in 0.. {
         let user = app.create_user(&format!("neighbour{n}")).await;
-        if app.state.keys.shard_of(user) == app.state.keys.shard_of(ghost) {
+        if app.state.keys.shard_of(user) == app.state.keys.shard_of(poisoned) {
             app.enroll(world.course, user, "student").await;
             neighbours.push(user);
             if neighbours.len() == 2 {
@@ -247,7 +260,9 @@ async fn a_poison_event_is_dead_lettered_and_later_events_still_apply() {
     };
     assert_eq!(dead.len(), 1, "exactly the poison entry is dead-lettered");
     let error: String = redis::FromRedisValue::from_redis_value(dead[0].map["error"].clone()).expect("error text");
-    assert!(error.contains("foreign key") || error.contains("violates"), "{error}");
+    assert!(error.contains("a test trigger refuses user"), "{error}");
+    let dead_user: String = redis::FromRedisValue::from_redis_value(dead[0].map["u"].clone()).expect("user");
+    assert_eq!(dead_user, poisoned.to_string());
     let pending: (i64, Value2, Value2, Value2) =
         redis::cmd("XPENDING").arg(&stream).arg(LIKE_GROUP).query_async(&mut conn).await.expect("xpending");
     assert_eq!(pending.0, 0, "nothing left pending");
@@ -367,4 +382,68 @@ async fn the_toggle_script_enforces_the_rate_limit_and_a_refused_toggle_changes_
     assert!(liked.contains(&LikeTarget::Post(post)), "the refused unlike left the like in place");
     // Another user is not limited.
     assert_eq!(set_post_like(&app, world.bob, post, true).await["likedByMe"], true);
+}
+
+#[tokio::test]
+async fn a_like_by_a_user_who_left_before_it_applied_is_refused_and_the_set_reloads() {
+    let app = buffered_app().await;
+    let world = World::create(&app).await;
+    let worker = app.worker().await;
+    let post = create_post(&app, world.bob, world.course, "target").await;
+    // Acknowledged while alice was a member; she leaves before the worker applies it.
+    assert_eq!(set_post_like(&app, world.alice, post, true).await["likedByMe"], true);
+    set_post_like(&app, world.bob, post, true).await;
+    app.db
+        .execute_unprepared(&format!(
+            "DELETE FROM course_members WHERE course_id = {} AND user_id = {}",
+            world.course, world.alice
+        ))
+        .await
+        .expect("alice leaves");
+    let set = app.state.keys.liked_set(world.alice, world.course);
+    let mut conn = app.state.redis.clone();
+    let exists: bool = redis::cmd("EXISTS").arg(&set).query_async(&mut conn).await.expect("exists");
+    assert!(exists, "alice's set holds her acknowledged like");
+
+    let mut refused = 0;
+    for shard in 0..app.state.keys.shards() {
+        refused += worker.process_one_batch(shard).await.expect("step").refused;
+    }
+    assert_eq!(refused, 1, "the worker's membership fence refused alice's like");
+    assert_eq!(post_rows_and_counter(&app, post).await, (1, 1), "only bob's like was written");
+    let exists: bool = redis::cmd("EXISTS").arg(&set).query_async(&mut conn).await.expect("exists");
+    assert!(!exists, "the set that said `liked` was dropped, to reload the truth");
+    assert_eq!(stream_len(&app).await, 0, "the refused event was acknowledged, not left pending");
+
+    // Back in the course, her set reloads from PostgreSQL: not liked; a new like applies.
+    app.enroll(world.course, world.alice, "student").await;
+    let data = app
+        .gql_ok(
+            Some(&app.token(world.alice)),
+            "query($p: ID!) { post(id: $p) { likedByMe } }",
+            json!({ "p": gid("Post", post) }),
+        )
+        .await;
+    assert_eq!(data["post"]["likedByMe"], false);
+    set_post_like(&app, world.alice, post, true).await;
+    worker.drain().await.expect("drain");
+    assert_eq!(post_rows_and_counter(&app, post).await, (2, 2));
+}
+
+#[tokio::test]
+async fn the_synchronous_writes_insert_a_like_only_for_a_member() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let post = create_post(&app, world.bob, world.course, "target").await;
+    // The outsider belongs to another course: whatever reaches the SQL, no row is written.
+    let target = LikeTarget::Post(post);
+    let outcome = course_forum::likes::sync::set(&app.db, world.outsider, target, true).await.expect("sync");
+    assert_eq!(outcome.map(|o| o.changed), Some(false));
+    assert!(!course_forum::likes::recount::set(&app.db, world.outsider, target, true).await.expect("recount"));
+    assert_eq!(post_rows_and_counter(&app, post).await, (0, 0));
+    // A member's like is written by both.
+    let outcome = course_forum::likes::sync::set(&app.db, world.alice, target, true).await.expect("sync");
+    assert_eq!(outcome.map(|o| (o.changed, o.like_count)), Some((true, 1)));
+    assert!(course_forum::likes::recount::set(&app.db, world.bob, target, true).await.expect("recount"));
+    assert_eq!(app.scalar_i64("SELECT count(*) AS v FROM post_likes WHERE post_id = $1", [post.into()]).await, 2);
 }

@@ -37,6 +37,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0002_like_versions"),
             sql_migration!("0003_view_flushes"),
             sql_migration!("0004_feed_outbox"),
+            sql_migration!("0005_likes_membership_fence"),
         ]
     }
 }

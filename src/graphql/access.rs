@@ -6,10 +6,12 @@ use async_graphql::{Context, ID};
 
 use super::context::{state, viewer};
 use super::ids::{self, NodeKind};
-use crate::error::{AppError, AppResult};
+use crate::config::LikeMode;
+use crate::error::{AppError, AppResult, Service};
 use crate::forum::comments::{self, CommentRow};
 use crate::forum::courses::{self, CourseRow, Role};
 use crate::forum::posts::PostRow;
+use crate::likes::Membership;
 
 pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(CourseRow, Role)> {
     let viewer = viewer(ctx)?;
@@ -34,6 +36,24 @@ pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
     let row = state.post_cache.get(id).await?.ok_or_else(|| AppError::not_found("post"))?;
     let role = viewer.require_member(&state.db, row.course_id).await?;
     Ok((row, role))
+}
+
+/// A post to like or unlike. As `post`, except when PostgreSQL cannot be asked about the
+/// viewer's memberships and likes are buffered: the post (from the post cache) is returned with
+/// `Membership::Unverified`, and the like goes ahead only on a liked-set a verified check
+/// loaded; the worker checks membership again before anything is written.
+pub async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Membership)> {
+    let viewer = viewer(ctx)?;
+    let state = state(ctx)?;
+    let row = state.post_cache.get(id).await?.ok_or_else(|| AppError::not_found("post"))?;
+    match viewer.require_member(&state.db, row.course_id).await {
+        Ok(_) => Ok((row, Membership::Verified)),
+        Err(why) if why.unreachable() == Some(Service::Postgres) && state.likes.mode() == LikeMode::Buffered => {
+            tracing::warn!(post = id, error = %why, "memberships unreadable: a buffered like may go ahead unverified");
+            Ok((row, Membership::Unverified { why }))
+        }
+        Err(err) => Err(err),
+    }
 }
 
 /// A comment (`NodeKind::Comment`) or reply (`NodeKind::Reply`); the kind must match the row.

@@ -12,7 +12,7 @@ use super::types::{AnyComment, Comment, DeletePayload, Post, Reply, ViewResult, 
 use crate::error::AppError;
 use crate::forum::comments::{self, MAX_COMMENT_CHARS};
 use crate::forum::posts::{self, MAX_BODY_CHARS, MAX_TITLE_CHARS, validate_text};
-use crate::likes::LikeTarget;
+use crate::likes::{LikeTarget, Membership};
 use crate::live::{Activity, ActivityKind};
 use crate::views::{ClientIp, ViewOutcome};
 
@@ -206,10 +206,10 @@ async fn publish(ctx: &Context<'_>, course_id: i64, kind: ActivityKind, node_id:
 async fn set_post_like(ctx: &Context<'_>, post_id: &ID, liked: bool) -> Result<Post> {
     let viewer = viewer(ctx)?;
     let post_id = ids::decode_one(post_id, NodeKind::Post)?;
-    let (mut post, _) = access::post(ctx, post_id).await?;
+    let (mut post, membership) = access::post_to_like(ctx, post_id).await?;
     post.like_count = state(ctx)?
         .likes
-        .set(viewer.user_id, post.course_id, LikeTarget::Post(post.id), liked, post.like_count)
+        .set(viewer.user_id, post.course_id, LikeTarget::Post(post.id), liked, post.like_count, membership)
         .await?;
     Ok(Post(post))
 }
@@ -219,7 +219,14 @@ async fn set_comment_like(ctx: &Context<'_>, comment_id: &ID, liked: bool) -> Re
     let (mut comment, _) = access::any_comment(ctx, comment_id).await?;
     comment.like_count = state(ctx)?
         .likes
-        .set(viewer.user_id, comment.course_id, LikeTarget::Comment(comment.id), liked, comment.like_count)
+        .set(
+            viewer.user_id,
+            comment.course_id,
+            LikeTarget::Comment(comment.id),
+            liked,
+            comment.like_count,
+            Membership::Verified,
+        )
         .await?;
     Ok(AnyComment::from_row(comment))
 }

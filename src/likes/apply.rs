@@ -1,8 +1,10 @@
 //! Level 3, the PostgreSQL side: applying a batch of like events in ONE transaction with
 //! array-parameter SQL. Events are first collapsed to the last op per (target, user, course);
-//! JOINs drop targets that are deleted or belong to another course than the event claims
-//! (the second fence: Redis cannot know that `p:3` is another course's post); counters move
-//! only by the rows RETURNING reports, so replaying a batch changes nothing.
+//! JOINs drop (refuse) events whose target is deleted or belongs to another course than the
+//! event claims (Redis cannot know that `p:3` is another course's post), and events whose user
+//! is not a member of the course at apply time (the second fence behind the API's access
+//! check, which is what lets the API accept likes while PostgreSQL is unreachable); counters
+//! move only by the rows RETURNING reports, so replaying a batch changes nothing.
 
 use std::collections::HashMap;
 
@@ -32,17 +34,30 @@ pub fn collapse(events: impl IntoIterator<Item = LikeEvent>) -> Vec<LikeEvent> {
     kept.into_iter().map(|(_, event)| event).collect()
 }
 
+/// One row of the apply statement: a changed counter, or a refused event's (user, course).
 #[derive(FromQueryResult)]
-struct NewCount {
-    id: i64,
-    like_count: i32,
-    like_version: i64,
+struct ApplyRow {
+    id: Option<i64>,
+    like_count: Option<i32>,
+    like_version: Option<i64>,
+    refused_user: Option<i64>,
+    refused_course: Option<i64>,
 }
 
-/// Applies collapsed events inside the caller's transaction. Returns every target whose
-/// counter changed, with its new count (visible to others once the caller commits).
-pub async fn apply(txn: &impl ConnectionTrait, events: &[LikeEvent]) -> AppResult<Vec<CountChange>> {
-    let mut changed = Vec::new();
+/// What a batch did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Every target whose counter changed, with its new count (visible once committed).
+    pub changed: Vec<CountChange>,
+    /// (user, course) of every event the fences refused: a deleted or foreign target, or a user
+    /// who is not a member. Their liked-sets said something PostgreSQL did not take, so the
+    /// worker drops those sets after COMMIT and they reload the truth.
+    pub refused: Vec<(i64, i64)>,
+}
+
+/// Applies collapsed events inside the caller's transaction.
+pub async fn apply(txn: &impl ConnectionTrait, events: &[LikeEvent]) -> AppResult<Applied> {
+    let mut applied = Applied::default();
     for kind in [Kind::Post, Kind::Comment] {
         let of_kind: Vec<(i64, &LikeEvent)> = events
             .iter()
@@ -64,14 +79,21 @@ pub async fn apply(txn: &impl ConnectionTrait, events: &[LikeEvent]) -> AppResul
         target_ids.sort_unstable();
         target_ids.dedup();
         txn.execute_raw(stmt(kind.lock_sql(), [target_ids.into()])).await?;
-        let rows = NewCount::find_by_statement(stmt(kind.apply_sql(), values)).all(txn).await?;
-        changed.extend(rows.into_iter().map(|r| CountChange {
-            target: kind.target(r.id),
-            like_count: r.like_count,
-            version: r.like_version,
-        }));
+        for row in ApplyRow::find_by_statement(stmt(kind.apply_sql(), values)).all(txn).await? {
+            match row {
+                ApplyRow { id: Some(id), like_count: Some(like_count), like_version: Some(version), .. } => {
+                    applied.changed.push(CountChange { target: kind.target(id), like_count, version })
+                }
+                ApplyRow { refused_user: Some(user), refused_course: Some(course), .. } => {
+                    applied.refused.push((user, course))
+                }
+                _ => {}
+            }
+        }
     }
-    Ok(changed)
+    applied.refused.sort_unstable();
+    applied.refused.dedup();
+    Ok(applied)
 }
 
 #[derive(Clone, Copy)]
@@ -95,7 +117,8 @@ impl Kind {
         }
     }
 
-    /// $1 target ids, $2 user ids, $3 course ids, $4 liked flags (parallel arrays).
+    /// $1 target ids, $2 user ids, $3 course ids, $4 liked flags (parallel arrays; one event per
+    /// (target, user) after `collapse`). Rows: the changed counters, then the refused events.
     fn apply_sql(self) -> &'static str {
         match self {
             Kind::Post => {
@@ -104,7 +127,8 @@ impl Kind {
                      AS i(target_id, user_id, course_id, liked)), \
                  valid AS ( \
                    SELECT i.* FROM input i \
-                   JOIN posts p ON p.id = i.target_id AND p.course_id = i.course_id AND p.deleted_at IS NULL), \
+                   JOIN posts p ON p.id = i.target_id AND p.course_id = i.course_id AND p.deleted_at IS NULL \
+                   JOIN course_members m ON m.course_id = i.course_id AND m.user_id = i.user_id), \
                  inserted AS ( \
                    INSERT INTO post_likes (post_id, user_id) \
                    SELECT target_id, user_id FROM valid WHERE liked \
@@ -116,10 +140,16 @@ impl Kind {
                  delta AS ( \
                    SELECT target_id, sum(d)::int AS d FROM ( \
                      SELECT target_id, 1 AS d FROM inserted UNION ALL SELECT target_id, -1 FROM deleted) x \
-                   GROUP BY target_id) \
-                 UPDATE posts p SET like_count = p.like_count + delta.d, like_version = p.like_version + 1 FROM delta \
-                 WHERE p.id = delta.target_id AND delta.d <> 0 \
-                 RETURNING p.id, p.like_count, p.like_version"
+                   GROUP BY target_id), \
+                 updated AS ( \
+                   UPDATE posts p SET like_count = p.like_count + delta.d, like_version = p.like_version + 1 \
+                   FROM delta WHERE p.id = delta.target_id AND delta.d <> 0 \
+                   RETURNING p.id, p.like_count, p.like_version) \
+                 SELECT id, like_count, like_version, NULL::bigint AS refused_user, NULL::bigint AS refused_course \
+                 FROM updated \
+                 UNION ALL \
+                 SELECT NULL, NULL, NULL, i.user_id, i.course_id FROM input i \
+                 WHERE NOT EXISTS (SELECT 1 FROM valid v WHERE v.target_id = i.target_id AND v.user_id = i.user_id)"
             }
             Kind::Comment => {
                 "WITH input AS ( \
@@ -128,7 +158,8 @@ impl Kind {
                  valid AS ( \
                    SELECT i.* FROM input i \
                    JOIN comments c ON c.id = i.target_id AND c.deleted_at IS NULL \
-                   JOIN posts p ON p.id = c.post_id AND p.course_id = i.course_id AND p.deleted_at IS NULL), \
+                   JOIN posts p ON p.id = c.post_id AND p.course_id = i.course_id AND p.deleted_at IS NULL \
+                   JOIN course_members m ON m.course_id = i.course_id AND m.user_id = i.user_id), \
                  inserted AS ( \
                    INSERT INTO comment_likes (comment_id, user_id) \
                    SELECT target_id, user_id FROM valid WHERE liked \
@@ -140,10 +171,16 @@ impl Kind {
                  delta AS ( \
                    SELECT target_id, sum(d)::int AS d FROM ( \
                      SELECT target_id, 1 AS d FROM inserted UNION ALL SELECT target_id, -1 FROM deleted) x \
-                   GROUP BY target_id) \
-                 UPDATE comments c SET like_count = c.like_count + delta.d, like_version = c.like_version + 1 FROM delta \
-                 WHERE c.id = delta.target_id AND delta.d <> 0 \
-                 RETURNING c.id, c.like_count, c.like_version"
+                   GROUP BY target_id), \
+                 updated AS ( \
+                   UPDATE comments c SET like_count = c.like_count + delta.d, like_version = c.like_version + 1 \
+                   FROM delta WHERE c.id = delta.target_id AND delta.d <> 0 \
+                   RETURNING c.id, c.like_count, c.like_version) \
+                 SELECT id, like_count, like_version, NULL::bigint AS refused_user, NULL::bigint AS refused_course \
+                 FROM updated \
+                 UNION ALL \
+                 SELECT NULL, NULL, NULL, i.user_id, i.course_id FROM input i \
+                 WHERE NOT EXISTS (SELECT 1 FROM valid v WHERE v.target_id = i.target_id AND v.user_id = i.user_id)"
             }
         }
     }

@@ -11,7 +11,7 @@ use crate::kv::Redis;
 use redis::Script;
 use sea_orm::{DatabaseConnection, FromQueryResult};
 
-use super::{LikeStats, LikeTarget};
+use super::{LikeStats, LikeTarget, Membership};
 use crate::db::stmt;
 use crate::error::{AppError, AppResult};
 use crate::kv::keys::Keys;
@@ -67,7 +67,15 @@ impl LikedSets {
     /// that changed the set, appends the event to the stream: one script, one round trip. A
     /// set that is not loaded costs a second call carrying its members from PostgreSQL, which
     /// loads them and toggles (two round trips, not four). Returns whether the set changed.
-    pub async fn toggle(&self, user_id: i64, course_id: i64, target: LikeTarget, liked: bool) -> AppResult<bool> {
+    pub async fn toggle(
+        &self,
+        user_id: i64,
+        course_id: i64,
+        target: LikeTarget,
+        liked: bool,
+        membership: Membership,
+    ) -> AppResult<bool> {
+        let mut membership = Some(membership);
         let set = self.keys.liked_set(user_id, course_id);
         let stream = self.keys.like_stream(self.keys.shard_of(user_id));
         let rate = self.keys.like_rate(user_id);
@@ -102,6 +110,11 @@ impl LikedSets {
                 0 => return Ok(false),
                 2 => return Err(AppError::RateLimited { retry_after_ms }),
                 _ => {
+                    // A set not loaded is loaded from PostgreSQL, and only after a verified
+                    // membership: an unverified like needs the set a verified check loaded.
+                    if let Some(Membership::Unverified { why }) = membership.take() {
+                        return Err(why);
+                    }
                     members = Some(self.members_in_database(user_id, course_id).await?);
                     LikeStats::bump(&self.stats.set_warms);
                 }

@@ -55,6 +55,20 @@ impl LikeTables {
         LikeTables { likes: "post_likes", key: "post_id", target: "posts", make: LikeTarget::Post };
     pub const COMMENT: LikeTables =
         LikeTables { likes: "comment_likes", key: "comment_id", target: "comments", make: LikeTarget::Comment };
+
+    /// `SELECT id` of target `$1` when it is live and user `$2` is a member of its course: what
+    /// every synchronous like insert selects from, so a like row is written only for a member
+    /// (the like tables have no foreign key to users; see migration 0005).
+    pub fn live_target_of_member_sql(&self) -> String {
+        let course = if self.target == "comments" { "JOIN posts p ON p.id = t.post_id" } else { "" };
+        let course_id = if self.target == "comments" { "p.course_id" } else { "t.course_id" };
+        format!(
+            "SELECT t.id FROM {target} t {course} \
+             JOIN course_members m ON m.course_id = {course_id} AND m.user_id = $2 \
+             WHERE t.id = $1 AND t.deleted_at IS NULL",
+            target = self.target
+        )
+    }
 }
 
 impl LikeTarget {
@@ -90,6 +104,18 @@ impl LikeTarget {
             _ => None,
         }
     }
+}
+
+/// How the caller proved that the user may like in the course.
+#[derive(Debug)]
+pub enum Membership {
+    /// PostgreSQL said the user is a member, in this request.
+    Verified,
+    /// PostgreSQL could not be asked (`why` is the error). A buffered like still goes ahead when
+    /// the user's liked-set for the course is already loaded in Redis: it was loaded after a
+    /// verified check, and the worker checks membership again when it applies the like (a user
+    /// removed meanwhile gets nothing written). Anything that needs PostgreSQL answers `why`.
+    Unverified { why: AppError },
 }
 
 /// A committed like count, with the version that orders it among the target's changes.
@@ -178,10 +204,11 @@ impl Likes {
     }
 
     /// Likes (`liked = true`) or unlikes `target` in `course_id` for `user_id`; repeating
-    /// either is a no-op. `current_count` is the count the caller just read from PostgreSQL.
-    /// Returns the count to show: exact in sync mode; in the deferred modes the committed count
-    /// adjusted by this toggle (the worker or the recount job makes it exact shortly).
-    #[tracing::instrument(skip(self, current_count), fields(mode = ?self.mode))]
+    /// either is a no-op. `current_count` is the count the caller just read (PostgreSQL or the
+    /// post cache). Returns the count to show: exact in sync mode; in the deferred modes the
+    /// committed count adjusted by this toggle (the worker or the recount job makes it exact
+    /// shortly).
+    #[tracing::instrument(skip(self, current_count, membership), fields(mode = ?self.mode))]
     pub async fn set(
         &self,
         user_id: i64,
@@ -189,8 +216,9 @@ impl Likes {
         target: LikeTarget,
         liked: bool,
         current_count: i32,
+        membership: Membership,
     ) -> AppResult<i32> {
-        let outcome = self.toggle(user_id, course_id, target, liked, current_count).await;
+        let outcome = self.toggle(user_id, course_id, target, liked, current_count, membership).await;
         let result = match &outcome {
             Ok((_, true)) => "changed",
             Ok((_, false)) => "unchanged",
@@ -212,9 +240,14 @@ impl Likes {
         target: LikeTarget,
         liked: bool,
         current_count: i32,
+        membership: Membership,
     ) -> AppResult<(i32, bool)> {
-        // Buffered mode counts the toggle inside its toggle script (same round trip).
         if self.mode != LikeMode::Buffered {
+            // Levels 1 and 2 write to PostgreSQL now: without it there is nothing to do.
+            if let Membership::Unverified { why } = membership {
+                return Err(why);
+            }
+            // Buffered mode counts the toggle inside its toggle script (same round trip).
             self.limiter.check(&self.keys.like_rate(user_id)).await?;
         }
         Ok(match self.mode {
@@ -237,7 +270,7 @@ impl Likes {
                 (adjusted(current_count, liked, changed), changed)
             }
             LikeMode::Buffered => {
-                let changed = self.buffered.toggle(user_id, course_id, target, liked).await?;
+                let changed = self.buffered.toggle(user_id, course_id, target, liked, membership).await?;
                 (adjusted(current_count, liked, changed), changed)
             }
         })

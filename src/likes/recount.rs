@@ -14,23 +14,21 @@ use crate::db::stmt;
 use crate::error::AppResult;
 use crate::kv::keys::Keys;
 
-/// Inserts or deletes the like row; returns whether a row changed.
+/// Inserts (only for a member of the target's course) or deletes the like row; returns whether
+/// a row changed.
 pub async fn set(db: &impl ConnectionTrait, user_id: i64, target: LikeTarget, liked: bool) -> AppResult<bool> {
-    let (sql, id) = match (target, liked) {
-        (LikeTarget::Post(id), true) => (
-            "INSERT INTO post_likes (post_id, user_id) SELECT id, $2 FROM posts \
-             WHERE id = $1 AND deleted_at IS NULL ON CONFLICT DO NOTHING",
-            id,
-        ),
-        (LikeTarget::Post(id), false) => ("DELETE FROM post_likes WHERE post_id = $1 AND user_id = $2", id),
-        (LikeTarget::Comment(id), true) => (
-            "INSERT INTO comment_likes (comment_id, user_id) SELECT id, $2 FROM comments \
-             WHERE id = $1 AND deleted_at IS NULL ON CONFLICT DO NOTHING",
-            id,
-        ),
-        (LikeTarget::Comment(id), false) => ("DELETE FROM comment_likes WHERE comment_id = $1 AND user_id = $2", id),
+    let (t, id) = target.tables();
+    let sql = if liked {
+        format!(
+            "INSERT INTO {likes} ({key}, user_id) SELECT id, $2 FROM ({live}) live ON CONFLICT DO NOTHING",
+            live = t.live_target_of_member_sql(),
+            likes = t.likes,
+            key = t.key
+        )
+    } else {
+        format!("DELETE FROM {likes} WHERE {key} = $1 AND user_id = $2", likes = t.likes, key = t.key)
     };
-    let result = db.execute_raw(stmt(sql, [id.into(), user_id.into()])).await?;
+    let result = db.execute_raw(stmt(&sql, [id.into(), user_id.into()])).await?;
     Ok(result.rows_affected() > 0)
 }
 

@@ -24,7 +24,8 @@ pub struct SyncOutcome {
     pub changed: bool,
 }
 
-/// Applies the like or unlike; `None` when the target is gone (deleted meanwhile).
+/// Applies the like or unlike; `None` when the target is gone (deleted meanwhile). A like by a
+/// user who is not (any more) a member of the target's course inserts nothing.
 pub async fn set(
     db: &impl ConnectionTrait,
     user_id: i64,
@@ -34,11 +35,12 @@ pub async fn set(
     let (t, id) = target.tables();
     let sql = if liked {
         format!(
-            "WITH live AS (SELECT id FROM {target} WHERE id = $1 AND deleted_at IS NULL), \
+            "WITH live AS ({live}), \
              changed AS (INSERT INTO {likes} ({key}, user_id) SELECT id, $2 FROM live \
                          ON CONFLICT DO NOTHING RETURNING {key}) \
              UPDATE {target} SET like_count = like_count + 1, like_version = like_version + 1 \
              WHERE id IN (SELECT {key} FROM changed) RETURNING like_count, like_version",
+            live = t.live_target_of_member_sql(),
             target = t.target,
             likes = t.likes,
             key = t.key

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use crate::config::{LikeMode, Settings};
 use crate::error::{AppError, AppResult};
 use crate::kv::keys::{Keys, LIKE_GROUP};
-use crate::likes::apply::{self, LikeEvent};
+use crate::likes::apply::{self, Applied, LikeEvent};
 use crate::likes::recount::DirtyMarks;
 use crate::likes::{CountChange, LikeTarget};
 use crate::live::Publisher;
@@ -100,6 +100,8 @@ pub struct BatchReport {
     /// Entries acknowledged after their batch committed (or after dead-lettering).
     pub acked: usize,
     pub dead_lettered: usize,
+    /// Events the fences refused (deleted or foreign target, user not a member); acknowledged.
+    pub refused: usize,
     /// Targets whose counter changed, with the committed count.
     pub changed: Vec<CountChange>,
     /// False when another consumer holds the shard's lease.
@@ -291,13 +293,14 @@ impl LikeWorker {
         let started = Instant::now();
         let events: Vec<LikeEvent> = entries.iter().filter_map(|e| e.event.as_ref().ok().copied()).collect();
         match self.apply_in_transaction(&events).await {
-            Ok(changed) => {
+            Ok(applied) => {
                 report.timings.apply = started.elapsed();
                 let ids: Vec<&str> = entries.iter().filter(|e| e.event.is_ok()).map(|e| e.id.as_str()).collect();
                 self.ack(&stream, &ids).await?;
                 report.timings.ack = started.elapsed() - report.timings.apply;
                 report.acked += ids.len();
-                report.changed = changed;
+                report.refused = applied.refused.len();
+                report.changed = applied.changed;
                 // Malformed entries can never apply: straight to the dead letters.
                 for entry in entries.iter().filter(|e| e.event.is_err()) {
                     let why = entry.event.as_ref().err().cloned().unwrap_or_default();
@@ -347,10 +350,11 @@ impl LikeWorker {
                 Err(why) => Err(AppError::Internal(why.clone())),
             };
             match outcome {
-                Ok(changed) => {
+                Ok(applied) => {
                     self.ack(stream, &[entry.id.as_str()]).await?;
                     report.acked += 1;
-                    report.changed.extend(changed);
+                    report.refused += applied.refused.len();
+                    report.changed.extend(applied.changed);
                 }
                 Err(err) if is_transient(&err) => return Err(err),
                 Err(err) => {
@@ -368,10 +372,12 @@ impl LikeWorker {
         Ok(())
     }
 
-    async fn apply_in_transaction(&self, events: &[LikeEvent]) -> AppResult<Vec<CountChange>> {
+    /// Applies events in one transaction; after COMMIT publishes the new counts and drops the
+    /// liked-sets of refused events (both idempotent: a replay after a crash repeats them).
+    async fn apply_in_transaction(&self, events: &[LikeEvent]) -> AppResult<Applied> {
         let collapsed = apply::collapse(events.iter().copied());
         let txn = self.db.begin().await?;
-        let changed = apply::apply(&txn, &collapsed).await?;
+        let applied = apply::apply(&txn, &collapsed).await?;
         if self.config.fault == Some(Fault::AbortBeforeCommit) {
             tracing::error!("fault injection: aborting before COMMIT");
             std::process::abort();
@@ -382,8 +388,29 @@ impl LikeWorker {
             std::process::abort();
         }
         // Committed: now, and only now, the counts may be shown.
-        self.publisher.counts(&changed).await;
-        Ok(changed)
+        self.publisher.counts(&applied.changed).await;
+        self.drop_refused_sets(&applied.refused).await?;
+        Ok(applied)
+    }
+
+    /// A refused event's liked-set holds a like or unlike PostgreSQL did not take (the target
+    /// was deleted, or the user is no longer a member, e.g. a like accepted while PostgreSQL
+    /// was unreachable): drop the set so it reloads the truth on next use.
+    async fn drop_refused_sets(&self, refused: &[(i64, i64)]) -> AppResult<()> {
+        if refused.is_empty() {
+            return Ok(());
+        }
+        metrics::counter!(names::LIKE_EVENTS_REFUSED).increment(refused.len() as u64);
+        // One UNLINK per set: the sets of one batch share the stream's slot, but a poison
+        // replay may mix shards, and one command per key keeps Redis Cluster happy either way.
+        let mut pipe = redis::pipe();
+        for (user, course) in refused {
+            pipe.cmd("UNLINK").arg(self.keys.liked_set(*user, *course)).ignore();
+        }
+        let mut conn = self.redis.clone();
+        let () = pipe.query_async(&mut conn).await?;
+        tracing::info!(sets = refused.len(), "dropped the liked-sets of refused like events");
+        Ok(())
     }
 
     async fn read(&self, stream: &str, from: &str, block: Option<Duration>) -> AppResult<Vec<Entry>> {

@@ -163,7 +163,7 @@ async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<App
         for liked in [false, true] {
             let started = Instant::now();
             let txn = db.begin().await?;
-            let changed = apply::apply(&txn, &events(liked)).await?;
+            let changed = apply::apply(&txn, &events(liked)).await?.changed;
             txn.commit().await?;
             sql_only = started.elapsed();
             if changed.len() != 1 {
