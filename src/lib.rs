@@ -51,8 +51,9 @@
 //!    (the script loads them, then toggles). The mutation answers at once.
 //! 3. `worker::LikeWorker` — the shard's one consumer, by lease — reads the entry (own
 //!    pending first, then new), collapses the batch to the last op per (target, user,
-//!    course), and `likes::apply` writes everything in ONE transaction: JOINs drop deleted
-//!    or foreign-course targets, counters follow RETURNING.
+//!    course), and `likes::apply` writes everything in ONE transaction: JOINs refuse deleted
+//!    or foreign-course targets and users who are not members (their liked-sets are dropped
+//!    after COMMIT to reload), counters follow RETURNING.
 //! 4. After COMMIT: XACK + XDEL. A crash before this replays the batch with no effect twice.
 //! 5. The committed counts are what live subscriptions will publish (after commit, never
 //!    before).

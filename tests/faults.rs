@@ -10,8 +10,10 @@
 //!   The same without AOF loses every one of them, which shows the measurement sees loss.
 //! - Redis restarts empty: liked-sets rewarm, consumer groups are recreated, the live relay
 //!   resubscribes, all by themselves; `check` passes after `reconcile`.
-//! - PostgreSQL is unreachable for 30 s: reads and likes fail with UNAVAILABLE and change
-//!   nothing, the likes buffered before the outage wait in Redis, the worker drains them after.
+//! - PostgreSQL is unreachable for 30 s: reads fail with UNAVAILABLE and change nothing; likes
+//!   keep being accepted from users whose liked-set is loaded (a cold set needs PostgreSQL:
+//!   UNAVAILABLE); everything buffered waits in Redis and the worker drains it after, refusing
+//!   the like of a user who had left the course before the outage (membership fence).
 //!
 //! The storms run in the `fault-storms` test group (one at a time, see .config/nextest.toml):
 //! each wants the machine's cores to itself.
@@ -492,7 +494,7 @@ async fn redis_restarted_empty_recovers_on_its_own() {
 const OUTAGE: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_unreachable_for_30_s_fails_cleanly_and_loses_nothing() {
+async fn postgres_unreachable_for_30_s_reads_fail_buffered_likes_go_on_and_nothing_is_lost() {
     let proxy = TcpProxy::start("127.0.0.1:5432".parse().expect("address")).await;
     let proxy_addr = proxy.addr;
     let app = TestApp::spawn_with(|s| {
@@ -510,7 +512,7 @@ async fn postgres_unreachable_for_30_s_fails_cleanly_and_loses_nothing() {
     .await[0];
     let fans = ids(
         &app,
-        "INSERT INTO users (handle, display_name) SELECT 'fan' || g, 'fan' || g FROM generate_series(1, 12) g RETURNING id",
+        "INSERT INTO users (handle, display_name) SELECT 'fan' || g, 'fan' || g FROM generate_series(1, 13) g RETURNING id",
         vec![],
     )
     .await;
@@ -521,6 +523,20 @@ async fn postgres_unreachable_for_30_s_fails_cleanly_and_loses_nothing() {
     for fan in &fans[..10] {
         assert_eq!(like(&app, *fan, post).await["data"]["likePost"]["likedByMe"], true);
     }
+    // fans[10] and the leaver read the post (their liked-sets load); fans[11] never did (cold).
+    let (reader, cold, leaver) = (fans[10], fans[11], fans[12]);
+    let read_liked = "query($p: ID!) { post(id: $p) { likedByMe } }";
+    let post_id = json!({ "p": gid("Post", post) });
+    for user in [reader, leaver] {
+        app.gql_ok(Some(&app.token(user)), read_liked, post_id.clone()).await;
+    }
+    // The leaver leaves the course before the outage; their loaded set stays in Redis.
+    ids(
+        &app,
+        "DELETE FROM course_members WHERE course_id = $1 AND user_id = $2 RETURNING user_id AS id",
+        vec![world.course.into(), leaver.into()],
+    )
+    .await;
     let entries = async || {
         let status = course_forum::ops::streams::status(&app.state.redis, &app.state.keys).await.expect("status");
         status.shards.iter().map(|s| s.entries).sum::<u64>()
@@ -533,7 +549,6 @@ async fn postgres_unreachable_for_30_s_fails_cleanly_and_loses_nothing() {
     let outage_began = Instant::now();
     let alice = app.token(world.alice);
     let read = "query($p: ID!) { post(id: $p) { title likeCount } }";
-    let post_id = json!({ "p": gid("Post", post) });
     let mut slowest = Duration::ZERO;
     let mut probes = 0;
     while outage_began.elapsed() < OUTAGE {
@@ -545,38 +560,56 @@ async fn postgres_unreachable_for_30_s_fails_cleanly_and_loses_nothing() {
         assert!(message.contains("database is unreachable"), "{message}");
         assert!(response["data"].is_null(), "{response}");
 
+        // A like on a loaded set is accepted (the membership check cannot run; the worker's
+        // fence will); a like that needs its set loaded from PostgreSQL is UNAVAILABLE.
         let asked = Instant::now();
-        let response = like(&app, fans[10], post).await;
+        let response = like(&app, reader, post).await;
         slowest = slowest.max(asked.elapsed());
-        assert_eq!(error_code(&response).as_deref(), Some("UNAVAILABLE"), "a like: {response}");
+        assert!(response.get("errors").is_none(), "a like on a loaded set during the outage: {response}");
+        assert_eq!(response["data"]["likePost"]["likedByMe"], true, "{response}");
+        let response = like(&app, cold, post).await;
+        assert_eq!(error_code(&response).as_deref(), Some("UNAVAILABLE"), "a like on a cold set: {response}");
+        let response = like(&app, leaver, post).await;
+        assert!(response.get("errors").is_none(), "unverifiable, accepted for the fence to judge: {response}");
 
         let ready = app.http.get(app.url("/readyz")).send().await.expect("readyz");
         assert_eq!(ready.status(), 503);
         let ready: Value = ready.json().await.expect("json");
         assert_eq!((ready["postgres"]["ok"].clone(), ready["redis"]["ok"].clone()), (json!(false), json!(true)));
         assert_eq!(app.http.get(app.url("/healthz")).send().await.expect("healthz").status(), 200);
-        // The refused like changed nothing; the buffered ones wait.
-        assert_eq!(entries().await, 10, "nothing acknowledged during the outage, nothing lost");
+        // Two likes accepted during the outage (repeats change nothing), the refused one
+        // added nothing, and nothing buffered was lost.
+        assert_eq!(entries().await, 12, "ten before, two during the outage");
         probes += 1;
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     assert_eq!(rows_and_counter(&app, post).await, (0, 0), "nothing reached PostgreSQL");
-    eprintln!("postgres outage: {probes} rounds of probes over {OUTAGE:?}; slowest refusal {slowest:?}");
-    assert!(slowest < Duration::from_secs(5), "refusals are prompt (CONNECT_TIMEOUT is 2 s): {slowest:?}");
+    eprintln!("postgres outage: {probes} rounds of probes over {OUTAGE:?}; slowest answer {slowest:?}");
+    assert!(slowest < Duration::from_secs(5), "answers are prompt (CONNECT_TIMEOUT is 2 s): {slowest:?}");
 
     proxy.restore();
     let restored = Instant::now();
     let deadline = restored + Duration::from_secs(20);
-    while rows_and_counter(&app, post).await != (10, 10) {
+    // Ten from before the outage and the reader's from during it; the leaver's is refused.
+    while rows_and_counter(&app, post).await != (11, 11) || entries().await != 0 {
         assert!(Instant::now() < deadline, "the worker did not drain after PostgreSQL returned");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     eprintln!("postgres outage: drained {:?} after PostgreSQL returned", restored.elapsed());
+    let leaver_rows = app.scalar_i64("SELECT count(*) AS v FROM post_likes WHERE user_id = $1", [leaver.into()]).await;
+    assert_eq!(leaver_rows, 0, "the like of a user who had left was refused by the worker");
+    let mut conn = app.state.redis.clone();
+    let leaver_set: bool = redis::cmd("EXISTS")
+        .arg(app.state.keys.liked_set(leaver, world.course))
+        .query_async(&mut conn)
+        .await
+        .expect("exists");
+    assert!(!leaver_set, "and their liked-set was dropped");
     // Everything works again: the refused fan likes now.
-    let data = until_answered("a like after the outage", async || like(&app, fans[10], post).await).await;
-    assert_eq!(data["likePost"]["likeCount"], 11);
+    let data = until_answered("a like after the outage", async || like(&app, cold, post).await).await;
+    assert_eq!(data["likePost"]["likeCount"], 12);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while rows_and_counter(&app, post).await != (11, 11) {
+    while rows_and_counter(&app, post).await != (12, 12) {
         assert!(Instant::now() < deadline, "the worker did not apply the like after the outage");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
