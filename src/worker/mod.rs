@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::kv::Redis;
-use redis::{FromRedisValue, Value};
+use redis::Value;
 use sea_orm::{DatabaseConnection, DbErr, TransactionTrait};
 use tokio::sync::watch;
 
@@ -421,7 +421,7 @@ impl LikeWorker {
         }
         cmd.arg("STREAMS").arg(stream).arg(from);
         let mut conn = self.redis.clone();
-        let reply: Option<redis::streams::StreamReadReply> = match cmd.query_async(&mut conn).await {
+        let reply: Value = match cmd.query_async(&mut conn).await {
             Ok(reply) => reply,
             // The group vanished (Redis restarted empty or the stream was deleted): recreate it.
             Err(e) if e.code() == Some("NOGROUP") => {
@@ -430,13 +430,7 @@ impl LikeWorker {
             }
             Err(e) => return Err(e.into()),
         };
-        let Some(reply) = reply else { return Ok(Vec::new()) };
-        Ok(reply
-            .keys
-            .into_iter()
-            .flat_map(|k| k.ids)
-            .map(|entry| Entry { event: parse_event(&entry.map), id: entry.id })
-            .collect())
+        parse_read_reply(reply).map_err(|why| AppError::Internal(format!("unexpected XREADGROUP reply: {why}")))
     }
 
     async fn delivery_counts(&self, stream: &str, entries: &[Entry]) -> AppResult<HashMap<String, u64>> {
@@ -565,16 +559,66 @@ impl LikeWorker {
     }
 }
 
-fn parse_event(map: &HashMap<String, Value>) -> Result<LikeEvent, String> {
-    let field = |name: &str| -> Result<String, String> {
-        map.get(name)
-            .map(|v| String::from_redis_value(v.clone()).map_err(|e| format!("field {name}: {e}")))
-            .unwrap_or_else(|| Err(format!("missing field {name}")))
+/// Walks an XREADGROUP reply (`[[stream, [[id, [field, value, …]], …]], …]`, or a map of
+/// streams under RESP3; nil when nothing came) straight into entries. A batch is thousands of
+/// entries: parsing each into a map of owned values first cost more than the read itself.
+fn parse_read_reply(reply: Value) -> Result<Vec<Entry>, String> {
+    let streams = match reply {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Array(streams) => streams
+            .into_iter()
+            .map(|stream| match stream {
+                Value::Array(mut pair) if pair.len() == 2 => Ok(pair.swap_remove(1)),
+                other => Err(format!("a stream is not [name, entries]: {other:?}")),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Value::Map(streams) => {
+            streams.into_iter().map(|(_, entries)| Ok(entries)).collect::<Result<Vec<_>, String>>()?
+        }
+        other => return Err(format!("not an array of streams: {other:?}")),
     };
-    let target = LikeTarget::parse_member(&field("t")?).ok_or("bad target")?;
-    let user_id = field("u")?.parse::<i64>().map_err(|_| "bad user id")?;
-    let course_id = field("c")?.parse::<i64>().map_err(|_| "bad course id")?;
-    let liked = match field("op")?.as_str() {
+    let mut parsed = Vec::new();
+    for entries in streams {
+        let Value::Array(entries) = entries else { return Err("a stream's entries are not an array".into()) };
+        parsed.reserve(entries.len());
+        for entry in entries {
+            let Value::Array(mut parts) = entry else { return Err("an entry is not [id, fields]".into()) };
+            if parts.len() != 2 {
+                return Err("an entry is not [id, fields]".into());
+            }
+            let fields = parts.pop().unwrap_or(Value::Nil);
+            let id = match parts.pop() {
+                Some(Value::BulkString(id)) => String::from_utf8(id).map_err(|_| "an entry id is not text")?,
+                Some(Value::SimpleString(id)) => id,
+                other => return Err(format!("an entry id is not a string: {other:?}")),
+            };
+            parsed.push(Entry { id, event: parse_event(&fields) });
+        }
+    }
+    Ok(parsed)
+}
+
+/// One entry's fields (`op`, `t`, `u`, `c`, as `lua/like_toggle.lua` writes them) as an event;
+/// anything else is the reason it cannot apply (it goes to the dead letters).
+fn parse_event(fields: &Value) -> Result<LikeEvent, String> {
+    let (mut op, mut target, mut user, mut course) = (None, None, None, None);
+    // A trimmed-then-claimed entry has nil fields: nothing to apply.
+    let Value::Array(fields) = fields else { return Err("the entry has no fields".into()) };
+    for pair in fields.chunks(2) {
+        let [Value::BulkString(name), Value::BulkString(value)] = pair else { continue };
+        let value = std::str::from_utf8(value).map_err(|_| "a field is not text")?;
+        match name.as_slice() {
+            b"op" => op = Some(value),
+            b"t" => target = Some(value),
+            b"u" => user = Some(value),
+            b"c" => course = Some(value),
+            _ => {}
+        }
+    }
+    let target = LikeTarget::parse_member(target.ok_or("missing field t")?).ok_or("bad target")?;
+    let user_id = user.ok_or("missing field u")?.parse::<i64>().map_err(|_| "bad user id")?;
+    let course_id = course.ok_or("missing field c")?.parse::<i64>().map_err(|_| "bad course id")?;
+    let liked = match op.ok_or("missing field op")? {
         "like" => true,
         "unlike" => false,
         other => return Err(format!("bad op {other}")),
@@ -602,5 +646,54 @@ pub fn is_transient(err: &AppError) -> bool {
             }
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    fn entry(id: &str, fields: &[&str]) -> Value {
+        Value::Array(vec![bulk(id), Value::Array(fields.iter().map(|f| bulk(f)).collect())])
+    }
+
+    #[test]
+    fn a_read_reply_parses_into_events_and_reasons() {
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk("cf:{s0}:likes"),
+            Value::Array(vec![
+                entry("1-0", &["op", "like", "t", "p:7", "u", "3", "c", "2"]),
+                entry("2-0", &["op", "unlike", "t", "c:9", "u", "3", "c", "2"]),
+                entry("3-0", &["op", "like", "t", "x:1", "u", "3", "c", "2"]),
+                entry("4-0", &["op", "like", "u", "3", "c", "2"]),
+                // An entry deleted from the stream while pending is read back with nil fields.
+                Value::Array(vec![bulk("5-0"), Value::Nil]),
+            ]),
+        ])]);
+        let entries = parse_read_reply(reply).expect("parses");
+        let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["1-0", "2-0", "3-0", "4-0", "5-0"]);
+        assert_eq!(
+            entries[0].event,
+            Ok(LikeEvent { target: LikeTarget::Post(7), user_id: 3, course_id: 2, liked: true })
+        );
+        assert_eq!(
+            entries[1].event,
+            Ok(LikeEvent { target: LikeTarget::Comment(9), user_id: 3, course_id: 2, liked: false })
+        );
+        assert_eq!(entries[2].event, Err("bad target".to_owned()));
+        assert_eq!(entries[3].event, Err("missing field t".to_owned()));
+        assert!(entries[4].event.is_err());
+    }
+
+    #[test]
+    fn nil_is_no_entries_and_garbage_is_an_error() {
+        assert!(parse_read_reply(Value::Nil).expect("nil").is_empty());
+        assert!(parse_read_reply(Value::Int(3)).is_err());
+        assert!(parse_read_reply(Value::Array(vec![Value::Int(3)])).is_err());
     }
 }
