@@ -23,6 +23,7 @@ use course_forum::kv;
 use course_forum::startup::{Application, build_feed_fanout};
 use course_forum::state::AppState;
 use sea_orm::ConnectionTrait;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::fixture::Fixture;
@@ -37,14 +38,77 @@ const PAGE: &str = "query($after: String) { homeFeed(first: 20, after: $after) {
                     edges { node { id title likeCount commentCount author { handle } } } \
                     pageInfo { hasNextPage endCursor } } }";
 
-/// What the command line chose.
+/// What the command line chose (`bench feed --help`); the suite runs the defaults.
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct FeedBench {
+    /// Members of the celebrity course.
+    #[arg(long, default_value_t = 10_000)]
     pub celebrity_members: i64,
+    /// Posts already in the celebrity course.
+    #[arg(long, default_value_t = 500)]
     pub celebrity_posts: i64,
+    /// Distinct readers (members of the celebrity course and of five small courses).
+    #[arg(long, default_value_t = 200)]
     pub readers: i64,
+    /// Timed reads of the warm first page (and as many of the second page).
+    #[arg(long, default_value_t = 4_000)]
     pub reads: usize,
+    /// Concurrent HTTP connections reading.
+    #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
+    /// Posts fanned out to the 2,000-member course (each timed).
+    #[arg(long, default_value_t = 20)]
     pub fanout_runs: usize,
+}
+
+impl FeedBench {
+    /// The command line's defaults.
+    pub fn defaults() -> Self {
+        #[derive(Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            bench: FeedBench,
+        }
+        Defaults::parse_from(["feed"]).bench
+    }
+}
+
+/// One line of latencies: feed reads or fan-out steps.
+#[derive(Debug, Serialize)]
+pub struct Timings {
+    pub name: String,
+    pub samples: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    /// Requests per second of wall time, all connections together (reads only).
+    pub per_s: Option<f64>,
+}
+
+impl Timings {
+    fn of(name: &str, sorted_ms: &[f64], per_s: Option<f64>) -> Self {
+        Self {
+            name: name.to_owned(),
+            samples: sorted_ms.len(),
+            p50_ms: percentile(sorted_ms, 50.0),
+            p99_ms: percentile(sorted_ms, 99.0),
+            min_ms: sorted_ms.first().copied().unwrap_or(f64::NAN),
+            max_ms: sorted_ms.last().copied().unwrap_or(f64::NAN),
+            per_s,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct FeedResult {
+    pub config: FeedBench,
+    /// First reads (timelines rebuilt), warm first pages, second pages.
+    pub reads: Vec<Timings>,
+    pub timelines_rebuilt: u64,
+    pub sql_per_warm_page: f64,
+    /// One post fanned out to 2,000 timelines; one celebrity post pushed to its list.
+    pub fanout: Vec<Timings>,
 }
 
 /// The application's settings, parsed like the server's own command line.
@@ -54,7 +118,7 @@ struct ServerArgs {
     settings: Settings,
 }
 
-pub async fn run(cli: &Cli, bench: &FeedBench) -> AppResult<()> {
+pub async fn run(cli: &Cli, bench: &FeedBench) -> AppResult<FeedResult> {
     if bench.readers > bench.celebrity_members || bench.readers < SMALL_MEMBERS * SMALL_COURSES / COURSES_PER_READER {
         return Err(AppError::Config(format!(
             "--readers must be between {} and --celebrity-members",
@@ -114,7 +178,7 @@ async fn build_world(fixture: &Fixture, bench: &FeedBench) -> AppResult<i64> {
     Ok(fanout_course)
 }
 
-async fn measure(cli: &Cli, bench: &FeedBench, fixture: &Fixture, prefix: &str) -> AppResult<()> {
+async fn measure(cli: &Cli, bench: &FeedBench, fixture: &Fixture, prefix: &str) -> AppResult<FeedResult> {
     let fanout_course = build_world(fixture, bench).await?;
     // Just above the fan-out course: it is fanned out, the celebrity course is not.
     let threshold = (FANOUT_MEMBERS + 1).to_string();
@@ -153,7 +217,12 @@ async fn measure(cli: &Cli, bench: &FeedBench, fixture: &Fixture, prefix: &str) 
     outcome
 }
 
-async fn measure_with_server(bench: &FeedBench, state: &AppState, base: &str, fanout_course: i64) -> AppResult<()> {
+async fn measure_with_server(
+    bench: &FeedBench,
+    state: &AppState,
+    base: &str,
+    fanout_course: i64,
+) -> AppResult<FeedResult> {
     let job = build_feed_fanout(state).await?;
     // The celebrity course gets its list when its first post is fanned out.
     posts::create(&state.db, 1, 1, "the celebrity list starts here", "body").await?;
@@ -211,6 +280,35 @@ async fn measure_with_server(bench: &FeedBench, state: &AppState, base: &str, fa
         }
     }
 
+    fanout_ms.sort_by(f64::total_cmp);
+    celebrity_ms.sort_by(f64::total_cmp);
+    // A second-page sample is two requests (the first page for its cursor, then the timed one).
+    let reads = [
+        ("first read of each reader (rebuilds)", &first_reads, 1.0),
+        ("first page, warm", &warm, 1.0),
+        ("second page (after the first's cursor)", &second, 2.0),
+    ]
+    .into_iter()
+    .map(|(name, run, requests_per_sample)| {
+        let per_s = requests_per_sample * run.latencies_ms.len() as f64 / run.wall.as_secs_f64();
+        Timings::of(name, &run.latencies_ms, Some(per_s))
+    })
+    .collect();
+    Ok(FeedResult {
+        config: bench.clone(),
+        reads,
+        timelines_rebuilt: rebuilt,
+        sql_per_warm_page: sql_per_page,
+        fanout: vec![
+            Timings::of("course of 2,000 members: 2,000 timelines", &fanout_ms, None),
+            Timings::of("celebrity course: one list", &celebrity_ms, None),
+        ],
+    })
+}
+
+/// The standalone command's report.
+pub fn print(result: &FeedResult) {
+    let bench = &result.config;
     println!(
         "home feed: 1 celebrity course of {} members ({} posts), {SMALL_COURSES} small courses of \
          {SMALL_MEMBERS} (30 posts each);",
@@ -223,44 +321,29 @@ async fn measure_with_server(bench: &FeedBench, state: &AppState, base: &str, fa
         bench.readers, bench.concurrency
     );
     println!("{:<44} {:>6} {:>9} {:>9} {:>9} {:>8}", "feed read", "reads", "p50 ms", "p99 ms", "max ms", "reads/s");
-    // A second-page sample is two requests (the first page for its cursor, then the timed one).
-    for (name, run, requests_per_sample) in [
-        ("first read of each reader (rebuilds)", &first_reads, 1.0),
-        ("first page, warm", &warm, 1.0),
-        ("second page (after the first's cursor)", &second, 2.0),
-    ] {
-        let samples = &run.latencies_ms;
+    for t in &result.reads {
         println!(
-            "{name:<44} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>8.0}",
-            samples.len(),
-            percentile(samples, 50.0),
-            percentile(samples, 99.0),
-            samples.last().copied().unwrap_or(f64::NAN),
-            requests_per_sample * samples.len() as f64 / run.wall.as_secs_f64()
+            "{:<44} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>8.0}",
+            t.name,
+            t.samples,
+            t.p50_ms,
+            t.p99_ms,
+            t.max_ms,
+            t.per_s.unwrap_or(f64::NAN)
         );
     }
     println!(
         "reads/s: requests per second of wall time, all connections together; timelines rebuilt by the first \
-         reads: {rebuilt}; SQL statements per warm first page: {sql_per_page:.2} (memberships, authors)"
+         reads: {}; SQL statements per warm first page: {:.2} (memberships, authors)",
+        result.timelines_rebuilt, result.sql_per_warm_page
     );
-    fanout_ms.sort_by(f64::total_cmp);
-    celebrity_ms.sort_by(f64::total_cmp);
     println!(
         "{:<44} {:>6} {:>9} {:>9} {:>9}",
         "fan-out of one post (one job step)", "runs", "p50 ms", "min ms", "max ms"
     );
-    for (name, samples) in
-        [("course of 2,000 members: 2,000 timelines", &fanout_ms), ("celebrity course: one list", &celebrity_ms)]
-    {
-        println!(
-            "{name:<44} {:>6} {:>9.2} {:>9.2} {:>9.2}",
-            samples.len(),
-            percentile(samples, 50.0),
-            samples.first().copied().unwrap_or(f64::NAN),
-            samples.last().copied().unwrap_or(f64::NAN)
-        );
+    for t in &result.fanout {
+        println!("{:<44} {:>6} {:>9.2} {:>9.2} {:>9.2}", t.name, t.samples, t.p50_ms, t.min_ms, t.max_ms);
     }
-    Ok(())
 }
 
 /// Latencies of a batch of reads (sorted, ms) and the wall time of the whole batch.

@@ -42,8 +42,8 @@ pub struct Cli {
     /// turn on the same data (the suite uses the first).
     #[arg(long = "server-bin", global = true)]
     pub server_bins: Vec<std::path::PathBuf>,
-    /// `sslmode` of the servers' DATABASE_URL. Unset: the app's default (sqlx's `prefer`: TLS
-    /// whenever PostgreSQL offers it, loopback included); `disable` measures without TLS.
+    /// `sslmode` of the servers' DATABASE_URL. Unset: the app's default (no TLS to a loopback
+    /// host, see `db::without_tls_on_loopback`); `prefer` measures the cost of TLS there.
     #[arg(long, global = true)]
     pub db_sslmode: Option<String>,
     /// Extra environment for the servers, `NAME=VALUE` (repeatable), e.g.
@@ -122,26 +122,7 @@ enum Scenario {
         connections: usize,
     },
     /// Home feed: read latency with a celebrity course, and fan-out of one post to 2,000 members.
-    Feed {
-        /// Members of the celebrity course.
-        #[arg(long, default_value_t = 10_000)]
-        celebrity_members: i64,
-        /// Posts already in the celebrity course.
-        #[arg(long, default_value_t = 500)]
-        celebrity_posts: i64,
-        /// Distinct readers (members of the celebrity course and of five small courses).
-        #[arg(long, default_value_t = 200)]
-        readers: i64,
-        /// Timed reads of the warm first page (and as many of the second page).
-        #[arg(long, default_value_t = 4_000)]
-        reads: usize,
-        /// Concurrent HTTP connections reading.
-        #[arg(long, default_value_t = 8)]
-        concurrency: usize,
-        /// Posts fanned out to the 2,000-member course (each timed).
-        #[arg(long, default_value_t = 20)]
-        fanout_runs: usize,
-    },
+    Feed(feed::FeedBench),
 }
 
 fn show<T: serde::Serialize>(result: AppResult<T>) -> AppResult<bool> {
@@ -171,17 +152,10 @@ async fn main() -> std::process::ExitCode {
             show(live::run(&cli, *subscribers, *likes, *concurrency, *open_rate).await)
         }
         Scenario::Views { viewers, connections } => show(views::run(&cli, *viewers, *connections).await),
-        Scenario::Feed { celebrity_members, celebrity_posts, readers, reads, concurrency, fanout_runs } => {
-            let bench = feed::FeedBench {
-                celebrity_members: *celebrity_members,
-                celebrity_posts: *celebrity_posts,
-                readers: *readers,
-                reads: *reads,
-                concurrency: *concurrency,
-                fanout_runs: *fanout_runs,
-            };
-            feed::run(&cli, &bench).await.map(|()| true)
-        }
+        Scenario::Feed(bench) => feed::run(&cli, bench).await.map(|result| {
+            feed::print(&result);
+            true
+        }),
     };
     match result {
         Ok(true) => std::process::ExitCode::SUCCESS,

@@ -15,6 +15,7 @@ use course_forum::error::{AppError, AppResult};
 use serde::Serialize;
 
 use crate::Cli;
+use crate::feed::{self, FeedBench, FeedResult};
 use crate::fixture::Fixture;
 use crate::live::{self, LiveResult};
 use crate::page::{self, PageResult};
@@ -83,6 +84,7 @@ pub struct SuiteReport {
     pub live: LiveResult,
     pub worker_apply: Vec<ApplyResult>,
     pub views: ViewsResult,
+    pub feed: FeedResult,
     pub goals: Vec<Goal>,
 }
 
@@ -123,6 +125,9 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
     .await;
     fixture.drop().await?;
     let (storm, page, live, views) = outcome?;
+    // The home feed builds its own world (a celebrity course of 10,000) in its own database.
+    eprintln!("bench suite: home feed…");
+    let feed = feed::run(cli, &FeedBench::defaults()).await?;
 
     let machine = Machine {
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -140,6 +145,7 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
         live,
         worker_apply: apply,
         views,
+        feed,
         goals,
     };
     let table = table(&report);
@@ -383,6 +389,27 @@ pub fn table(r: &SuiteReport) -> String {
         if v.consistent { "✓" } else { "✗" },
         v.load_before
     );
+    let f = &r.feed;
+    let _ = writeln!(
+        t,
+        "\nHome feed: a celebrity course of {} members (not fanned out), {} readers each also in 5 small \
+         courses, pages of 20, {} connections; fan-out of one post\n",
+        f.config.celebrity_members, f.config.readers, f.config.concurrency
+    );
+    let _ = writeln!(t, "| step | samples | p50 ms | p99 ms | max ms | per s |");
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|");
+    for step in f.reads.iter().chain(&f.fanout) {
+        let _ = writeln!(
+            t,
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {} |",
+            step.name,
+            step.samples,
+            step.p50_ms,
+            step.p99_ms,
+            step.max_ms,
+            step.per_s.map_or_else(|| "–".to_owned(), |n| format!("{n:.0}"))
+        );
+    }
     let _ = writeln!(t, "\nGoals\n");
     let _ = writeln!(t, "| goal | measured | met |");
     let _ = writeln!(t, "|---|---|---|");
