@@ -233,7 +233,7 @@ async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>>
 pub async fn build_worker(state: &AppState) -> AppResult<LikeWorker> {
     let redis = kv::connect(state.settings.redis_url()?, state.settings.connect_timeout, "worker").await?;
     let worker = LikeWorker::new(
-        state.db.clone(),
+        state.jobs_db.clone(),
         redis,
         state.keys.clone(),
         WorkerConfig::from_settings(&state.settings),
@@ -246,7 +246,7 @@ pub async fn build_worker(state: &AppState) -> AppResult<LikeWorker> {
 /// The view aggregator on the state's database and Redis prefix (`flush_views_once` steps it).
 pub fn build_view_aggregator(state: &AppState) -> ViewAggregator {
     ViewAggregator::new(
-        state.db.clone(),
+        state.jobs_db.clone(),
         state.redis.clone(),
         state.keys.clone(),
         state.settings.view_shards,
@@ -259,14 +259,17 @@ pub fn build_view_aggregator(state: &AppState) -> ViewAggregator {
 /// pipelines of thousands of pushes must not hold up the API's multiplexed connection.
 pub async fn build_feed_fanout(state: &AppState) -> AppResult<FanoutJob> {
     let redis = kv::connect(state.settings.redis_url()?, state.settings.connect_timeout, "feed").await?;
-    Ok(FanoutJob::new(state.db.clone(), redis, state.keys.clone(), FeedConfig::from_settings(&state.settings)))
+    Ok(FanoutJob::new(state.jobs_db.clone(), redis, state.keys.clone(), FeedConfig::from_settings(&state.settings)))
 }
 
 /// Opens every client and assembles the shared state.
 pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let settings = Arc::new(settings);
     let mut db = db::connect(&settings).await?;
-    let sql_statements = db::StatementCounter::attach(&mut db);
+    // One pool; the jobs' handle labels its statements apart from the requests'.
+    let mut jobs_db = db.clone();
+    let sql_statements = db::StatementCounter::attach(&mut db, "api");
+    sql_statements.attach_also(&mut jobs_db, "background");
     let redis = kv::connect(settings.redis_url()?, settings.connect_timeout, "api").await?;
     if settings.like_mode == LikeMode::Buffered && !settings.allow_evicting_redis {
         kv::refuse_evicting_policy(&redis).await?;
@@ -294,6 +297,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     Ok(AppState {
         settings,
         db,
+        jobs_db,
         sql_statements,
         redis,
         keys,

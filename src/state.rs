@@ -20,7 +20,11 @@ use crate::views::Views;
 pub struct AppState {
     pub settings: Arc<Settings>,
     pub db: DatabaseConnection,
-    /// How many SQL statements `db` has run, for statements-per-request measurements.
+    /// The same pool for the like worker, the view aggregator and the feed fan-out: their
+    /// statements count as `role="background"` in `sql_statements_total`.
+    pub jobs_db: DatabaseConnection,
+    /// How many SQL statements `db` and `jobs_db` have run, for statements-per-request
+    /// measurements.
     pub sql_statements: StatementCounter,
     /// Multiplexed, self-reconnecting; clone it per use.
     pub redis: Redis,

@@ -44,6 +44,8 @@ async fn metrics_count_the_sql_statements_and_redis_commands_a_request_sends() {
     assert_eq!(app.state.redis.commands_sent() - redis_before, 2);
 
     let text = app.http.get(app.url("/metrics")).send().await.expect("GET /metrics").text().await.expect("text");
-    assert!(text.contains("sql_statements_total"), "{text}");
+    assert!(text.contains("sql_statements_total{role=\"api\"}"), "{text}");
+    // No job ran in this test: every statement was a request's.
+    assert!(!text.contains("sql_statements_total{role=\"background\"}"), "{text}");
     assert!(text.contains("redis_commands_total{role=\"api\"}"), "{text}");
 }

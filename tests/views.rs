@@ -385,6 +385,11 @@ async fn a_flush_of_many_posts_is_one_statement() {
     let statements = app.state.sql_statements.get() - before;
     eprintln!("flush of {} posts: {statements} SQL statement(s) in {:?}", posts.len(), report.elapsed);
     assert_eq!(statements, 1, "one UPDATE … FROM unnest for every post of every shard");
+    let metrics = app.http.get(app.url("/metrics")).send().await.expect("GET /metrics").text().await.expect("text");
+    assert!(
+        metrics.contains("sql_statements_total{role=\"background\"} 1\n"),
+        "the flush is a job's statement: {metrics}"
+    );
     assert_eq!(report.counts.len(), 40);
     assert_eq!(db_total(&app).await, 80);
 

@@ -87,19 +87,29 @@ pub async fn migrate(db: &DatabaseConnection) -> AppResult<()> {
 }
 
 /// Counts the SQL statements a pool has run (benchmarks and tests report statements per page).
+/// One count for the process; the `sql_statements_total` metric also says whose statement it
+/// was (`role`: `api` for requests, `background` for the worker and the jobs), so a
+/// per-request figure is not blurred by a job polling in the same process.
 #[derive(Clone, Debug, Default)]
 pub struct StatementCounter(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
 impl StatementCounter {
-    /// Installs the counter on `db`; clones of `db` made afterwards share it.
-    pub fn attach(db: &mut DatabaseConnection) -> Self {
+    /// Installs a new counter on `db`, its statements labelled `role`; clones of `db` made
+    /// afterwards share it.
+    pub fn attach(db: &mut DatabaseConnection, role: &'static str) -> Self {
         let counter = Self::default();
-        let inner = counter.0.clone();
+        counter.attach_also(db, role);
+        counter
+    }
+
+    /// Counts the statements of another handle of the pool (a clone made before `attach`)
+    /// here too, labelled `role`.
+    pub fn attach_also(&self, db: &mut DatabaseConnection, role: &'static str) {
+        let inner = self.0.clone();
         db.set_metric_callback(move |_| {
             inner.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            metrics::counter!(crate::telemetry::names::SQL_STATEMENTS).increment(1);
+            metrics::counter!(crate::telemetry::names::SQL_STATEMENTS, "role" => role).increment(1);
         });
-        counter
     }
 
     pub fn get(&self) -> u64 {

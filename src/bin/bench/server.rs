@@ -129,7 +129,7 @@ impl Server {
         Ok(Counters {
             redis_api: get("redis_commands_total{role=\"api\"}"),
             redis_worker: get("redis_commands_total{role=\"worker\"}"),
-            sql: get("sql_statements_total"),
+            sql: get("sql_statements_total{role=\"api\"}"),
         })
     }
 

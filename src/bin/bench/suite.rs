@@ -225,9 +225,9 @@ fn goals(storm: &[StormResult], page: &PageResult, live: &LiveResult, apply: &[A
     goals.push(Goal {
         goal: "page: ≤ 3 SQL statements".into(),
         measured: format!("{:.3}", page.sql_per_page),
-        // Per page, over thousands of pages: a background statement of the process in the
-        // window shows in the third decimal, not as a fourth statement.
-        met: page.sql_per_page < 3.005,
+        // The requests' statements only (`role="api"`): the jobs polling in the same
+        // process are counted apart.
+        met: page.sql_per_page <= 3.0,
     });
     goals.push(Goal {
         goal: "commit→subscriber p99 < 250 ms".into(),
