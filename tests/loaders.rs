@@ -66,3 +66,76 @@ async fn read_a_page_of_twenty(app: &TestApp) -> (u64, u64) {
     assert_eq!(authors.len(), 20);
     (statements, redis_commands)
 }
+
+/// `likedByMe` is cached for the request, so a like or unlike must write its outcome into that
+/// cache: one document that likes, unlikes and likes again shows each step, not the first.
+#[tokio::test]
+async fn likes_and_unlikes_in_one_document_each_show_their_own_outcome() {
+    for mode in [course_forum::config::LikeMode::Buffered, course_forum::config::LikeMode::Sync] {
+        let app = TestApp::spawn_with(move |s| s.like_mode = mode).await;
+        let world = World::create(&app).await;
+        let alice = app.token(world.alice);
+        let post = app
+            .gql_ok(
+                Some(&alice),
+                "mutation($c: ID!) { createPost(courseId: $c, title: \"t\", body: \"b\") { id } }",
+                json!({ "c": gid("Course", world.course) }),
+            )
+            .await["createPost"]["id"]
+            .clone();
+        let data = app
+            .gql_ok(
+                Some(&alice),
+                "mutation($p: ID!) { \
+                   a: likePost(postId: $p) { likedByMe } \
+                   b: unlikePost(postId: $p) { likedByMe } \
+                   c: likePost(postId: $p) { likedByMe } }",
+                json!({ "p": post }),
+            )
+            .await;
+        let steps: Vec<_> = ["a", "b", "c"].iter().map(|k| data[*k]["likedByMe"].clone()).collect();
+        assert_eq!(steps, [json!(true), json!(false), json!(true)], "{mode:?}");
+        let read =
+            app.gql_ok(Some(&alice), "query($p: ID!) { post(id: $p) { likedByMe } }", json!({ "p": post })).await;
+        assert_eq!(read["post"]["likedByMe"], true, "{mode:?}");
+    }
+}
+
+/// The page asks for every flag at once whichever way the query names `likedByMe`: through
+/// `nodes`, or inside a fragment.
+#[tokio::test]
+async fn a_page_primes_its_liked_flags_through_nodes_and_fragments() {
+    let app = TestApp::spawn_with(|s| s.like_mode = course_forum::config::LikeMode::Buffered).await;
+    let world = World::create(&app).await;
+    let alice = app.token(world.alice);
+    for n in 0..5 {
+        let post = app
+            .gql_ok(
+                Some(&alice),
+                "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"b\") { id } }",
+                json!({ "c": gid("Course", world.course), "t": format!("post {n}") }),
+            )
+            .await["createPost"]["id"]
+            .clone();
+        if n % 2 == 1 {
+            app.gql_ok(Some(&alice), "mutation($p: ID!) { likePost(postId: $p) { id } }", json!({ "p": post })).await;
+        }
+    }
+    for page in [
+        "query($c: ID!) { course(id: $c) { posts(first: 5) { nodes { likedByMe } } } }",
+        "query($c: ID!) { course(id: $c) { posts(first: 5) { ...Flags } } } \
+         fragment Flags on PostConnection { nodes { ... on Post { likedByMe } } }",
+    ] {
+        let redis_before = app.state.redis.commands_sent();
+        let data = app.gql_ok(Some(&alice), page, json!({ "c": gid("Course", world.course) })).await;
+        assert_eq!(app.state.redis.commands_sent() - redis_before, 1, "{page}");
+        let flags: Vec<_> = data["course"]["posts"]["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| n["likedByMe"].clone())
+            .collect();
+        // Newest first: posts 4..0, posts 3 and 1 liked.
+        assert_eq!(flags, [json!(false), json!(true), json!(false), json!(true), json!(false)], "{page}");
+    }
+}

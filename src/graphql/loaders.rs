@@ -1,12 +1,14 @@
 //! DataLoaders, created per request (their caches must not outlive it): authors, courses and
 //! the viewer's "liked" flags each cost one query per request tick, not one per row; post
-//! views one pipelined Redis round trip.
+//! views one pipelined Redis round trip. A page of posts or comments asks for every "liked"
+//! flag it will show up front (`prime_liked`), so a page costs one Redis command for them
+//! however its resolvers happen to be scheduled.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_graphql::Context;
-use async_graphql::dataloader::{DataLoader, Loader};
+use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 use sea_orm::DatabaseConnection;
 
 use crate::error::{AppError, AppResult};
@@ -75,8 +77,9 @@ impl Loader<i64> for ViewLoader {
 pub struct Loaders {
     pub users: DataLoader<UserLoader>,
     pub courses: DataLoader<CourseLoader>,
-    /// Present only for an authenticated viewer.
-    pub liked: Option<DataLoader<LikedLoader>>,
+    /// Present only for an authenticated viewer. Cached for the request: a page primes it
+    /// (`prime_liked`), and a like or unlike records its outcome in it (`record_liked`).
+    pub liked: Option<DataLoader<LikedLoader, HashMapCache>>,
     pub views: DataLoader<ViewLoader>,
 }
 
@@ -85,7 +88,13 @@ impl Loaders {
         Self {
             users: DataLoader::new(UserLoader(db.clone()), tokio::spawn),
             courses: DataLoader::new(CourseLoader(db.clone()), tokio::spawn),
-            liked: viewer.map(|user_id| DataLoader::new(LikedLoader { likes: likes.clone(), user_id }, tokio::spawn)),
+            liked: viewer.map(|user_id| {
+                DataLoader::with_cache(
+                    LikedLoader { likes: likes.clone(), user_id },
+                    tokio::spawn,
+                    HashMapCache::default(),
+                )
+            }),
             views: DataLoader::new(ViewLoader(views.clone()), tokio::spawn),
         }
     }
@@ -110,4 +119,32 @@ pub async fn liked_by_me(ctx: &Context<'_>, course_id: i64, target: LikeTarget) 
         Some(loader) => Ok(loader.load_one((course_id, target)).await?.unwrap_or(false)),
         None => Ok(false),
     }
+}
+
+/// Loads the "liked" flags of a whole page at once when the query asks for `likedByMe` on its
+/// nodes (through `edges { node }` or `nodes`). Without this, each node's resolver asks the
+/// DataLoader itself, and a page whose resolvers are scheduled more than the loader's 1 ms
+/// apart (a busy server) splits into two commands. Call it from the resolver that returns
+/// the connection; a query that names no `likedByMe` costs nothing.
+pub async fn prime_liked(
+    ctx: &Context<'_>,
+    keys: impl IntoIterator<Item = (i64, LikeTarget)>,
+) -> async_graphql::Result<()> {
+    let Some(loader) = &loaders(ctx)?.liked else { return Ok(()) };
+    let wanted = ctx.look_ahead();
+    if wanted.field("edges").field("node").field("likedByMe").exists()
+        || wanted.field("nodes").field("likedByMe").exists()
+    {
+        loader.load_many(keys).await?;
+    }
+    Ok(())
+}
+
+/// Records what a like or unlike just made true, so that `likedByMe` later in the same request
+/// (a mutation's answer, or a second mutation of the document) shows it, not a flag cached before.
+pub async fn record_liked(ctx: &Context<'_>, course_id: i64, target: LikeTarget, liked: bool) -> AppResult<()> {
+    if let Some(loader) = &loaders(ctx)?.liked {
+        loader.feed_one((course_id, target), liked).await;
+    }
+    Ok(())
 }

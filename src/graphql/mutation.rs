@@ -8,6 +8,7 @@ use async_graphql::{Context, ID, MergedObject, Object, Result};
 use super::access::{self, require_author, require_author_or_instructor};
 use super::context::{state, viewer};
 use super::ids::{self, NodeKind, encode};
+use super::loaders::record_liked;
 use super::types::{AnyComment, Comment, DeletePayload, Post, Reply, ViewResult, ViewTicket};
 use crate::error::AppError;
 use crate::forum::comments::{self, MAX_COMMENT_CHARS};
@@ -211,6 +212,7 @@ async fn set_post_like(ctx: &Context<'_>, post_id: &ID, liked: bool) -> Result<P
         .likes
         .set(viewer.user_id, post.course_id, LikeTarget::Post(post.id), liked, post.like_count, membership)
         .await?;
+    record_liked(ctx, post.course_id, LikeTarget::Post(post.id), liked).await?;
     Ok(Post(post))
 }
 
@@ -228,5 +230,6 @@ async fn set_comment_like(ctx: &Context<'_>, comment_id: &ID, liked: bool) -> Re
             Membership::Verified,
         )
         .await?;
+    record_liked(ctx, comment.course_id, LikeTarget::Comment(comment.id), liked).await?;
     Ok(AnyComment::from_row(comment))
 }

@@ -7,10 +7,12 @@ use super::access;
 use super::context::{state, viewer};
 use super::cursor::{self, KeyCursor};
 use super::ids::{self, NodeKind};
+use super::loaders::prime_liked;
 use super::types::{Comment, Course, Node, Post, Reply, User, connection, page_cost};
 use crate::error::AppError;
 use crate::forum::paging::PageRequest;
 use crate::forum::{courses, users};
+use crate::likes::LikeTarget;
 
 #[derive(Default)]
 pub struct Query;
@@ -46,6 +48,7 @@ impl Query {
         let state = state(ctx)?;
         let courses: Vec<i64> = viewer.memberships(&state.db).await?.keys().copied().collect();
         let rows = state.feed.page(viewer.user_id, &courses, &page).await?;
+        prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
         Ok(connection(rows, |r| r.id, Post))
     }
 

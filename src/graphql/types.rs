@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::context::{state, viewer};
 use super::cursor::{self, KeyCursor};
 use super::ids::{NodeKind, encode};
-use super::loaders::{liked_by_me, loaders, user};
+use super::loaders::{liked_by_me, loaders, prime_liked, user};
 use crate::error::AppError;
 use crate::forum::comments::{self, CommentRow};
 use crate::forum::courses::{self, CourseRow, Role};
@@ -134,6 +134,7 @@ impl Course {
     ) -> Result<Connection<KeyCursor, Post>> {
         let page = page_request(first, after, last, before)?;
         let rows = posts::page_in_course(&state(ctx)?.db, self.0.id, &page).await?;
+        prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
         Ok(connection(rows, |r| r.id, Post))
     }
 }
@@ -196,6 +197,7 @@ impl Post {
     ) -> Result<Connection<KeyCursor, Comment>> {
         let page = page_request(first, after, last, before)?;
         let rows = comments::page_top_level(&state(ctx)?.db, self.0.id, self.0.course_id, &page).await?;
+        prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Comment(r.id)))).await?;
         Ok(connection(rows, |r| r.id, Comment))
     }
 }
