@@ -247,7 +247,7 @@ pub async fn build_worker(state: &AppState) -> AppResult<LikeWorker> {
 pub fn build_view_aggregator(state: &AppState) -> ViewAggregator {
     ViewAggregator::new(
         state.jobs_db.clone(),
-        state.redis.clone(),
+        state.redis.with_role("background"),
         state.keys.clone(),
         state.settings.view_shards,
         state.settings.view_flush_interval,

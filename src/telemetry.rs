@@ -145,7 +145,12 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
         (VIEW_FLUSHES, Counter, "result", "view aggregator flushes: ok or failed"),
         (VIEW_FLUSH_DURATION, Histogram, "", "time of one view flush"),
         (VIEWS_FLUSHED, Counter, "", "counted views written to posts.view_count"),
-        (REDIS_COMMANDS, Counter, "role", "Redis commands sent (api, worker, …)"),
+        (
+            REDIS_COMMANDS,
+            Counter,
+            "role",
+            "Redis commands sent (api: requests; worker, feed, background, scrape, probe, check)",
+        ),
         (SQL_STATEMENTS, Counter, "role", "SQL statements run (api: requests; background: worker and jobs)"),
         (REDIS_EVICTED_KEYS, Counter, "", "keys Redis evicted since it started (INFO stats; must stay 0 for streams)"),
         (REDIS_USED_MEMORY, Gauge, "", "memory Redis uses (INFO memory)"),

@@ -48,4 +48,15 @@ async fn metrics_count_the_sql_statements_and_redis_commands_a_request_sends() {
     // No job ran in this test: every statement was a request's.
     assert!(!text.contains("sql_statements_total{role=\"background\"}"), "{text}");
     assert!(text.contains("redis_commands_total{role=\"api\"}"), "{text}");
+    // A scrape reads Redis for its gauges under its own label, so the requests' figure between
+    // two scrapes is the requests' alone (here: none).
+    let again = app.http.get(app.url("/metrics")).send().await.expect("GET /metrics").text().await.expect("text");
+    let api_commands = |text: &str| sample(text, "redis_commands_total{role=\"api\"}");
+    assert_eq!(api_commands(&again), api_commands(&text), "a scrape counted as the API's");
+    assert!(sample(&again, "redis_commands_total{role=\"scrape\"}") > 0.0, "{again}");
+}
+
+/// The value of one Prometheus sample line (`name{labels} value`), 0 when absent.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines().find_map(|line| line.strip_prefix(series)?.trim().parse().ok()).unwrap_or(0.0)
 }

@@ -104,7 +104,8 @@ async fn request_span(request: Request, next: Next) -> Response {
 /// Prometheus text exposition of every metric this process recorded, after reading the
 /// gauges that live in Redis (stream lag, dead letters).
 async fn metrics(State(state): State<OpsState>) -> impl IntoResponse {
-    crate::ops::refresh_gauges(&state.app.redis, &state.app.keys).await;
+    // The scrape's own Redis reads are not a request's: they count as role="scrape".
+    crate::ops::refresh_gauges(&state.app.redis.with_role("scrape"), &state.app.keys).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::telemetry::metrics().render())
 }
 

@@ -28,6 +28,12 @@ pub struct Redis {
 }
 
 impl Redis {
+    /// The same connection and count, its commands labelled `role` in the metric: work that
+    /// shares the API's connection but is not a request's (a `/metrics` scrape, a job).
+    pub fn with_role(&self, role: &'static str) -> Self {
+        Self { role, ..self.clone() }
+    }
+
     /// Commands sent through this connection (and its clones) so far.
     pub fn commands_sent(&self) -> u64 {
         self.commands.load(Ordering::Relaxed)

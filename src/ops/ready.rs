@@ -62,14 +62,16 @@ pub async fn readiness(state: &AppState, consumer: Option<&str>) -> Readiness {
     let postgres = probe("PostgreSQL", async {
         state.db.execute_unprepared("SELECT 1").await.map(|_| ()).map_err(|e| e.to_string())
     });
+    // Probes are not requests' work: their Redis commands count as role="probe".
+    let probe_redis = state.redis.with_role("probe");
     let redis = probe("Redis", async {
-        let mut conn = state.redis.clone();
+        let mut conn = probe_redis.clone();
         redis::cmd("PING").query_async::<String>(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
     });
     let (postgres, redis) = tokio::join!(postgres, redis);
     let mut shards = Vec::new();
     if redis.ok && state.settings.like_mode == LikeMode::Buffered {
-        match tokio::time::timeout(PROBE_TIMEOUT, streams::status(&state.redis, &state.keys)).await {
+        match tokio::time::timeout(PROBE_TIMEOUT, streams::status(&probe_redis, &state.keys)).await {
             Ok(Ok(status)) => {
                 shards = status
                     .shards
