@@ -75,6 +75,10 @@ enum Scenario {
         /// Runs of every (mode, server binary), interleaved.
         #[arg(long, default_value_t = 1)]
         rounds: usize,
+        /// Every user reads the post (`likedByMe`) before the clock starts, loading their
+        /// liked-set: the hot-post case where likers saw the post first.
+        #[arg(long)]
+        warm_sets: bool,
     },
     /// The course page: 20 posts with likedByMe, likeCount, commentCount, author.
     Page {
@@ -138,8 +142,8 @@ async fn main() -> std::process::ExitCode {
     let secs = Duration::from_secs;
     let result = match &cli.command {
         Scenario::Suite(config) => suite::run(&cli, config).await,
-        Scenario::Storm { likes, connections, modes, time_cap_secs, rounds } => {
-            show(storm::run(&cli, modes, *likes, *connections, secs(*time_cap_secs), *rounds).await)
+        Scenario::Storm { likes, connections, modes, time_cap_secs, rounds, warm_sets } => {
+            show(storm::run(&cli, modes, *likes, *connections, secs(*time_cap_secs), *rounds, *warm_sets).await)
         }
         Scenario::Page { readers, pages, connections, time_cap_secs, rounds } => {
             show(page::run(&cli, *readers, *pages, *connections, secs(*time_cap_secs), *rounds).await)

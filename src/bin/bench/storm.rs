@@ -24,6 +24,9 @@ pub const LIKE_POST: &str = "mutation($p: ID!) { likePost(postId: $p) { id likeC
 #[derive(Debug, Serialize)]
 pub struct StormResult {
     pub mode: String,
+    /// Every user read the post (`likedByMe`) before the clock started, so their liked-sets
+    /// were loaded: the common case on a hot post, where likers first saw it on a page.
+    pub warm_sets: bool,
     /// The server binary.
     pub server: String,
     pub offered: usize,
@@ -66,25 +69,54 @@ pub fn tokens(first: i64, count: usize) -> AppResult<Vec<String>> {
     (0..count as i64).map(|n| Ok(format!("Bearer {}", keys.mint(first + n, Duration::from_secs(3600))?))).collect()
 }
 
-/// The storm on `post_id` by users 2..=likes+1 in `mode`, on a server of its own.
+/// The storm on `post_id` by users 2..=likes+1 in `mode`, on a server of its own. With
+/// `warm_sets`, every user reads the post first (untimed).
 #[allow(clippy::too_many_arguments)]
 pub async fn run_mode(
     cli: &crate::Cli,
     exe: &std::path::Path,
     fixture: &Fixture,
     mode: LikeMode,
+    warm_sets: bool,
     post_id: i64,
     likes: usize,
     connections: usize,
     time_cap: Duration,
 ) -> AppResult<StormResult> {
     let server = Server::start(cli, exe, &fixture.url, mode, &[]).await?;
+    if warm_sets {
+        read_before_liking(&server, post_id, likes, connections).await?;
+    }
     let outcome = storm(fixture, &server, mode, post_id, likes, connections, time_cap).await.map(|mut result| {
+        result.warm_sets = warm_sets;
         result.server = label(exe);
         result
     });
     server.stop(&cli.redis_url).await;
     outcome
+}
+
+/// Every storm user reads `likedByMe` of the post once, which loads their liked-set.
+async fn read_before_liking(server: &Server, post_id: i64, users: usize, connections: usize) -> AppResult<()> {
+    let post = encode(NodeKind::Post, post_id).to_string();
+    let body = load::graphql_body("query($p: ID!) { post(id: $p) { likedByMe } }", json!({ "p": post }));
+    let requests: Vec<Request> = tokens(2, users)?
+        .into_iter()
+        .map(|authorization| Request { authorization, body: body.clone(), forwarded_for: None })
+        .collect();
+    let check: load::Check = Arc::new(|_, data| match data["post"]["likedByMe"].as_bool() {
+        Some(false) => Ok(()),
+        _ => Err(format!("unexpected read before liking: {data}")),
+    });
+    let report =
+        load::run(&server.graphql_url(), requests, connections, Duration::from_secs(120), check, false).await?;
+    if report.failed > 0 || report.ok != users {
+        return Err(AppError::Internal(format!(
+            "warming the liked-sets: {} of {users} reads answered ({:?})",
+            report.ok, report.first_failure
+        )));
+    }
+    Ok(())
 }
 
 async fn storm(
@@ -134,6 +166,7 @@ async fn storm(
     let per_like = |n: f64| n / (accepted.max(1) as f64);
     Ok(StormResult {
         mode: mode_name(mode).to_owned(),
+        warm_sets: false,
         server: String::new(),
         offered: likes,
         accepted: report.ok,
@@ -166,6 +199,7 @@ pub async fn run(
     connections: usize,
     time_cap: Duration,
     rounds: usize,
+    warm_sets: bool,
 ) -> AppResult<Vec<StormResult>> {
     let servers = cli.servers()?;
     let fixture = Fixture::create(&cli.database_url, likes as i64).await?;
@@ -177,7 +211,7 @@ pub async fn run(
             for mode in modes {
                 for exe in &servers {
                     let post = posts.next().ok_or_else(|| AppError::Internal("too few storm posts".into()))?;
-                    let result = run_mode(cli, exe, &fixture, *mode, post, likes, connections, time_cap).await?;
+                    let result = run_mode(cli, exe, &fixture, *mode, warm_sets, post, likes, connections, time_cap).await?;
                     eprintln!(
                         "{:>9} {:<28} {:>7.0} likes/s  p50 {:>6.1} ms  p99 {:>6.1} ms  failed {}  flush {:.0} ms  {}  redis {:.2}+{:.2}  sql {:.2}  cpu server {:.1}s bench {:.1}s pg {:.1}s redis {:.1}s = {:.2} ms/like  load {:.2}",
                         result.mode,
