@@ -228,7 +228,10 @@ fn goals(storm: &[StormResult], page: &PageResult, live: &LiveResult, apply: &[A
         goal: "zero lost or double likes (every mode)".into(),
         measured: storm
             .iter()
-            .map(|s| format!("{}: {}={}={}", s.mode, s.accepted, s.db_like_count, s.db_like_rows))
+            .map(|s| {
+                let warm = if s.warm_sets { " (warm sets)" } else { "" };
+                format!("{}{warm}: {}={}={}", s.mode, s.accepted, s.db_like_count, s.db_like_rows)
+            })
             .collect::<Vec<_>>()
             .join(", "),
         met: storm.iter().all(|s| s.consistent),
