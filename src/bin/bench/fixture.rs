@@ -20,8 +20,13 @@ impl Fixture {
         let admin = db::connect_url(admin_url, Duration::from_secs(5), 1).await?;
         let name = format!("cf_bench_{}", uuid::Uuid::new_v4().simple());
         admin.execute_unprepared(&format!("CREATE DATABASE \"{name}\"")).await?;
-        let base = admin_url.rsplit_once('/').map(|(base, _)| base).unwrap_or(admin_url);
-        let url = format!("{base}/{name}");
+        // Same server and parameters (`?sslmode=…` included), the new database's name.
+        let (without_query, query) = admin_url.split_once('?').map_or((admin_url, None), |(u, q)| (u, Some(q)));
+        let base = without_query.rsplit_once('/').map(|(base, _)| base).unwrap_or(without_query);
+        let url = match query {
+            Some(query) => format!("{base}/{name}?{query}"),
+            None => format!("{base}/{name}"),
+        };
         let db = db::connect_url(&url, Duration::from_secs(5), 4).await?;
         db::migrate(&db).await?;
         db.execute_unprepared(
