@@ -75,14 +75,7 @@ async fn likes_and_unlikes_in_one_document_each_show_their_own_outcome() {
         let app = TestApp::spawn_with(move |s| s.like_mode = mode).await;
         let world = World::create(&app).await;
         let alice = app.token(world.alice);
-        let post = app
-            .gql_ok(
-                Some(&alice),
-                "mutation($c: ID!) { createPost(courseId: $c, title: \"t\", body: \"b\") { id } }",
-                json!({ "c": gid("Course", world.course) }),
-            )
-            .await["createPost"]["id"]
-            .clone();
+        let post = gid("Post", app.create_post(&alice, world.course, "t").await);
         let data = app
             .gql_ok(
                 Some(&alice),
@@ -109,14 +102,7 @@ async fn a_page_primes_its_liked_flags_through_nodes_and_fragments() {
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     for n in 0..5 {
-        let post = app
-            .gql_ok(
-                Some(&alice),
-                "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"b\") { id } }",
-                json!({ "c": gid("Course", world.course), "t": format!("post {n}") }),
-            )
-            .await["createPost"]["id"]
-            .clone();
+        let post = gid("Post", app.create_post(&alice, world.course, &format!("post {n}")).await);
         if n % 2 == 1 {
             app.gql_ok(Some(&alice), "mutation($p: ID!) { likePost(postId: $p) { id } }", json!({ "p": post })).await;
         }
