@@ -296,3 +296,21 @@ async fn sync_mode_publishes_after_its_statement_and_legacy_protocol_works() {
     let data = socket.next_data(Duration::from_secs(5)).await.expect("update");
     assert_eq!(data["likeCounts"]["likeCount"], 1);
 }
+
+/// A websocket connection serves many operations: `likedByMe` read over it must show a like
+/// made after an earlier read on the same connection (nothing cached for its lifetime).
+#[tokio::test]
+async fn likes_read_over_one_websocket_follow_likes_made_meanwhile() {
+    let app = buffered_with_worker().await;
+    let world = World::create(&app).await;
+    let post = create_post(&app, world.bob, world.course).await;
+    let mut socket = GqlSocket::connect(app.addr, Some(&app.token(world.alice))).await.expect("connect");
+    let read = "query($p: ID!) { post(id: $p) { likedByMe } }";
+    socket.subscribe("before", read, json!({ "p": gid("Post", post) })).await;
+    let before = next_about(&mut socket, "before").await;
+    assert_eq!(before["payload"]["data"]["post"]["likedByMe"], false, "{before}");
+    like(&app, world.alice, post).await;
+    socket.subscribe("after", read, json!({ "p": gid("Post", post) })).await;
+    let after = next_about(&mut socket, "after").await;
+    assert_eq!(after["payload"]["data"]["post"]["likedByMe"], true, "a flag cached for the connection's life: {after}");
+}

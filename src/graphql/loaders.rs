@@ -1,6 +1,6 @@
-//! DataLoaders, created per request (their caches must not outlive it): authors, courses and
-//! the viewer's "liked" flags each cost one query per request tick, not one per row; post
-//! views one pipelined Redis round trip. A page of posts or comments asks for every "liked"
+//! DataLoaders, created per request (their caches must not outlive it; a websocket
+//! connection's are `uncached`): authors, courses and the viewer's "liked" flags each cost one
+//! query per request tick, not one per row; post views one pipelined Redis round trip. A page of posts or comments asks for every "liked"
 //! flag it will show up front (`prime_liked`), so a page costs one Redis command for them
 //! however its resolvers happen to be scheduled.
 
@@ -81,6 +81,8 @@ pub struct Loaders {
     /// (`prime_liked`), and a like or unlike records its outcome in it (`record_liked`).
     pub liked: Option<DataLoader<LikedLoader, HashMapCache>>,
     pub views: DataLoader<ViewLoader>,
+    /// False for loaders that outlive a request (a websocket connection's): nothing is cached.
+    liked_cached: bool,
 }
 
 impl Loaders {
@@ -96,7 +98,18 @@ impl Loaders {
                 )
             }),
             views: DataLoader::new(ViewLoader(views.clone()), tokio::spawn),
+            liked_cached: true,
         }
+    }
+
+    /// Loaders for a websocket connection, which serves many operations over a long time: a
+    /// cached "liked" flag would outlive the likes that change it, so nothing is cached.
+    pub fn uncached(mut self) -> Self {
+        if let Some(liked) = &self.liked {
+            liked.enable_all_cache(false);
+        }
+        self.liked_cached = false;
+        self
     }
 }
 
@@ -130,7 +143,8 @@ pub async fn prime_liked(
     ctx: &Context<'_>,
     keys: impl IntoIterator<Item = (i64, LikeTarget)>,
 ) -> async_graphql::Result<()> {
-    let Some(loader) = &loaders(ctx)?.liked else { return Ok(()) };
+    let loaders = loaders(ctx)?;
+    let Some(loader) = loaders.liked.as_ref().filter(|_| loaders.liked_cached) else { return Ok(()) };
     let wanted = ctx.look_ahead();
     if wanted.field("edges").field("node").field("likedByMe").exists()
         || wanted.field("nodes").field("likedByMe").exists()
@@ -143,7 +157,8 @@ pub async fn prime_liked(
 /// Records what a like or unlike just made true, so that `likedByMe` later in the same request
 /// (a mutation's answer, or a second mutation of the document) shows it, not a flag cached before.
 pub async fn record_liked(ctx: &Context<'_>, course_id: i64, target: LikeTarget, liked: bool) -> AppResult<()> {
-    if let Some(loader) = &loaders(ctx)?.liked {
+    let loaders = loaders(ctx)?;
+    if let Some(loader) = loaders.liked.as_ref().filter(|_| loaders.liked_cached) {
         loader.feed_one((course_id, target), liked).await;
     }
     Ok(())

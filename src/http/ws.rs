@@ -153,7 +153,7 @@ fn authenticate(app: &crate::state::AppState, payload: serde_json::Value) -> Res
     let user_id = app.tokens.verify_header(header)?;
     let mut data = Data::default();
     data.insert(Viewer::new(user_id));
-    data.insert(Loaders::new(&app.db, &app.likes, &app.views, Some(user_id)));
+    data.insert(Loaders::new(&app.db, &app.likes, &app.views, Some(user_id)).uncached());
     data.insert(SubscriptionBudget::new(app.settings.live_max_subscriptions));
     Ok(data)
 }
