@@ -33,6 +33,7 @@
 //! - `db`        — PostgreSQL pool with bounded timeouts; migrations from `migrations/`.
 //! - `seed`      — the demo forum.
 //! - `error`     — the one error type and its machine-readable codes.
+//! - `backoff`   — retry pacing of the background loops (doubling delay, shutdown-aware pause).
 //! - `hooks`     — test hooks: a `Gate` that holds a running step at a chosen point.
 //! - `telemetry` — tracing subscriber (text or JSON); the metrics recorder and its catalog.
 //! - `ops`       — what operators ask: stream lag, pending and leases read from Redis, the
@@ -42,7 +43,7 @@
 //!
 //! # The life of a like (LIKE_MODE=buffered, the default)
 //!
-//! 1. `likePost` mutation (`graphql::mutation`) → `graphql::access::post` proves the post is
+//! 1. `likePost` mutation (`graphql::mutation`) → `graphql::access::post_to_like` proves the post is
 //!    live and the viewer a member of its course (the trust boundary, before Redis).
 //! 2. `likes::Likes::set` → `likes::buffered` runs `lua/like_toggle.lua` on the user's
 //!    (user, course) liked-set: the rate limit, SADD, and only if that changed the set, XADD
@@ -70,6 +71,7 @@
 //! `cache::PostCache`, and continues from PostgreSQL below the lists.
 
 pub mod auth;
+pub mod backoff;
 pub mod cache;
 pub mod cli;
 pub mod config;

@@ -27,6 +27,7 @@ use tokio::sync::watch;
 
 use super::FeedConfig;
 use super::lists::Lists;
+use crate::backoff::{Backoff, pause_unless_shutdown};
 use crate::db::stmt;
 use crate::error::AppResult;
 use crate::forum::posts;
@@ -163,27 +164,21 @@ impl FanoutJob {
     /// Steps every `FEED_FANOUT_INTERVAL` (at once again after a full batch) until `shutdown`
     /// turns true. A step in flight finishes; an abandoned one rolls back and is replayed.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         while !*shutdown.borrow() {
             let pause = match self.process_one_batch().await {
                 Ok(report) if report.posts >= self.config.fanout_batch => Duration::ZERO,
                 Ok(_) => {
-                    backoff = Duration::from_millis(100);
+                    backoff.reset();
                     self.config.fanout_interval
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, retry_in = ?backoff, "feed fan-out failed; its posts stay in the outbox");
-                    let pause = backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    let pause = backoff.failed();
+                    tracing::warn!(error = %err, retry_in = ?pause, "feed fan-out failed; its posts stay in the outbox");
                     pause
                 }
             };
-            if !pause.is_zero() {
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => {}
-                    _ = shutdown.changed() => {}
-                }
-            }
+            pause_unless_shutdown(pause, &mut shutdown).await;
         }
         tracing::info!("feed fan-out stopped");
     }

@@ -26,6 +26,7 @@ use redis::Value;
 use sea_orm::{DatabaseConnection, DbErr, TransactionTrait};
 use tokio::sync::watch;
 
+use crate::backoff::{Backoff, pause_unless_shutdown};
 use crate::config::{LikeMode, Settings};
 use crate::error::{AppError, AppResult};
 use crate::kv::keys::{Keys, LIKE_GROUP};
@@ -511,7 +512,7 @@ impl LikeWorker {
         if let Err(err) = self.ensure_groups().await {
             tracing::error!(error = %err, "cannot create consumer groups; will retry");
         }
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         while !*shutdown.borrow() {
             let round = match self.config.mode {
                 LikeMode::Buffered => self.round(&shutdown).await,
@@ -522,22 +523,16 @@ impl LikeWorker {
                 Ok(0) if self.config.mode == LikeMode::Buffered => Duration::ZERO,
                 Ok(0) => self.config.recount_interval,
                 Ok(_) => {
-                    backoff = Duration::from_millis(100);
+                    backoff.reset();
                     Duration::ZERO
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, retry_in = ?backoff, "like worker round failed");
-                    let pause = backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    let pause = backoff.failed();
+                    tracing::warn!(error = %err, retry_in = ?pause, "like worker round failed");
                     pause
                 }
             };
-            if !pause.is_zero() {
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => {}
-                    _ = shutdown.changed() => {}
-                }
-            }
+            pause_unless_shutdown(pause, &mut shutdown).await;
         }
         self.release_leases().await;
         tracing::info!("like worker stopped");
