@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use crate::backoff::{Backoff, pause_unless_shutdown};
 use crate::config::{LikeMode, Settings};
 use crate::error::{AppError, AppResult};
+use crate::hooks::Gate;
 use crate::kv::keys::{Keys, LIKE_GROUP};
 use crate::likes::apply::{self, Applied, LikeEvent};
 use crate::likes::recount::DirtyMarks;
@@ -93,6 +94,16 @@ pub struct WorkerStats {
     pub last_batch_micros: AtomicU64,
 }
 
+/// Points where a test can hold a running step (`crate::hooks::Gate`) to build a race step by
+/// step: a worker that stalls after reading its batch, or inside its transaction.
+#[derive(Default)]
+pub struct WorkerHooks {
+    /// After the batch was read from the stream, before its transaction begins.
+    pub before_apply: Gate,
+    /// Inside the transaction, after every statement, before COMMIT (the target rows are locked).
+    pub before_commit: Gate,
+}
+
 /// What one step did.
 #[derive(Debug, Default, Clone)]
 pub struct BatchReport {
@@ -138,6 +149,7 @@ pub struct LikeWorker {
     recount: DirtyMarks,
     publisher: Publisher,
     stats: Arc<WorkerStats>,
+    hooks: Arc<WorkerHooks>,
 }
 
 impl LikeWorker {
@@ -153,6 +165,7 @@ impl LikeWorker {
             config,
             publisher,
             stats: Arc::new(WorkerStats::default()),
+            hooks: Arc::new(WorkerHooks::default()),
         }
     }
 
@@ -162,6 +175,10 @@ impl LikeWorker {
 
     pub fn stats(&self) -> &WorkerStats {
         &self.stats
+    }
+
+    pub fn hooks(&self) -> &WorkerHooks {
+        &self.hooks
     }
 
     /// Creates the consumer group of every shard (idempotent; MKSTREAM creates the stream).
@@ -377,8 +394,10 @@ impl LikeWorker {
     /// liked-sets of refused events (both idempotent: a replay after a crash repeats them).
     async fn apply_in_transaction(&self, events: &[LikeEvent]) -> AppResult<Applied> {
         let collapsed = apply::collapse(events.iter().copied());
+        self.hooks.before_apply.pass().await;
         let txn = self.db.begin().await?;
         let applied = apply::apply(&txn, &collapsed).await?;
+        self.hooks.before_commit.pass().await;
         if self.config.fault == Some(Fault::AbortBeforeCommit) {
             tracing::error!("fault injection: aborting before COMMIT");
             std::process::abort();
