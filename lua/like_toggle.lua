@@ -1,37 +1,44 @@
 -- Like or unlike in the user's liked-set and record the change, atomically, with the user's
--- rate limit in the same round trip (after the fixed_window.lua prelude).
+-- rate limit in the same round trip (after the fixed_window.lua and liked_set_load.lua preludes).
 -- KEYS[1]  liked-set of (user, course)          SET, members p:<post> / c:<comment> and `_`
--- KEYS[2]  the like stream of the set's shard    STREAM  } same hash slot as KEYS[1]:
--- KEYS[3]  the user's like rate-limit window     STRING  } the user's shard tag
--- ARGV[1]  member (p:<id> or c:<id>)
--- ARGV[2]  op: `like` or `unlike`
--- ARGV[3]  user id     ARGV[4]  course id     ARGV[5]  set TTL in milliseconds
--- ARGV[6]  toggles allowed per window (0: no limit)     ARGV[7]  window in milliseconds
--- ARGV[8]  `1` when ARGV[9..] are the set's members as PostgreSQL has them (possibly none):
---          load them, with the sentinel, if the set is missing; `0` otherwise.
--- Returns {status, retry_ms}:
---   {-1, 0}  the set is not loaded and no members were given: the caller reads them from
---            PostgreSQL and calls again with them (never guess). Nothing was counted.
---   {2, ms}  rate limited: nothing changed; ms until the window resets.
---   {0, 0}   nothing changed (a repeat).     {1, 0}  the set changed AND the event was appended.
--- Both writes happen in this one script, so a changed set always has its event.
+-- KEYS[2]  the like stream of the set's shard    STREAM
+-- KEYS[3]  the user's like rate-limit window     STRING
+-- KEYS[4]  pending records of (user, course)     HASH member -> `+ <entry id>` / `- <entry id>`
+-- KEYS[5]  the shard's load generations          HASH bucket -> count (see liked_set_load.lua)
+--          All five share the hash slot of the user's shard tag.
+-- ARGV[1]  member (p:<id> or c:<id>)     ARGV[2]  `+` like or `-` unlike
+-- ARGV[3]  set TTL in milliseconds
+-- ARGV[4]  toggles allowed per window (0: no limit)     ARGV[5]  window in milliseconds
+-- ARGV[6]  the set's generation bucket
+-- ARGV[7]  the generation read before the rows in ARGV[9+n..] were read from PostgreSQL, or
+--          `` when no rows are given
+-- ARGV[8]  n, the number of stream entry fields and values that follow
+-- ARGV[9 .. 8+n]  the entry's fields and values (the event codec's, passed to XADD untouched)
+-- ARGV[9+n ..]    the set's members as PostgreSQL has them (possibly none), when ARGV[7] ~= ''
+-- Returns {status, value}:
+--   {-1, gen}  the set is not loaded and no rows were given: the caller reads them from
+--              PostgreSQL after noting `gen`, and calls again. Nothing was counted.
+--   {-3, gen}  rows were given but an apply moved the generation since: read them again.
+--   {2, ms}    rate limited: nothing changed; ms until the window resets.
+--   {0, 0}     nothing changed (a repeat).     {1, 0}  the set changed AND the event was appended.
+-- The set, the stream and the pending record change in this one script, so a changed set
+-- always has its event, and every event not yet applied has its record.
+local fields = tonumber(ARGV[8])
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  if ARGV[8] ~= '1' then
-    return {-1, 0}
+  if ARGV[7] == '' then
+    return {-1, redis.call('HGET', KEYS[5], ARGV[6]) or '0'}
   end
-  redis.call('SADD', KEYS[1], '_')
-  -- unpack() of thousands of values overflows Lua's stack: add in chunks.
-  for i = 9, #ARGV, 1000 do
-    redis.call('SADD', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  local refused = load_liked_set(KEYS[1], KEYS[4], KEYS[5], ARGV[6], ARGV[7], ARGV[3], 9 + fields)
+  if refused then
+    return {-3, refused}
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
 end
-local retry = fixed_window(KEYS[3], ARGV[6], ARGV[7])
+local retry = fixed_window(KEYS[3], ARGV[4], ARGV[5])
 if retry > 0 then
   return {2, retry}
 end
 local changed
-if ARGV[2] == 'like' then
+if ARGV[2] == '+' then
   changed = redis.call('SADD', KEYS[1], ARGV[1])
 else
   changed = redis.call('SREM', KEYS[1], ARGV[1])
@@ -39,6 +46,7 @@ end
 if changed == 0 then
   return {0, 0}
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-redis.call('XADD', KEYS[2], '*', 'op', ARGV[2], 't', ARGV[1], 'u', ARGV[3], 'c', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 9, 8 + fields))
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[2] .. ' ' .. id)
 return {1, 0}

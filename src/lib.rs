@@ -83,6 +83,7 @@ pub mod graphql;
 pub mod hooks;
 pub mod http;
 pub mod kv;
+pub mod like_event;
 pub mod likes;
 pub mod live;
 pub mod ops;

@@ -28,6 +28,7 @@ use crate::graphql::{AppSchema, build_schema};
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
 use crate::likes::Likes;
+use crate::likes::committed::AfterCommit;
 use crate::live::Publisher;
 use crate::live::hub::{Hub, run_relay};
 use crate::state::AppState;
@@ -50,6 +51,7 @@ impl Application {
         settings.validate_for_serve()?;
         crate::telemetry::metrics();
         let state = connect_state(settings).await?;
+        settle_like_mode_switch(&state).await?;
         let bind = state.settings.bind;
         let listener = TcpListener::bind(bind)
             .await
@@ -141,6 +143,7 @@ pub async fn run_worker_until_stopped(
         })?),
         None => None,
     };
+    settle_like_mode_switch(&state).await?;
     let worker = build_worker(&state).await?;
     let fanout = build_feed_fanout(&state).await?;
     let (stop, stopping) = watch::channel(false);
@@ -228,6 +231,47 @@ async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>>
     }
 }
 
+/// How long starting in `sync` or `recount` mode waits for buffered-mode leftovers to apply.
+const MODE_SWITCH_DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
+/// Makes a switch away from `buffered` safe before anything is served. Events left in the like
+/// streams would otherwise wait forever (no worker reads them in `sync`) or apply late, after
+/// newer direct writes; so they are applied first, and the process refuses to start if it
+/// cannot (PostgreSQL down, another worker still holding a shard). Then every liked-set is
+/// dropped: written straight to PostgreSQL, likes would make them stale, and a stale set could
+/// swallow a toggle when `buffered` comes back (each direct write also drops its own set, for
+/// instances still in `buffered` during a rolling switch). The mode marker in Redis makes the
+/// drop happen once per switch, not on every start.
+pub async fn settle_like_mode_switch(state: &AppState) -> AppResult<()> {
+    let mode = crate::likes::mode_name(state.settings.like_mode);
+    let marker = state.keys.like_mode_marker();
+    let mut conn = state.redis.clone();
+    if state.settings.like_mode == LikeMode::Buffered {
+        let () = redis::cmd("SET").arg(&marker).arg(mode).query_async(&mut conn).await?;
+        return Ok(());
+    }
+    let unapplied = crate::worker::unapplied_events(&state.redis, &state.keys).await?;
+    if unapplied > 0 {
+        let worker = build_worker(state).await?;
+        tracing::warn!(unapplied, mode, "like events left by buffered mode: applying them before serving");
+        let refuse = |why: AppError| {
+            AppError::Config(format!(
+                "LIKE_MODE={mode}: {unapplied} like event(s) left by buffered mode could not be applied ({why}); \
+                 nothing was served. Fix that and start again, or start in LIKE_MODE=buffered to let its worker apply them"
+            ))
+        };
+        let applied = worker.drain_until_empty(std::time::Instant::now() + MODE_SWITCH_DRAIN_LIMIT).await.map_err(refuse)?;
+        tracing::info!(applied, "like events left by buffered mode applied");
+    }
+    let previous: Option<String> = redis::cmd("GET").arg(&marker).query_async(&mut conn).await?;
+    if previous.as_deref() != Some(mode) {
+        let dropped = state.likes.liked_sets().drop_all().await?;
+        tracing::info!(dropped, previous = ?previous, mode, "dropped the liked-sets of the previous like mode");
+        let () = redis::cmd("SET").arg(&marker).arg(mode).query_async(&mut conn).await?;
+    }
+    Ok(())
+}
+
 /// A like worker with a Redis connection of its own (its blocking reads must not hold up the
 /// API's multiplexed connection).
 pub async fn build_worker(state: &AppState) -> AppResult<LikeWorker> {
@@ -237,7 +281,7 @@ pub async fn build_worker(state: &AppState) -> AppResult<LikeWorker> {
         redis,
         state.keys.clone(),
         WorkerConfig::from_settings(&state.settings),
-        state.publisher.clone(),
+        state.after_commit(),
     );
     worker.ensure_groups().await?;
     Ok(worker)
@@ -282,8 +326,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let feed =
         Feed::new(db.clone(), redis.clone(), keys.clone(), post_cache.clone(), FeedConfig::from_settings(&settings));
     feed.lists().load_scripts().await?;
-    // Committed like counts reach cached posts through the one door every path publishes by.
-    let publisher = Publisher::new(redis.clone(), keys.live_channel()).with_post_cache(post_cache.clone());
+    let publisher = Publisher::new(redis.clone(), keys.live_channel());
     let likes = Likes::new(
         db.clone(),
         redis.clone(),
@@ -291,7 +334,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         limiter,
         keys.clone(),
         settings.liked_set_ttl,
-        publisher.clone(),
+        AfterCommit::new(post_cache.clone(), publisher.clone()),
     );
     let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
     Ok(AppState {

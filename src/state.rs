@@ -42,3 +42,10 @@ pub struct AppState {
     /// Home feed pages (timelines, celebrity lists, PostgreSQL below them).
     pub feed: Feed,
 }
+
+impl AppState {
+    /// The step after every COMMIT of like counts: into the post cache, then to subscribers.
+    pub fn after_commit(&self) -> crate::likes::committed::AfterCommit {
+        crate::likes::committed::AfterCommit::new(self.post_cache.clone(), self.publisher.clone())
+    }
+}

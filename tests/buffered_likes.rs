@@ -284,7 +284,7 @@ async fn postgres_unreachable_during_a_batch_loses_nothing() {
         app.state.redis.clone(),
         app.state.keys.clone(),
         config,
-        app.state.publisher.clone(),
+        app.state.after_commit(),
     );
     worker.ensure_groups().await.expect("groups");
 

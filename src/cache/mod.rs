@@ -41,7 +41,7 @@ use crate::hooks::Gate;
 use crate::kv::keys::Keys;
 use crate::kv::lock::Locks;
 use crate::kv::{self, Redis};
-use crate::likes::{CountChange, LikeTarget};
+use crate::like_event::{CountChange, LikeTarget};
 use crate::telemetry::names;
 
 /// The fields of an entry, in the order `HMGET` asks for them. The counters inside `row` are

@@ -38,6 +38,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0003_view_flushes"),
             sql_migration!("0004_feed_outbox"),
             sql_migration!("0005_likes_membership_fence"),
+            sql_migration!("0006_like_shard_epochs"),
         ]
     }
 }

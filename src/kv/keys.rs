@@ -7,8 +7,11 @@
 //! | key | type | TTL | purpose |
 //! |---|---|---|---|
 //! | `<p>:{s<k>}:liked:<user>:<course>` | SET | LIKED_SET_TTL | what the user liked in the course (`p:<id>`, `c:<id>`, sentinel `_`) |
+//! | `<p>:{s<k>}:pending:<user>:<course>` | HASH | none (records removed as they apply) | the (user, course) events not yet applied: member → `+ <entry id>` / `- <entry id>`, the last accepted op per target; a liked-set load overlays them |
+//! | `<p>:{s<k>}:loadgen` | HASH | none | 64 buckets of (user, course) → how often the worker removed a pending record there; a load that sees the value move retries |
 //! | `<p>:{s<k>}:likes` | STREAM | none (entries XDEL'd after commit) | like/unlike events of shard k |
 //! | `<p>:{s<k>}:lease` | STRING | WORKER_LEASE_TTL | owner token of the one active consumer of shard k |
+//! | `<p>:like_mode` | STRING | none | the like mode the last instance started in: a start in another mode applies the streams and drops the liked-sets first |
 //! | `<p>:likes:dead` | STREAM | none | dead letters: entries that failed alone, with the error |
 //! | `<p>:{recount}:dirty` | ZSET | none | level 2: targets to recount, scored by mark sequence |
 //! | `<p>:{recount}:seq` | STRING | none | level 2: the mark sequence |
@@ -42,6 +45,10 @@
 /// The consumer group every like-stream shard has.
 pub const LIKE_GROUP: &str = "like-writers";
 
+/// How many generation buckets each shard's liked-set loads are spread over: a worker's
+/// apply makes only the loads of its bucket retry.
+pub const LOAD_GENERATION_BUCKETS: u32 = 64;
+
 /// Builds key names under one prefix.
 #[derive(Clone, Debug)]
 pub struct Keys {
@@ -71,6 +78,27 @@ impl Keys {
         format!("{}:{{s{}}}:liked:{user_id}:{course_id}", self.prefix, self.shard_of(user_id))
     }
 
+    /// The (user, course) pending records: what the stream has accepted and not yet applied.
+    pub fn liked_pending(&self, user_id: i64, course_id: i64) -> String {
+        format!("{}:{{s{}}}:pending:{user_id}:{course_id}", self.prefix, self.shard_of(user_id))
+    }
+
+    /// SCAN pattern matching every pending-records hash.
+    pub fn liked_pending_pattern(&self) -> String {
+        format!("{}:{{s*}}:pending:*", self.prefix)
+    }
+
+    /// The load generations of shard k's liked-sets (one HASH of `LOAD_GENERATION_BUCKETS`
+    /// fields: bounded, whatever the number of users).
+    pub fn load_generations(&self, shard: u32) -> String {
+        format!("{}:{{s{shard}}}:loadgen", self.prefix)
+    }
+
+    /// The field of `load_generations` that (user, course)'s liked-set loads watch.
+    pub fn load_generation_bucket(&self, user_id: i64, course_id: i64) -> u32 {
+        (user_id.wrapping_mul(31).wrapping_add(course_id)).rem_euclid(LOAD_GENERATION_BUCKETS as i64) as u32
+    }
+
     /// SCAN pattern matching every liked-set (braces are literal in Redis globs).
     pub fn liked_set_pattern(&self) -> String {
         format!("{}:{{s*}}:liked:*", self.prefix)
@@ -78,6 +106,11 @@ impl Keys {
 
     pub fn like_stream(&self, shard: u32) -> String {
         format!("{}:{{s{shard}}}:likes", self.prefix)
+    }
+
+    /// The like mode the last instance started in (`settle_like_mode_switch`).
+    pub fn like_mode_marker(&self) -> String {
+        format!("{}:like_mode", self.prefix)
     }
 
     pub fn worker_lease(&self, shard: u32) -> String {
@@ -202,6 +235,8 @@ mod tests {
             let stream = keys.like_stream(keys.shard_of(user));
             assert_eq!(hash_tag(&set), hash_tag(&stream));
             assert_eq!(hash_tag(&keys.like_rate(user)), hash_tag(&stream));
+            assert_eq!(hash_tag(&keys.liked_pending(user, 3)), hash_tag(&stream));
+            assert_eq!(hash_tag(&keys.load_generations(keys.shard_of(user))), hash_tag(&stream));
         }
         assert_eq!(hash_tag(&keys.recount_dirty()), hash_tag(&keys.recount_seq()));
     }

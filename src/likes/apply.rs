@@ -10,18 +10,10 @@ use std::collections::HashMap;
 
 use sea_orm::{ConnectionTrait, FromQueryResult};
 
+pub use super::LikeEvent;
 use super::{CountChange, LikeTarget};
 use crate::db::stmt;
 use crate::error::AppResult;
-
-/// One like or unlike, as the toggle script recorded it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LikeEvent {
-    pub target: LikeTarget,
-    pub user_id: i64,
-    pub course_id: i64,
-    pub liked: bool,
-}
 
 /// Keeps only the last op of each (target, user, course), in order of last appearance.
 pub fn collapse(events: impl IntoIterator<Item = LikeEvent>) -> Vec<LikeEvent> {

@@ -11,7 +11,7 @@ use crate::kv::Redis;
 use redis::Script;
 use sea_orm::{DatabaseConnection, FromQueryResult};
 
-use super::{LikeStats, LikeTarget, Membership};
+use super::{LikeEvent, LikeStats, LikeTarget, Membership};
 use crate::db::stmt;
 use crate::error::{AppError, AppResult};
 use crate::kv::keys::Keys;
@@ -19,6 +19,16 @@ use crate::kv::ratelimit::RateLimiter;
 
 /// The sentinel member every loaded set holds.
 pub const SENTINEL: &str = "_";
+
+/// How many times a load reads PostgreSQL again because an apply moved its generation: each
+/// retry means a batch of the same bucket committed within one short read, so a few suffice.
+const MAX_LOAD_ATTEMPTS: usize = 8;
+
+fn load_kept_moving(set: &str) -> AppError {
+    AppError::Internal(format!(
+        "liked-set {set} could not be loaded: the worker's applies kept moving its generation"
+    ))
+}
 
 /// Counts one liked-set lookup: a hit found the set loaded, a miss had to warm it.
 fn cache_lookup(hit: bool) {
@@ -56,17 +66,22 @@ impl LikedSets {
             limiter,
             toggle: Arc::new(crate::kv::script(&[
                 include_str!("../../lua/fixed_window.lua"),
+                include_str!("../../lua/liked_set_load.lua"),
                 include_str!("../../lua/like_toggle.lua"),
             ])),
-            warm: Arc::new(Script::new(include_str!("../../lua/liked_set_warm.lua"))),
+            warm: Arc::new(crate::kv::script(&[
+                include_str!("../../lua/liked_set_load.lua"),
+                include_str!("../../lua/liked_set_warm.lua"),
+            ])),
             stats,
         }
     }
 
     /// Counts the toggle against the user's rate limit and likes or unlikes in the set and, if
-    /// that changed the set, appends the event to the stream: one script, one round trip. A
-    /// set that is not loaded costs a second call carrying its members from PostgreSQL, which
-    /// loads them and toggles (two round trips, not four). Returns whether the set changed.
+    /// that changed the set, appends the event to the stream and records it as pending: one
+    /// script, one round trip. A set that is not loaded costs a second call carrying its rows
+    /// from PostgreSQL, which loads them with the pending records on top and toggles. Returns
+    /// whether the set changed.
     pub async fn toggle(
         &self,
         user_id: i64,
@@ -76,53 +91,56 @@ impl LikedSets {
         membership: Membership,
     ) -> AppResult<bool> {
         let mut membership = Some(membership);
+        let event = LikeEvent { target, user_id, course_id, liked };
         let set = self.keys.liked_set(user_id, course_id);
-        let stream = self.keys.like_stream(self.keys.shard_of(user_id));
-        let rate = self.keys.like_rate(user_id);
-        let op = if liked { "like" } else { "unlike" };
+        let shard = self.keys.shard_of(user_id);
         let member = target.member();
-        let mut members: Option<Vec<String>> = None;
-        // Twice at most: the second call carries the members, so the script loads the set
-        // instead of answering -1.
-        for attempt in 0..2 {
+        let fields = event.flat_fields();
+        let bucket = self.keys.load_generation_bucket(user_id, course_id);
+        // The rows read from PostgreSQL and the load generation read before them, once needed.
+        let mut rows: Option<(String, Vec<String>)> = None;
+        for attempt in 0..MAX_LOAD_ATTEMPTS {
             let mut invocation = self.toggle.key(&set);
             invocation
-                .key(&stream)
-                .key(&rate)
+                .key(self.keys.like_stream(shard))
+                .key(self.keys.like_rate(user_id))
+                .key(self.keys.liked_pending(user_id, course_id))
+                .key(self.keys.load_generations(shard))
                 .arg(&member)
-                .arg(op)
-                .arg(user_id)
-                .arg(course_id)
+                .arg(event.pending_op())
                 .arg(self.ttl.as_millis() as u64)
                 .arg(self.limiter.limit())
-                .arg(self.limiter.window().as_millis() as u64);
-            match &members {
-                Some(members) => invocation.arg(1).arg(members),
-                None => invocation.arg(0),
+                .arg(self.limiter.window().as_millis() as u64)
+                .arg(bucket);
+            match &rows {
+                Some((generation, members)) => invocation.arg(generation).arg(fields.len()).arg(&fields).arg(members),
+                None => invocation.arg("").arg(fields.len()).arg(&fields),
             };
             let mut conn = self.redis.clone();
-            let (status, retry_after_ms): (i64, u64) = invocation.invoke_async(&mut conn).await?;
+            let (status, value): (i64, String) = invocation.invoke_async(&mut conn).await?;
             if attempt == 0 {
                 cache_lookup(status != -1);
             }
             match status {
                 1 => return Ok(true),
                 0 => return Ok(false),
-                2 => return Err(AppError::RateLimited { retry_after_ms }),
-                _ => {
+                2 => return Err(AppError::RateLimited { retry_after_ms: value.parse().unwrap_or(1000) }),
+                -1 | -3 => {
                     // A set not loaded is loaded from PostgreSQL, and only after a verified
                     // membership: an unverified like needs the set a verified check loaded.
                     if let Some(Membership::Unverified { why }) = membership.take() {
                         return Err(why);
                     }
-                    members = Some(self.members_in_database(user_id, course_id).await?);
+                    // `value` is the generation as it is now, read before the rows.
+                    rows = Some((value, self.members_in_database(user_id, course_id).await?));
                     LikeStats::bump(&self.stats.set_warms);
+                }
+                other => {
+                    return Err(AppError::Internal(format!("like_toggle.lua answered {other}: out of date?")));
                 }
             }
         }
-        Err(AppError::Internal(format!(
-            "liked-set {set} was not loaded even with its members: like_toggle.lua out of date?"
-        )))
+        Err(load_kept_moving(&set))
     }
 
     /// The user's likes in the course as set members (`p:<id>`, `c:<id>`), from PostgreSQL.
@@ -145,15 +163,46 @@ impl LikedSets {
         Ok(members.into_iter().map(|m| m.member).collect())
     }
 
-    /// Loads the user's likes in the course from PostgreSQL into the set, unless it exists.
+    /// Loads the user's likes in the course into the set, unless it exists: PostgreSQL's rows
+    /// plus the pending records (`lua/liked_set_load.lua`).
     pub async fn warm(&self, user_id: i64, course_id: i64) -> AppResult<()> {
-        let members = self.members_in_database(user_id, course_id).await?;
-        let mut invocation = self.warm.key(self.keys.liked_set(user_id, course_id));
-        invocation.arg(self.ttl.as_millis() as u64).arg(&members);
+        let set = self.keys.liked_set(user_id, course_id);
+        let pending = self.keys.liked_pending(user_id, course_id);
+        let generations = self.keys.load_generations(self.keys.shard_of(user_id));
+        let bucket = self.keys.load_generation_bucket(user_id, course_id);
+        for _ in 0..MAX_LOAD_ATTEMPTS {
+            let mut conn = self.redis.clone();
+            // Read before the rows: an apply that commits after our read moves it.
+            let generation: Option<String> =
+                redis::cmd("HGET").arg(&generations).arg(bucket).query_async(&mut conn).await?;
+            let members = self.members_in_database(user_id, course_id).await?;
+            LikeStats::bump(&self.stats.set_warms);
+            let mut invocation = self.warm.key(&set);
+            invocation
+                .key(&pending)
+                .key(&generations)
+                .arg(self.ttl.as_millis() as u64)
+                .arg(bucket)
+                .arg(generation.as_deref().unwrap_or("0"))
+                .arg(&members);
+            let loaded: i64 = invocation.invoke_async(&mut conn).await?;
+            if loaded != -3 {
+                return Ok(());
+            }
+        }
+        Err(load_kept_moving(&set))
+    }
+
+    /// Forgets the (user, course) liked-set, so the next buffered use reloads it: called after
+    /// a like written straight to PostgreSQL (sync and recount modes), which the set would
+    /// otherwise contradict. Best effort: startup in those modes drops every set anyway.
+    pub async fn forget(&self, user_id: i64, course_id: i64) {
         let mut conn = self.redis.clone();
-        let _: i64 = invocation.invoke_async(&mut conn).await?;
-        LikeStats::bump(&self.stats.set_warms);
-        Ok(())
+        let dropped: redis::RedisResult<i64> =
+            redis::cmd("UNLINK").arg(self.keys.liked_set(user_id, course_id)).query_async(&mut conn).await;
+        if let Err(err) = dropped {
+            tracing::warn!(error = %err, user_id, course_id, "could not drop a liked-set after a direct write");
+        }
     }
 
     /// Which of `targets` the user likes: ONE SMISMEMBER per (user, course) set, all sent in

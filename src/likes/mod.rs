@@ -14,6 +14,7 @@
 
 pub mod apply;
 pub mod buffered;
+pub mod committed;
 pub mod recount;
 pub mod sync;
 
@@ -30,16 +31,10 @@ use crate::db::stmt;
 use crate::error::{AppError, AppResult};
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
-use crate::live::Publisher;
+use committed::AfterCommit;
 use crate::telemetry::names;
 
-/// What can be liked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum LikeTarget {
-    Post(i64),
-    /// A top-level comment or a reply.
-    Comment(i64),
-}
+pub use crate::like_event::{CountChange, LikeEvent, LikeTarget};
 
 /// The tables a like touches for one kind of target: the like rows, their key column, and the
 /// table holding the counter. Level 1 and the recount build their SQL from it.
@@ -79,31 +74,6 @@ impl LikeTarget {
             LikeTarget::Comment(id) => (LikeTables::COMMENT, id),
         }
     }
-
-    pub fn kind_name(&self) -> &'static str {
-        match self {
-            LikeTarget::Post(_) => "post",
-            LikeTarget::Comment(_) => "comment",
-        }
-    }
-
-    /// The liked-set / stream member: `p:<id>` or `c:<id>`.
-    pub fn member(&self) -> String {
-        match self {
-            LikeTarget::Post(id) => format!("p:{id}"),
-            LikeTarget::Comment(id) => format!("c:{id}"),
-        }
-    }
-
-    pub fn parse_member(member: &str) -> Option<Self> {
-        let (kind, id) = member.split_once(':')?;
-        let id = id.parse::<i64>().ok().filter(|id| *id > 0)?;
-        match kind {
-            "p" => Some(LikeTarget::Post(id)),
-            "c" => Some(LikeTarget::Comment(id)),
-            _ => None,
-        }
-    }
 }
 
 /// How the caller proved that the user may like in the course.
@@ -116,14 +86,6 @@ pub enum Membership {
     /// verified check, and the worker checks membership again when it applies the like (a user
     /// removed meanwhile gets nothing written). Anything that needs PostgreSQL answers `why`.
     Unverified { why: AppError },
-}
-
-/// A committed like count, with the version that orders it among the target's changes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CountChange {
-    pub target: LikeTarget,
-    pub like_count: i32,
-    pub version: i64,
 }
 
 /// Counters operators and benchmarks read (exported as metrics by the operations layer).
@@ -157,7 +119,7 @@ pub struct Likes {
     keys: Keys,
     buffered: buffered::LikedSets,
     recount: recount::DirtyMarks,
-    publisher: Publisher,
+    after_commit: AfterCommit,
     stats: Arc<LikeStats>,
 }
 
@@ -169,7 +131,7 @@ impl Likes {
         limiter: RateLimiter,
         keys: Keys,
         set_ttl: Duration,
-        publisher: Publisher,
+        after_commit: AfterCommit,
     ) -> Self {
         let stats = Arc::new(LikeStats::default());
         Self {
@@ -186,7 +148,7 @@ impl Likes {
             mode,
             limiter,
             keys,
-            publisher,
+            after_commit,
             stats,
         }
     }
@@ -256,15 +218,17 @@ impl Likes {
                     .await?
                     .ok_or_else(|| AppError::not_found(target.kind_name()))?;
                 if outcome.changed {
-                    // The statement autocommitted: the count is final, publish it.
+                    self.buffered.forget(user_id, course_id).await;
+                    // The statement autocommitted: the count is final.
                     let change = CountChange { target, like_count: outcome.like_count, version: outcome.version };
-                    self.publisher.counts(&[change]).await;
+                    self.after_commit.like_counts(&[change]).await;
                 }
                 (outcome.like_count, outcome.changed)
             }
             LikeMode::Recount => {
                 let changed = recount::set(&self.db, user_id, target, liked).await?;
                 if changed {
+                    self.buffered.forget(user_id, course_id).await;
                     self.recount.mark(target).await?;
                 }
                 (adjusted(current_count, liked, changed), changed)

@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use tokio::sync::{broadcast, watch};
 
 use super::{Activity, LiveMessage};
-use crate::likes::{CountChange, LikeTarget};
+use crate::like_event::{CountChange, LikeTarget};
 use crate::telemetry::names;
 
 /// Activity events a course channel holds for subscribers that are behind.

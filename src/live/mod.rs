@@ -10,9 +10,8 @@ pub mod hub;
 use crate::kv::Redis;
 use serde::{Deserialize, Serialize};
 
-use crate::cache::PostCache;
 use crate::error::AppResult;
-use crate::likes::{CountChange, LikeTarget};
+use crate::like_event::{CountChange, LikeTarget};
 use crate::telemetry::names;
 
 /// What happened in a course, for `courseActivity`.
@@ -89,31 +88,17 @@ pub fn now_micros() -> i64 {
 pub struct Publisher {
     redis: Redis,
     channel: String,
-    /// Every path that commits a like count (worker, sync, recount) publishes it here, so this
-    /// is also where cached posts learn their new counts.
-    post_cache: Option<PostCache>,
 }
 
 impl Publisher {
     pub fn new(redis: Redis, channel: String) -> Self {
-        Self { redis, channel, post_cache: None }
+        Self { redis, channel }
     }
 
-    /// Also patches committed like counts into the post cache.
-    pub fn with_post_cache(mut self, cache: PostCache) -> Self {
-        self.post_cache = Some(cache);
-        self
-    }
-
-    /// Committed counts: into cached posts first (a subscriber reloading the post sees the new
-    /// count), then to every instance's subscribers. Every caller calls this right after its
-    /// COMMIT returned, so the time taken on entry is the commit time as this process saw it.
-    pub async fn counts(&self, changes: &[CountChange]) {
+    /// Committed like counts, to every instance's subscribers. Called by the after-commit step
+    /// (`likes::committed::AfterCommit`), which patches the post cache first.
+    pub async fn counts(&self, changes: &[CountChange], committed_at_us: i64) {
         if !changes.is_empty() {
-            let committed_at_us = now_micros();
-            if let Some(cache) = &self.post_cache {
-                cache.like_counts_committed(changes).await;
-            }
             self.publish(&LiveMessage::counts(changes, committed_at_us)).await;
         }
     }

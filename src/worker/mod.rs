@@ -17,24 +17,25 @@
 pub mod lease;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::kv::Redis;
-use redis::Value;
-use sea_orm::{DatabaseConnection, DbErr, TransactionTrait};
+use redis::{Script, Value};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, FromQueryResult, TransactionTrait};
 use tokio::sync::watch;
 
 use crate::backoff::{Backoff, pause_unless_shutdown};
+use crate::db::stmt;
 use crate::config::{LikeMode, Settings};
 use crate::error::{AppError, AppResult};
 use crate::hooks::Gate;
 use crate::kv::keys::{Keys, LIKE_GROUP};
-use crate::likes::apply::{self, Applied, LikeEvent};
+use crate::like_event::{CountChange, LikeEvent};
+use crate::likes::apply::{self, Applied};
+use crate::likes::committed::AfterCommit;
 use crate::likes::recount::DirtyMarks;
-use crate::likes::{CountChange, LikeTarget};
-use crate::live::Publisher;
 use crate::telemetry::names;
 use lease::{Holding, Lease};
 
@@ -147,14 +148,24 @@ pub struct LikeWorker {
     config: WorkerConfig,
     lease: Lease,
     recount: DirtyMarks,
-    publisher: Publisher,
+    after_commit: AfterCommit,
     stats: Arc<WorkerStats>,
     hooks: Arc<WorkerHooks>,
+    /// The fencing token (`like_shard_epochs.epoch`) of every shard this worker holds.
+    epochs: Arc<Mutex<HashMap<u32, i64>>>,
+    /// `lua/like_batch_done.lua`: ack + retire pending records + drop sets, atomically.
+    done: Arc<Script>,
 }
 
 impl LikeWorker {
     /// `redis` should be a connection of the worker's own: blocking reads hold it.
-    pub fn new(db: DatabaseConnection, redis: Redis, keys: Keys, config: WorkerConfig, publisher: Publisher) -> Self {
+    pub fn new(
+        db: DatabaseConnection,
+        redis: Redis,
+        keys: Keys,
+        config: WorkerConfig,
+        after_commit: AfterCommit,
+    ) -> Self {
         let consumer = format!("worker-{}", uuid::Uuid::new_v4().simple());
         Self {
             lease: Lease::new(redis.clone(), consumer, config.lease_ttl),
@@ -163,9 +174,11 @@ impl LikeWorker {
             redis,
             keys,
             config,
-            publisher,
+            after_commit,
             stats: Arc::new(WorkerStats::default()),
             hooks: Arc::new(WorkerHooks::default()),
+            epochs: Arc::new(Mutex::new(HashMap::new())),
+            done: Arc::new(Script::new(include_str!("../../lua/like_batch_done.lua"))),
         }
     }
 
@@ -203,17 +216,60 @@ impl LikeWorker {
         Ok(())
     }
 
-    /// Holds the shard's lease; on taking it over, claims every entry pending elsewhere.
+    /// Holds the shard's lease; on taking it over, bumps the shard's fencing epoch in
+    /// PostgreSQL (which waits for a batch of the previous owner still in flight) and claims
+    /// every entry pending elsewhere.
     pub async fn hold_lease(&self, shard: u32) -> AppResult<bool> {
         match self.lease.hold(&self.keys.worker_lease(shard)).await? {
-            Holding::Renewed => Ok(true),
-            Holding::Acquired => {
+            Holding::Renewed if self.epoch(shard).is_some() => Ok(true),
+            // Acquired, or renewed after an earlier attempt to take the epoch failed.
+            Holding::Renewed | Holding::Acquired => {
+                let epoch = self.take_epoch(shard).await?;
+                self.set_epoch(shard, Some(epoch));
                 self.claim_pending(shard).await?;
-                tracing::info!(shard, consumer = self.consumer(), "took the shard lease");
+                tracing::info!(shard, epoch, consumer = self.consumer(), "took the shard lease");
                 Ok(true)
             }
-            Holding::Elsewhere => Ok(false),
+            Holding::Elsewhere => {
+                self.set_epoch(shard, None);
+                Ok(false)
+            }
         }
+    }
+
+    fn epoch(&self, shard: u32) -> Option<i64> {
+        self.epochs.lock().map(|epochs| epochs.get(&shard).copied()).unwrap_or(None)
+    }
+
+    fn set_epoch(&self, shard: u32, epoch: Option<i64>) {
+        if let Ok(mut epochs) = self.epochs.lock() {
+            match epoch {
+                Some(epoch) => epochs.insert(shard, epoch),
+                None => epochs.remove(&shard),
+            };
+        }
+    }
+
+    /// Bumps the shard's epoch and returns it: from now on only this worker's transactions
+    /// pass the fence. Waits (up to the lock timeout) for the previous owner's batch in flight.
+    async fn take_epoch(&self, shard: u32) -> AppResult<i64> {
+        #[derive(FromQueryResult)]
+        struct Epoch {
+            epoch: i64,
+        }
+        let txn = self.db.begin().await?;
+        txn.execute_unprepared("SET LOCAL lock_timeout = '5s'").await?;
+        let epoch = Epoch::find_by_statement(stmt(
+            "INSERT INTO like_shard_epochs (shard, epoch, owner) VALUES ($1, 1, $2) \
+             ON CONFLICT (shard) DO UPDATE SET epoch = like_shard_epochs.epoch + 1, owner = EXCLUDED.owner, \
+             taken_at = now() RETURNING epoch",
+            [(shard as i32).into(), self.consumer().into()],
+        ))
+        .one(&txn)
+        .await?
+        .ok_or_else(|| AppError::Internal("taking a shard epoch returned no row".into()))?;
+        txn.commit().await?;
+        Ok(epoch.epoch)
     }
 
     async fn claim_pending(&self, shard: u32) -> AppResult<()> {
@@ -255,7 +311,7 @@ impl LikeWorker {
     /// One run of the recount job (level 2): returns how many counters it changed.
     pub async fn recount_once(&self) -> AppResult<usize> {
         let changed = self.recount.recount_once(&self.db, self.config.batch_size).await?;
-        self.publisher.counts(&changed).await;
+        self.after_commit.like_counts(&changed).await;
         Ok(changed.len())
     }
 
@@ -272,6 +328,31 @@ impl LikeWorker {
             if read == 0 {
                 return Ok(acked);
             }
+        }
+    }
+
+    /// Entries in every shard's stream not yet applied.
+    pub async fn unapplied(&self) -> AppResult<u64> {
+        unapplied_events(&self.redis, &self.keys).await
+    }
+
+    /// Applies everything in the streams, waiting for shards whose lease another worker holds,
+    /// until they are empty or `deadline` passes (then an error that says what is left).
+    pub async fn drain_until_empty(&self, deadline: Instant) -> AppResult<usize> {
+        let mut acked = 0;
+        loop {
+            acked += self.drain().await?;
+            let left = self.unapplied().await?;
+            if left == 0 {
+                return Ok(acked);
+            }
+            if Instant::now() >= deadline {
+                return Err(AppError::Config(format!(
+                    "{left} like event(s) are still in the like streams and another worker holds their \
+                     shard; stop the buffered-mode workers (or let them finish) and start again"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
@@ -310,13 +391,14 @@ impl LikeWorker {
         report.timings.read = read_time;
         let started = Instant::now();
         let events: Vec<LikeEvent> = entries.iter().filter_map(|e| e.event.as_ref().ok().copied()).collect();
-        match self.apply_in_transaction(&events).await {
-            Ok(applied) => {
+        match self.apply_in_transaction(shard, &events).await {
+            Ok(None) => return Ok(self.fenced(shard, report)),
+            Ok(Some(applied)) => {
                 report.timings.apply = started.elapsed();
-                let ids: Vec<&str> = entries.iter().filter(|e| e.event.is_ok()).map(|e| e.id.as_str()).collect();
-                self.ack(&stream, &ids).await?;
+                let retired: Vec<&Entry> = entries.iter().filter(|e| e.event.is_ok()).collect();
+                self.retire(shard, &retired, &applied.refused).await?;
                 report.timings.ack = started.elapsed() - report.timings.apply;
-                report.acked += ids.len();
+                report.acked += retired.len();
                 report.refused = applied.refused.len();
                 report.changed = applied.changed;
                 // Malformed entries can never apply: straight to the dead letters.
@@ -358,18 +440,32 @@ impl LikeWorker {
         Ok(report)
     }
 
+    /// A transaction found the fence moved: another worker took the shard while this one was
+    /// stalled. Nothing was committed or acknowledged; the new owner replays what we read.
+    fn fenced(&self, shard: u32, mut report: BatchReport) -> BatchReport {
+        self.set_epoch(shard, None);
+        metrics::counter!(names::LIKE_BATCHES, "result" => "fenced").increment(1);
+        tracing::warn!(shard, consumer = self.consumer(), "lost the shard to another worker; batch rolled back");
+        report.leader = false;
+        report
+    }
+
     /// The poison path: each entry alone, in stream order. What fails alone stays pending until
     /// it has been delivered `max_deliveries` times, then goes to the dead letters.
     async fn one_by_one(&self, shard: u32, stream: &str, entries: &[Entry], report: &mut BatchReport) -> AppResult<()> {
         let deliveries = self.delivery_counts(stream, entries).await?;
         for entry in entries {
             let outcome = match &entry.event {
-                Ok(event) => self.apply_in_transaction(std::slice::from_ref(event)).await,
+                Ok(event) => self.apply_in_transaction(shard, std::slice::from_ref(event)).await,
                 Err(why) => Err(AppError::Internal(why.clone())),
             };
             match outcome {
-                Ok(applied) => {
-                    self.ack(stream, &[entry.id.as_str()]).await?;
+                Ok(None) => {
+                    *report = self.fenced(shard, std::mem::take(report));
+                    return Ok(());
+                }
+                Ok(Some(applied)) => {
+                    self.retire(shard, &[entry], &applied.refused).await?;
                     report.acked += 1;
                     report.refused += applied.refused.len();
                     report.changed.extend(applied.changed);
@@ -390,12 +486,26 @@ impl LikeWorker {
         Ok(())
     }
 
-    /// Applies events in one transaction; after COMMIT publishes the new counts and drops the
-    /// liked-sets of refused events (both idempotent: a replay after a crash repeats them).
-    async fn apply_in_transaction(&self, events: &[LikeEvent]) -> AppResult<Applied> {
+    /// Applies events in one transaction fenced by the shard's epoch; after COMMIT runs the
+    /// after-commit step (post cache, live counts; idempotent: a replay after a crash repeats
+    /// it). `None`: the fence refused, this worker no longer owns the shard, nothing committed.
+    async fn apply_in_transaction(&self, shard: u32, events: &[LikeEvent]) -> AppResult<Option<Applied>> {
         let collapsed = apply::collapse(events.iter().copied());
         self.hooks.before_apply.pass().await;
+        let Some(epoch) = self.epoch(shard) else { return Ok(None) };
         let txn = self.db.begin().await?;
+        // The fence: first statement, and its row lock lasts until COMMIT, so a taker's bump
+        // waits for this batch instead of overtaking it.
+        let fence = txn
+            .execute_raw(stmt(
+                "SELECT 1 FROM like_shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE",
+                [(shard as i32).into(), epoch.into()],
+            ))
+            .await?;
+        if fence.rows_affected() == 0 {
+            txn.rollback().await?;
+            return Ok(None);
+        }
         let applied = apply::apply(&txn, &collapsed).await?;
         self.hooks.before_commit.pass().await;
         if self.config.fault == Some(Fault::AbortBeforeCommit) {
@@ -408,28 +518,47 @@ impl LikeWorker {
             std::process::abort();
         }
         // Committed: now, and only now, the counts may be shown.
-        self.publisher.counts(&applied.changed).await;
-        self.drop_refused_sets(&applied.refused).await?;
-        Ok(applied)
+        self.after_commit.like_counts(&applied.changed).await;
+        if !applied.refused.is_empty() {
+            metrics::counter!(names::LIKE_EVENTS_REFUSED).increment(applied.refused.len() as u64);
+        }
+        Ok(Some(applied))
     }
 
-    /// A refused event's liked-set holds a like or unlike PostgreSQL did not take (the target
-    /// was deleted, or the user is no longer a member, e.g. a like accepted while PostgreSQL
-    /// was unreachable): drop the set so it reloads the truth on next use.
-    async fn drop_refused_sets(&self, refused: &[(i64, i64)]) -> AppResult<()> {
-        if refused.is_empty() {
+    /// Acknowledges (XACK + XDEL) entries whose fate is sealed — committed, refused or
+    /// dead-lettered — and, in the same script (`lua/like_batch_done.lua`), removes the pending
+    /// record each event left beside its liked-set, unless a later toggle replaced it. Drops
+    /// the liked-sets of `drop_sets`: they hold an op PostgreSQL did not take (a refused or
+    /// dead-lettered event) and must reload the truth.
+    async fn retire(&self, shard: u32, entries: &[&Entry], drop_sets: &[(i64, i64)]) -> AppResult<()> {
+        if entries.is_empty() && drop_sets.is_empty() {
             return Ok(());
         }
-        metrics::counter!(names::LIKE_EVENTS_REFUSED).increment(refused.len() as u64);
-        // One UNLINK per set: the sets of one batch share the stream's slot, but a poison
-        // replay may mix shards, and one command per key keeps Redis Cluster happy either way.
-        let mut pipe = redis::pipe();
-        for (user, course) in refused {
-            pipe.cmd("UNLINK").arg(self.keys.liked_set(*user, *course)).ignore();
+        let events: Vec<(&str, &LikeEvent)> =
+            entries.iter().filter_map(|e| e.event.as_ref().ok().map(|event| (e.id.as_str(), event))).collect();
+        let mut invocation = self.done.key(self.keys.like_stream(shard));
+        invocation.key(self.keys.load_generations(shard));
+        for (_, event) in &events {
+            invocation.key(self.keys.liked_pending(event.user_id, event.course_id));
+        }
+        for (user, course) in drop_sets {
+            invocation.key(self.keys.liked_set(*user, *course));
+        }
+        invocation.arg(LIKE_GROUP).arg(entries.len()).arg(events.len());
+        for entry in entries {
+            invocation.arg(&entry.id);
+        }
+        for (id, event) in &events {
+            invocation
+                .arg(event.target.member())
+                .arg(event.pending_record(id))
+                .arg(self.keys.load_generation_bucket(event.user_id, event.course_id));
         }
         let mut conn = self.redis.clone();
-        let () = pipe.query_async(&mut conn).await?;
-        tracing::info!(sets = refused.len(), "dropped the liked-sets of refused like events");
+        let _removed: i64 = invocation.invoke_async(&mut conn).await?;
+        if !drop_sets.is_empty() {
+            tracing::info!(shard, sets = drop_sets.len(), "dropped liked-sets holding ops PostgreSQL did not take");
+        }
         Ok(())
     }
 
@@ -468,59 +597,21 @@ impl LikeWorker {
         Ok(reply.ids.into_iter().map(|p| (p.id, p.times_delivered as u64)).collect())
     }
 
-    async fn ack(&self, stream: &str, ids: &[&str]) -> AppResult<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.redis.clone();
-        let _: (i64, i64) = redis::pipe()
-            .atomic()
-            .cmd("XACK")
-            .arg(stream)
-            .arg(LIKE_GROUP)
-            .arg(ids)
-            .cmd("XDEL")
-            .arg(stream)
-            .arg(ids)
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
-    }
-
+    /// Moves an entry that can never apply to the dead-letter stream, with the error, then
+    /// retires it; its liked-set is dropped (it holds the op that never reached PostgreSQL).
     async fn dead_letter(&self, shard: u32, stream: &str, entry: &Entry, why: &str) -> AppResult<()> {
         let mut conn = self.redis.clone();
-        let (op, target, user, course) = match &entry.event {
-            Ok(e) => (
-                if e.liked { "like" } else { "unlike" }.to_owned(),
-                e.target.member(),
-                e.user_id.to_string(),
-                e.course_id.to_string(),
-            ),
-            Err(_) => (String::new(), String::new(), String::new(), String::new()),
-        };
-        let _: String = redis::cmd("XADD")
-            .arg(self.keys.dead_letters())
-            .arg("*")
-            .arg("shard")
-            .arg(shard)
-            .arg("entry")
-            .arg(&entry.id)
-            .arg("op")
-            .arg(op)
-            .arg("t")
-            .arg(target)
-            .arg("u")
-            .arg(user)
-            .arg("c")
-            .arg(course)
-            .arg("error")
-            .arg(why)
-            .query_async(&mut conn)
-            .await?;
-        self.ack(stream, &[entry.id.as_str()]).await?;
+        let mut letter = redis::cmd("XADD");
+        letter.arg(self.keys.dead_letters()).arg("*").arg("shard").arg(shard).arg("entry").arg(&entry.id);
+        if let Ok(event) = &entry.event {
+            letter.arg(event.flat_fields());
+        }
+        let _: String = letter.arg("error").arg(why).query_async(&mut conn).await?;
+        let drop_sets: Vec<(i64, i64)> = entry.event.iter().map(|e| (e.user_id, e.course_id)).collect();
+        self.retire(shard, &[entry], &drop_sets).await?;
         self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(names::LIKE_DEAD_LETTERS).increment(1);
-        tracing::error!(shard, id = %entry.id, error = why, "like event moved to the dead-letter stream");
+        tracing::error!(shard, stream, id = %entry.id, error = why, "like event moved to the dead-letter stream");
         Ok(())
     }
 
@@ -573,6 +664,17 @@ impl LikeWorker {
     }
 }
 
+/// Entries in every like stream not yet applied (XLEN: applied entries are XDEL'd).
+pub async fn unapplied_events(redis: &Redis, keys: &Keys) -> AppResult<u64> {
+    let mut pipe = redis::pipe();
+    for shard in 0..keys.shards() {
+        pipe.cmd("XLEN").arg(keys.like_stream(shard));
+    }
+    let mut conn = redis.clone();
+    let lengths: Vec<u64> = pipe.query_async(&mut conn).await?;
+    Ok(lengths.iter().sum())
+}
+
 /// Walks an XREADGROUP reply (`[[stream, [[id, [field, value, …]], …]], …]`, or a map of
 /// streams under RESP3; nil when nothing came) straight into entries. A batch is thousands of
 /// entries: parsing each into a map of owned values first cost more than the read itself.
@@ -612,32 +714,16 @@ fn parse_read_reply(reply: Value) -> Result<Vec<Entry>, String> {
     Ok(parsed)
 }
 
-/// One entry's fields (`op`, `t`, `u`, `c`, as `lua/like_toggle.lua` writes them) as an event;
-/// anything else is the reason it cannot apply (it goes to the dead letters).
+/// One entry's fields as an event (`LikeEvent::decode`, the codec the toggle script's
+/// arguments came from); anything else is the reason it cannot apply (it goes to the dead
+/// letters).
 fn parse_event(fields: &Value) -> Result<LikeEvent, String> {
-    let (mut op, mut target, mut user, mut course) = (None, None, None, None);
     // A trimmed-then-claimed entry has nil fields: nothing to apply.
     let Value::Array(fields) = fields else { return Err("the entry has no fields".into()) };
-    for pair in fields.chunks(2) {
-        let [Value::BulkString(name), Value::BulkString(value)] = pair else { continue };
-        let value = std::str::from_utf8(value).map_err(|_| "a field is not text")?;
-        match name.as_slice() {
-            b"op" => op = Some(value),
-            b"t" => target = Some(value),
-            b"u" => user = Some(value),
-            b"c" => course = Some(value),
-            _ => {}
-        }
-    }
-    let target = LikeTarget::parse_member(target.ok_or("missing field t")?).ok_or("bad target")?;
-    let user_id = user.ok_or("missing field u")?.parse::<i64>().map_err(|_| "bad user id")?;
-    let course_id = course.ok_or("missing field c")?.parse::<i64>().map_err(|_| "bad course id")?;
-    let liked = match op.ok_or("missing field op")? {
-        "like" => true,
-        "unlike" => false,
-        other => return Err(format!("bad op {other}")),
-    };
-    Ok(LikeEvent { target, user_id, course_id, liked })
+    LikeEvent::decode(fields.chunks(2).filter_map(|pair| match pair {
+        [Value::BulkString(name), Value::BulkString(value)] => Some((name.as_slice(), value.as_slice())),
+        _ => None,
+    }))
 }
 
 /// Errors that mean "PostgreSQL (or Redis) is not there right now", as opposed to "this batch
@@ -666,6 +752,7 @@ pub fn is_transient(err: &AppError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::like_event::LikeTarget;
 
     fn bulk(text: &str) -> Value {
         Value::BulkString(text.as_bytes().to_vec())

@@ -7,11 +7,13 @@
 use std::time::{Duration, Instant};
 
 use course_forum::config::LikeMode;
+use course_forum::cache::{CacheConfig, PostCache};
 use course_forum::db::stmt;
 use course_forum::error::{AppError, AppResult};
 use course_forum::kv::{self, keys::Keys};
-use course_forum::likes::LikeTarget;
-use course_forum::likes::apply::{self, LikeEvent};
+use course_forum::like_event::{LikeEvent, LikeTarget};
+use course_forum::likes::apply;
+use course_forum::likes::committed::AfterCommit;
 use course_forum::live::Publisher;
 use course_forum::worker::{BatchTimings, LikeWorker, WorkerConfig};
 use sea_orm::{FromQueryResult, TransactionTrait};
@@ -116,17 +118,30 @@ async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<App
             redis.clone(),
             keys.clone(),
             config,
-            Publisher::new(redis.clone(), keys.live_channel()),
+            AfterCommit::new(
+                PostCache::new(
+                    db.clone(),
+                    redis.clone(),
+                    keys.clone(),
+                    CacheConfig {
+                        ttl: Duration::from_secs(30),
+                        jitter: Duration::from_secs(10),
+                        missing_ttl: Duration::from_secs(5),
+                        lock_ttl: Duration::from_secs(5),
+                    },
+                ),
+                Publisher::new(redis.clone(), keys.live_channel()),
+            ),
         );
         worker.ensure_groups().await?;
-        // Pre-load the stream exactly as lua/like_toggle.lua writes it.
+        // Pre-load the stream with the entries the toggle script would append (the event codec's fields).
         let mut conn = redis.clone();
         let stream = keys.like_stream(0);
         for chunk_start in (0..events).step_by(1000) {
             let mut pipe = redis::pipe();
             for n in chunk_start..(chunk_start + 1000).min(events) {
-                let user = (n + 2).to_string();
-                pipe.cmd("XADD").arg(&stream).arg("*").arg(&["op", "like", "t", "p:1", "u", &user, "c", "1"]).ignore();
+                let event = LikeEvent { target: LikeTarget::Post(1), user_id: n as i64 + 2, course_id: 1, liked: true };
+                pipe.cmd("XADD").arg(&stream).arg("*").arg(event.flat_fields()).ignore();
             }
             let _: () = pipe.query_async(&mut conn).await?;
         }
