@@ -7,12 +7,22 @@ use std::sync::Arc;
 
 use crate::kv::Redis;
 use redis::Script;
-use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
+use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult, TransactionTrait};
 
 use super::{CountChange, LikeTables, LikeTarget};
 use crate::db::stmt;
 use crate::error::AppResult;
+use crate::hooks::Gate;
 use crate::kv::keys::Keys;
+
+/// Points where a test can hold a running recount (`crate::hooks::Gate`) to build a race step
+/// by step.
+#[derive(Default)]
+pub struct RecountHooks {
+    /// Inside the recount's transaction, after every count was written, before COMMIT (the
+    /// targets' rows are locked).
+    pub before_commit: Gate,
+}
 
 /// Inserts (only for a member of the target's course) or deletes the like row; returns whether
 /// a row changed.
@@ -39,6 +49,7 @@ pub struct DirtyMarks {
     keys: Keys,
     mark: Arc<Script>,
     clear: Arc<Script>,
+    hooks: Arc<RecountHooks>,
 }
 
 impl DirtyMarks {
@@ -48,7 +59,13 @@ impl DirtyMarks {
             keys,
             mark: Arc::new(Script::new(include_str!("../../lua/recount_mark.lua"))),
             clear: Arc::new(Script::new(include_str!("../../lua/recount_clear.lua"))),
+            hooks: Arc::new(RecountHooks::default()),
         }
+    }
+
+    /// This job's test hooks (shared by its clones; another `DirtyMarks` is another instance).
+    pub fn hooks(&self) -> &RecountHooks {
+        &self.hooks
     }
 
     pub async fn mark(&self, target: LikeTarget) -> AppResult<()> {
@@ -78,7 +95,7 @@ impl DirtyMarks {
             return Ok(Vec::new());
         }
         let targets: Vec<LikeTarget> = marked.iter().filter_map(|(m, _)| LikeTarget::parse_member(m)).collect();
-        let changed = recount(db, &targets).await?;
+        let changed = recount(db, &targets, &self.hooks).await?;
         // Clear only marks not renewed since we read them: a like that landed after our count
         // has a higher score and stays dirty for the next round.
         let mut clear = self.clear.key(self.keys.recount_dirty());
@@ -99,7 +116,12 @@ struct Recounted {
 
 /// Sets `like_count` to the number of like rows for each target, touching only rows that
 /// disagree. Returns the changed targets with their new counts.
-pub async fn recount(db: &impl ConnectionTrait, targets: &[LikeTarget]) -> AppResult<Vec<CountChange>> {
+pub async fn recount(
+    db: &DatabaseConnection,
+    targets: &[LikeTarget],
+    hooks: &RecountHooks,
+) -> AppResult<Vec<CountChange>> {
+    let txn = db.begin().await?;
     let mut changed = Vec::new();
     for tables in [LikeTables::POST, LikeTables::COMMENT] {
         let ids: Vec<i64> = targets
@@ -120,19 +142,30 @@ pub async fn recount(db: &impl ConnectionTrait, targets: &[LikeTarget]) -> AppRe
             likes = tables.likes,
             key = tables.key
         );
-        let rows = Recounted::find_by_statement(stmt(&sql, [ids.into()])).all(db).await?;
+        let rows = Recounted::find_by_statement(stmt(&sql, [ids.into()])).all(&txn).await?;
         changed.extend(rows.into_iter().map(|r| CountChange {
             target: (tables.make)(r.id),
             like_count: r.like_count,
             version: r.like_version,
         }));
     }
+    hooks.before_commit.pass().await;
+    txn.commit().await?;
     Ok(changed)
 }
 
 /// Recounts every post and comment in id-ordered chunks (each chunk its own short statement,
 /// so it is safe on a live system). Returns what it fixed.
 pub async fn reconcile_all(db: &DatabaseConnection, chunk: i64) -> AppResult<Vec<CountChange>> {
+    reconcile_all_with(db, chunk, &RecountHooks::default()).await
+}
+
+/// `reconcile_all` whose chunks pass `hooks` (tests).
+pub async fn reconcile_all_with(
+    db: &DatabaseConnection,
+    chunk: i64,
+    hooks: &RecountHooks,
+) -> AppResult<Vec<CountChange>> {
     #[derive(FromQueryResult)]
     struct Ids {
         ids: Option<Vec<i64>>,
@@ -152,7 +185,7 @@ pub async fn reconcile_all(db: &DatabaseConnection, chunk: i64) -> AppResult<Vec
             .unwrap_or_default();
             let Some(last) = ids.last().copied() else { break };
             let targets: Vec<LikeTarget> = ids.into_iter().map(tables.make).collect();
-            fixed.extend(recount(db, &targets).await?);
+            fixed.extend(recount(db, &targets, hooks).await?);
             after = last;
         }
     }
