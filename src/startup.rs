@@ -231,13 +231,11 @@ async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>>
     }
 }
 
-/// How long starting in `sync` or `recount` mode waits for buffered-mode leftovers to apply.
-const MODE_SWITCH_DRAIN_LIMIT: Duration = Duration::from_secs(60);
-
 /// Makes a switch away from `buffered` safe before anything is served. Events left in the like
 /// streams would otherwise wait forever (no worker reads them in `sync`) or apply late, after
 /// newer direct writes; so they are applied first, and the process refuses to start if it
-/// cannot (PostgreSQL down, another worker still holding a shard). Then every liked-set is
+/// cannot within `SHUTDOWN_TIMEOUT` (PostgreSQL down, another worker still holding a shard,
+/// longer than the process may take for work in flight). Then every liked-set is
 /// dropped: written straight to PostgreSQL, likes would make them stale, and a stale set could
 /// swallow a toggle when `buffered` comes back (each direct write also drops its own set, for
 /// instances still in `buffered` during a rolling switch). The mode marker in Redis makes the
@@ -260,7 +258,7 @@ pub async fn settle_like_mode_switch(state: &AppState) -> AppResult<()> {
                  nothing was served. Fix that and start again, or start in LIKE_MODE=buffered to let its worker apply them"
             ))
         };
-        let applied = worker.drain_until_empty(std::time::Instant::now() + MODE_SWITCH_DRAIN_LIMIT).await.map_err(refuse)?;
+        let applied = worker.drain_until_empty(std::time::Instant::now() + state.settings.shutdown_timeout).await.map_err(refuse)?;
         tracing::info!(applied, "like events left by buffered mode applied");
     }
     let previous: Option<String> = redis::cmd("GET").arg(&marker).query_async(&mut conn).await?;

@@ -1,7 +1,14 @@
 //! Level 3, the Redis side: per (user, course) liked-sets, the atomic toggle that checks the
-//! user's rate limit and appends to the shard's stream (`lua/like_toggle.lua`), warming a set
-//! from PostgreSQL when it is not loaded (inside the toggle's second call, or
-//! `lua/liked_set_warm.lua` for reads), and `likedByMe` by SMISMEMBER.
+//! user's rate limit, appends to the shard's stream and records the event as pending beside
+//! the set (`lua/like_toggle.lua`), loading a set when it is not loaded (inside the toggle's
+//! second call, or `lua/liked_set_warm.lua` for reads), and `likedByMe` by SMISMEMBER.
+//!
+//! A liked-set caches PostgreSQL's rows PLUS what the stream accepted and the worker has not
+//! applied yet. So a load, whatever dropped the set (TTL, eviction, `reset-like-cache`, a
+//! refused event, a crash), overlays the (user, course) pending records on the rows, in one
+//! script (`lua/liked_set_load.lua`); a per-bucket load generation, read before the rows and
+//! moved by the worker whenever it retires a record, makes a load whose rows predate an apply
+//! read them again. The worker retires records after COMMIT (`worker::LikeWorker`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -14,6 +21,7 @@ use sea_orm::{DatabaseConnection, FromQueryResult};
 use super::{LikeEvent, LikeStats, LikeTarget, Membership};
 use crate::db::stmt;
 use crate::error::{AppError, AppResult};
+use crate::hooks::Gate;
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
 
@@ -47,6 +55,9 @@ pub struct LikedSets {
     toggle: Arc<Script>,
     warm: Arc<Script>,
     stats: Arc<LikeStats>,
+    /// Test hook: passed by every load after it read the rows from PostgreSQL and before the
+    /// script loads them (where an apply committing meanwhile must not be lost).
+    pub rows_read: Arc<Gate>,
 }
 
 impl LikedSets {
@@ -74,6 +85,7 @@ impl LikedSets {
                 include_str!("../../lua/liked_set_warm.lua"),
             ])),
             stats,
+            rows_read: Arc::new(Gate::default()),
         }
     }
 
@@ -134,6 +146,7 @@ impl LikedSets {
                     // `value` is the generation as it is now, read before the rows.
                     rows = Some((value, self.members_in_database(user_id, course_id).await?));
                     LikeStats::bump(&self.stats.set_warms);
+                    self.rows_read.pass().await;
                 }
                 other => {
                     return Err(AppError::Internal(format!("like_toggle.lua answered {other}: out of date?")));
@@ -177,6 +190,7 @@ impl LikedSets {
                 redis::cmd("HGET").arg(&generations).arg(bucket).query_async(&mut conn).await?;
             let members = self.members_in_database(user_id, course_id).await?;
             LikeStats::bump(&self.stats.set_warms);
+            self.rows_read.pass().await;
             let mut invocation = self.warm.key(&set);
             invocation
                 .key(&pending)
