@@ -285,6 +285,8 @@ async fn a_recount_that_clears_the_newest_mark_leaves_the_counter_right() {
         let (b, db) = (b.clone(), app.db.clone());
         async move { b.recount_once(&db, 100).await }
     });
+    // Job B waits for the post now; the single-statement recount did not even wait (its
+    // snapshot said count 0 = like_count 0), cleared the mark, and A's 1 stayed.
     blocked_or_done(&app, &job_b).await;
     drop(held);
     job_a.await.expect("job A task").expect("job A");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::kv::Redis;
 use redis::Script;
-use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult, IsolationLevel, TransactionTrait};
 
 use super::{CountChange, LikeTables, LikeTarget};
 use crate::db::stmt;
@@ -19,8 +19,8 @@ use crate::kv::keys::Keys;
 /// by step.
 #[derive(Default)]
 pub struct RecountHooks {
-    /// Inside the recount's transaction, after every count was written, before COMMIT (the
-    /// targets' rows are locked).
+    /// Inside the recount's transaction (one per kind of target), after its counts were
+    /// written, before COMMIT (the targets' rows are locked).
     pub before_commit: Gate,
 }
 
@@ -115,16 +115,52 @@ struct Recounted {
 }
 
 /// Sets `like_count` to the number of like rows for each target, touching only rows that
-/// disagree. Returns the changed targets with their new counts.
+/// disagree. Returns the changed targets with their new counts (committed when this returns).
+///
+/// # Why the count it writes is never stale
+///
+/// Per kind of target, one READ COMMITTED transaction of two statements: first lock the targets'
+/// rows (`FOR NO KEY UPDATE`, in id order), THEN count the like rows and write the counters. In
+/// READ COMMITTED every statement takes a fresh snapshot when it starts, and the count statement
+/// starts after every lock was granted: it sees every transaction that committed before then,
+/// and no writer of these counters can commit until we do. (The single `UPDATE … FROM (SELECT
+/// count(*) …)` this replaces took its count from a snapshot taken before it waited for a row;
+/// when the holder committed, PostgreSQL re-checked the row but not the count, and it wrote the
+/// holder's old count over its new one. A later last unlike then broke `like_count >= 0`.)
+///
+/// Against every writer of likes, in both orders:
+///
+/// - The like worker (level 3) locks its targets (`FOR UPDATE`, id order) before it writes any
+///   like row of them, and moves counters by the rows it changed. Worker first: our lock waits
+///   for its COMMIT, then we count its rows. Recount first: the worker's lock waits, it has
+///   written nothing of these targets, so our count is exact; after our COMMIT its next
+///   statement adds its delta to our count. No deadlock: both lock one kind in ascending id
+///   order, and a recount never holds a post while it waits for a comment (one transaction per
+///   kind), so neither can hold a row the other waits for while waiting for a row it holds.
+/// - A synchronous toggle (level 1) is one statement: it inserts (or deletes) the like row, then
+///   `like_count ± 1` locks the target. Toggle first: we wait for its commit and count its row.
+///   Recount first: its row change is not committed when we count (it cannot commit before its
+///   UPDATE, which waits for us), so our count leaves it out; after our COMMIT PostgreSQL
+///   re-evaluates its UPDATE on our row, and its ±1 lands on a count that lacked it: exact.
+/// - A recount-mode write (level 2) takes no lock on the target (its foreign-key check takes
+///   `FOR KEY SHARE`, which `FOR NO KEY UPDATE` does not block: that is why the lock is not
+///   `FOR UPDATE`, so such writes never queue behind a recount) and marks the target dirty after
+///   it committed. Committed before our count statement: counted. Committed later: its mark
+///   comes after our count, so after `recount_once` read the dirty set; it has a higher score,
+///   `recount_clear.lua` keeps it, and the next round counts the row.
+/// - Another recount (another instance's job, `reconcile`) queues on the same locks; whichever
+///   commits last counted in a snapshot taken after the other committed.
+///
+/// Skipping rows whose counter already agrees is safe for the same reason: under the lock,
+/// `like_count` is the latest committed value and stays so until we commit.
 pub async fn recount(
     db: &DatabaseConnection,
     targets: &[LikeTarget],
     hooks: &RecountHooks,
 ) -> AppResult<Vec<CountChange>> {
-    let txn = db.begin().await?;
     let mut changed = Vec::new();
     for tables in [LikeTables::POST, LikeTables::COMMENT] {
-        let ids: Vec<i64> = targets
+        let mut ids: Vec<i64> = targets
             .iter()
             .map(LikeTarget::tables)
             .filter(|(t, _)| t.target == tables.target)
@@ -133,6 +169,14 @@ pub async fn recount(
         if ids.is_empty() {
             continue;
         }
+        ids.sort_unstable();
+        ids.dedup();
+        // Explicit: in REPEATABLE READ the count would use the lock statement's snapshot, taken
+        // before the lock waited.
+        let txn = db.begin_with_config(Some(IsolationLevel::ReadCommitted), None).await?;
+        let lock =
+            format!("SELECT id FROM {target} WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE", target = tables.target);
+        txn.execute_raw(stmt(&lock, [ids.clone().into()])).await?;
         let sql = format!(
             "UPDATE {target} x SET like_count = c.n, like_version = x.like_version + 1 \
              FROM (SELECT t.id, (SELECT count(*) FROM {likes} l WHERE l.{key} = t.id)::int AS n \
@@ -143,19 +187,19 @@ pub async fn recount(
             key = tables.key
         );
         let rows = Recounted::find_by_statement(stmt(&sql, [ids.into()])).all(&txn).await?;
+        hooks.before_commit.pass().await;
+        txn.commit().await?;
         changed.extend(rows.into_iter().map(|r| CountChange {
             target: (tables.make)(r.id),
             like_count: r.like_count,
             version: r.like_version,
         }));
     }
-    hooks.before_commit.pass().await;
-    txn.commit().await?;
     Ok(changed)
 }
 
-/// Recounts every post and comment in id-ordered chunks (each chunk its own short statement,
-/// so it is safe on a live system). Returns what it fixed.
+/// Recounts every post and comment in id-ordered chunks (each chunk its own short transaction
+/// of `recount`, so it is safe on a live system). Returns what it fixed.
 pub async fn reconcile_all(db: &DatabaseConnection, chunk: i64) -> AppResult<Vec<CountChange>> {
     reconcile_all_with(db, chunk, &RecountHooks::default()).await
 }
