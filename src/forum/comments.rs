@@ -1,6 +1,13 @@
 //! Comments and replies, two levels deep (Facebook style). A reply always hangs under a root
 //! comment; replying to a reply attaches to that root and records whom it answers. Creating and
 //! deleting keep `posts.comment_count` and `comments.reply_count` right in the same transaction.
+//!
+//! Lock order. Every transaction here that writes more than one row takes the row locks in ONE
+//! global order: the post's row first, then comment rows in ascending id. The like worker's batch
+//! (`likes::apply`: posts by id, then comments by id) follows the same order, and a post's delete
+//! writes only the post's row. With one order, racing writers queue; they never deadlock.
+//! (Before, a reply's delete locked the reply, then its root for `reply_count`, while the root's
+//! delete locked the root, then the reply: together they deadlocked, 40P01, shown as INTERNAL.)
 
 use sea_orm::{ConnectionTrait, FromQueryResult, TransactionSession, TransactionTrait};
 
@@ -78,7 +85,6 @@ async fn page_of(
 
 /// A row whose presence is the answer (RETURNING id of an updated or locked row).
 #[derive(FromQueryResult)]
-#[allow(dead_code)]
 struct IdRow {
     id: i64,
 }
@@ -109,7 +115,9 @@ pub async fn create_reply<C: ConnectionTrait + TransactionTrait>(
 ) -> AppResult<CommentRow> {
     let root_id = target.parent_id.unwrap_or(target.id);
     let txn = db.begin().await?;
-    // Lock order everywhere is comment, then post (delete_comment follows it too).
+    // Lock order (module docs): the post, then the root. Holding the post also means a delete
+    // of the root either committed before (the root is gone: NOT_FOUND) or waits for us.
+    bump_post_comments(&txn, target.post_id, 1).await?;
     let bumped = IdRow::find_by_statement(stmt(
         "UPDATE comments SET reply_count = reply_count + 1 \
          WHERE id = $1 AND parent_id IS NULL AND deleted_at IS NULL RETURNING id",
@@ -120,7 +128,6 @@ pub async fn create_reply<C: ConnectionTrait + TransactionTrait>(
     if bumped.is_none() {
         return Err(AppError::not_found("comment"));
     }
-    bump_post_comments(&txn, target.post_id, 1).await?;
     let row =
         insert(&txn, target.post_id, target.course_id, Some(root_id), Some(target.user_id), user_id, body).await?;
     txn.commit().await?;
@@ -171,26 +178,42 @@ pub async fn edit(db: &impl ConnectionTrait, comment: &CommentRow, body: &str) -
 }
 
 /// Soft-deletes a comment and, for a root comment, its replies with it; counters follow the
-/// rows that really changed. Returns false when it was already gone.
+/// rows that really changed. Returns false when it was already gone, or its post is.
+///
+/// Locks, in the module's order: the post's row (its `comment_count`), then in ascending id
+/// every comment row this writes (the comment, a root's live replies, a reply's root for its
+/// `reply_count`), and only then writes.
 pub async fn soft_delete<C: ConnectionTrait + TransactionTrait>(db: &C, comment: &CommentRow) -> AppResult<bool> {
     let txn = db.begin().await?;
-    // Lock the root first, so a reply being created concurrently either commits before we read
-    // the replies (and is deleted with them) or sees the root deleted and fails.
-    let locked = IdRow::find_by_statement(stmt(
-        "SELECT id FROM comments WHERE id = $1 AND deleted_at IS NULL FOR UPDATE",
-        [comment.id.into()],
+    // The post first. Every writer of the thread holds it too (creating a comment or a reply
+    // bumps its counter first), so no reply can land under the root between our reading the
+    // replies and deleting them: it committed before (and is deleted with them) or it waits and
+    // then finds the root deleted. A deleted post's comments are gone already (as `find` says).
+    let post = IdRow::find_by_statement(stmt(
+        "SELECT id FROM posts WHERE id = $1 AND deleted_at IS NULL FOR NO KEY UPDATE",
+        [comment.post_id.into()],
     ))
     .one(&txn)
     .await?;
-    if locked.is_none() {
+    if post.is_none() {
         return Ok(false);
     }
-    let deleted = IdRow::find_by_statement(stmt(
-        "UPDATE comments SET deleted_at = now() WHERE (id = $1 OR parent_id = $1) AND deleted_at IS NULL RETURNING id",
-        [comment.id.into()],
+    // Then the comment rows, in id order (rows are sorted before they are locked: the plan's
+    // LockRows sits above its Sort): the comment, its live replies if it is a root, its root if
+    // it is a reply.
+    let locked = IdRow::find_by_statement(stmt(
+        "SELECT id FROM comments WHERE (id = $1 OR parent_id = $1 OR id = $2) AND deleted_at IS NULL \
+         ORDER BY id FOR NO KEY UPDATE",
+        [comment.id.into(), comment.parent_id.into()],
     ))
     .all(&txn)
     .await?;
+    if !locked.iter().any(|row| row.id == comment.id) {
+        return Ok(false);
+    }
+    let doomed: Vec<i64> = locked.iter().map(|row| row.id).filter(|id| Some(*id) != comment.parent_id).collect();
+    let deleted = doomed.len() as i64;
+    txn.execute_raw(stmt("UPDATE comments SET deleted_at = now() WHERE id = ANY($1)", [doomed.into()])).await?;
     if let Some(root_id) = comment.parent_id {
         txn.execute_raw(stmt(
             "UPDATE comments SET reply_count = reply_count - 1 WHERE id = $1 AND reply_count > 0",
@@ -200,7 +223,7 @@ pub async fn soft_delete<C: ConnectionTrait + TransactionTrait>(db: &C, comment:
     }
     txn.execute_raw(stmt(
         "UPDATE posts SET comment_count = GREATEST(comment_count - $2, 0) WHERE id = $1",
-        [comment.post_id.into(), (deleted.len() as i64).into()],
+        [comment.post_id.into(), deleted.into()],
     ))
     .await?;
     txn.commit().await?;

@@ -104,7 +104,9 @@ pub async fn edit(db: &impl ConnectionTrait, id: i64, title: Option<&str>, body:
         .ok_or_else(|| AppError::not_found("post"))
 }
 
-/// Soft-deletes a live post. Returns false when it was already gone.
+/// Soft-deletes a live post. Returns false when it was already gone. It writes one row, the
+/// post's, which is first in the lock order of every multi-row write (`forum::comments`), so it
+/// never deadlocks with them: a comment's delete after it finds the post gone (NOT_FOUND).
 pub async fn soft_delete(db: &impl ConnectionTrait, id: i64) -> AppResult<bool> {
     let result = db
         .execute_raw(stmt("UPDATE posts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL", [id.into()]))
