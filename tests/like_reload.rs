@@ -196,3 +196,41 @@ async fn pending_records_are_retired_as_events_apply_or_die() {
     let left: i64 = redis::cmd("EXISTS").arg(&pending).query_async(&mut conn).await.expect("exists");
     assert_eq!(left, 0, "applied: no record left behind");
 }
+
+/// `course-forum check` compares loaded sets with PostgreSQL once nothing is pending.
+#[tokio::test]
+async fn check_reports_a_liked_set_that_disagrees_with_nothing_pending() {
+    let app = buffered(500).await;
+    let world = World::create(&app).await;
+    let post = app.create_post(&app.token(world.bob), world.course, "p").await;
+    let worker = app.worker().await;
+    let check = || async {
+        course_forum::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(3600))
+            .await
+            .expect("check")
+    };
+    let liked_sets_finding = |report: &course_forum::ops::check::Report| {
+        report.findings.iter().find(|f| f.name == "liked-sets").cloned().expect("a liked-sets finding")
+    };
+    toggle(&app, world.alice, Target::Post(post), true).await;
+    // Pending: the set shows the like before PostgreSQL does, and that is right.
+    let pending = check().await;
+    assert!(liked_sets_finding(&pending).ok, "{pending}");
+    assert!(liked_sets_finding(&pending).detail.contains("1 with pending events skipped"), "{pending}");
+    drain_all(&app, &worker).await;
+    assert!(liked_sets_finding(&check().await).ok);
+
+    // A row removed behind the service's back (a manual repair gone wrong): the set lies.
+    app.scalar_i64(
+        "WITH gone AS (DELETE FROM post_likes WHERE post_id = $1 RETURNING 1) SELECT count(*) AS v FROM gone",
+        [post.into()],
+    )
+    .await;
+    let report = check().await;
+    let finding = liked_sets_finding(&report);
+    assert!(!finding.ok, "{report}");
+    assert!(finding.detail.contains(&format!("user {} course {}", world.alice, world.course)), "{report}");
+    assert!(finding.detail.contains(&format!("p:{post}")), "{report}");
+    drop_every_set(&app).await;
+    assert!(liked_sets_finding(&check().await).ok, "after reset-like-cache the sets reload the truth");
+}

@@ -10,6 +10,8 @@
 //! 2. No dead letters wait in `<p>:likes:dead`.
 //! 3. The like lag is under the bound: the oldest unapplied like of every shard is younger
 //!    than `--max-lag`, and every non-empty stream has its consumer group.
+//! 4. Every loaded liked-set whose (user, course) has nothing pending holds exactly the user's
+//!    like rows in the course (`super::liked_sets`; `reset-like-cache` repairs the sets).
 //!
 //! The check reads only; `course-forum reconcile` repairs counters.
 
@@ -18,7 +20,7 @@ use std::time::Duration;
 
 use sea_orm::{DatabaseConnection, FromQueryResult};
 
-use super::streams;
+use super::{liked_sets, streams};
 use crate::db::stmt;
 use crate::error::AppResult;
 use crate::kv::Redis;
@@ -213,6 +215,39 @@ pub async fn run(db: &DatabaseConnection, redis: &Redis, keys: &Keys, max_lag: D
         );
     } else {
         report.push(false, "like lag", format!("over {:.0} s: {}", max_lag.as_secs_f64(), late.join("; ")));
+    }
+    let audit = liked_sets::audit(db, redis, keys).await?;
+    if audit.wrong.is_empty() {
+        report.push(
+            true,
+            "liked-sets",
+            format!(
+                "{} loaded set(s) agree with PostgreSQL; {} with pending events skipped{}",
+                audit.compared,
+                audit.pending,
+                if audit.compared + audit.pending >= liked_sets::AUDITED_AT_MOST { " (a sample)" } else { "" }
+            ),
+        );
+    } else {
+        let shown: Vec<String> = audit
+            .wrong
+            .iter()
+            .take(SHOWN as usize)
+            .map(|(user, course, set, rows)| {
+                let extra: Vec<&String> = set.difference(rows).collect();
+                let missing: Vec<&String> = rows.difference(set).collect();
+                format!("user {user} course {course}: set has {extra:?} not in PostgreSQL, lacks {missing:?}")
+            })
+            .collect();
+        report.push(
+            false,
+            "liked-sets",
+            format!(
+                "{} set(s) disagree with PostgreSQL with nothing pending ({}); `course-forum reset-like-cache` drops them",
+                audit.wrong.len(),
+                shown.join("; ")
+            ),
+        );
     }
     Ok(report)
 }

@@ -4,7 +4,8 @@
 //!   likes per shard, the age of the oldest, lease holders, dead letters.
 //! - `ready`   — the readiness report of `GET /readyz` (PostgreSQL, Redis, worker leases).
 //! - `check`   — the invariants `course-forum check` verifies (counters equal rows, no dead
-//!   letters, lag under a bound).
+//!   letters, lag under a bound, liked-sets that agree with PostgreSQL once nothing is
+//!   pending — `liked_sets`).
 //! - `refresh_gauges` — the gauges `/metrics` reads from Redis at scrape time.
 //!
 //! Counters and histograms of the request, like, live and view paths are recorded where they
@@ -12,6 +13,7 @@
 //! so any process can report it, including a `serve` that runs no worker.
 
 pub mod check;
+pub mod liked_sets;
 pub mod ready;
 pub mod streams;
 
