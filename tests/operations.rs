@@ -322,7 +322,7 @@ async fn check_passes_when_healthy_names_every_broken_invariant_and_passes_after
         assert!(report.contains(line), "{line}:\n{report}");
     }
     assert!(report.contains("ok    comment reply counters") && report.contains("ok    dead letters: none waiting"));
-    assert!(report.contains("check: all 6 checks passed"), "{report}");
+    assert!(report.contains("check: all 7 checks passed"), "{report}");
 
     // Break three invariants: a counter, a dead letter, and a like the worker has left for
     // two minutes (by the instructor, whose shard has seen no like yet: an old id is accepted).
@@ -377,7 +377,7 @@ async fn check_passes_when_healthy_names_every_broken_invariant_and_passes_after
         report.contains(&format!("FAIL  like lag: over 60 s: shard {shard}: oldest unapplied like is 1")),
         "{report}"
     );
-    assert!(report.contains("check: 3 of 6 checks FAILED"), "{report}");
+    assert!(report.contains("check: 3 of 7 checks FAILED"), "{report}");
     // The bound is the operator's: an hour of lag is within `--max-lag 1h`.
     let (_, report) = check(&app, &["--max-lag", "1h"]);
     assert!(report.contains("ok    like lag: 1 unapplied like(s)"), "{report}");
