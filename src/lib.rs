@@ -14,11 +14,16 @@
 //! - `graphql`   — the schema apart from transport: types, queries, mutations, loaders,
 //!                 global ids, cursors, access checks, error codes.
 //! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging.
+//! - `like_event` — the vocabulary every step of a like shares: `LikeTarget`, the typed
+//!                 `LikeEvent` and its one codec (stream fields, pending record, dead letter),
+//!                 `CountChange`. A leaf: `likes`, `worker`, `cache`, `live` import it.
 //! - `likes`     — like/unlike and "liked by me" at three levels: `sync` (one statement),
-//!                 `recount` (row now, counter by a job), `buffered` (Redis liked-sets + stream);
-//!                 `likes::apply` is the worker's one-transaction batch SQL.
-//! - `worker`    — the one active consumer per like-stream shard (lease, claim, batch, ack,
-//!                 dead letters), or the recount job; steppable by hand (`process_one_batch`).
+//!                 `recount` (row now, counter by a job under the rows' locks), `buffered`
+//!                 (Redis liked-sets + pending records + stream); `likes::apply` is the worker's
+//!                 one-transaction batch SQL; `likes::committed` the one after-commit step.
+//! - `worker`    — the one active consumer per like-stream shard (lease, fencing epoch, claim,
+//!                 batch, ack, dead letters), or the recount job; steppable by hand
+//!                 (`process_one_batch`); the drain that makes a mode switch safe.
 //! - `views`     — post views bots cannot inflate: tickets with server-measured dwell, caps per
 //!                 user and IP, random counter shards, unique viewers (HyperLogLog), and the
 //!                 exactly-once aggregator (`views::aggregator`, one SQL statement per flush).
@@ -47,20 +52,31 @@
 //!    live and the viewer a member of its course (the trust boundary, before Redis).
 //! 2. `likes::Likes::set` → `likes::buffered` runs `lua/like_toggle.lua` on the user's
 //!    (user, course) liked-set: the rate limit, SADD, and only if that changed the set, XADD
-//!    the event to the user's stream shard, atomically, in one round trip. A set not loaded
-//!    answers -1; the service reads its members from PostgreSQL and calls again with them
-//!    (the script loads them, then toggles). The mutation answers at once.
-//! 3. `worker::LikeWorker` — the shard's one consumer, by lease — reads the entry (own
-//!    pending first, then new), collapses the batch to the last op per (target, user,
-//!    course), and `likes::apply` writes everything in ONE transaction: JOINs refuse deleted
-//!    or foreign-course targets and users who are not members (their liked-sets are dropped
-//!    after COMMIT to reload), counters follow RETURNING.
-//! 4. After COMMIT: XACK + XDEL. A crash before this replays the batch with no effect twice.
-//! 5. The committed counts are what live subscriptions will publish (after commit, never
-//!    before).
+//!    the event (`like_event::LikeEvent::fields`) to the user's stream shard and record it as
+//!    pending beside the set (`+ <entry id>` under the target), atomically, in one round trip.
+//!    A set not loaded answers -1 with its load generation; the service reads its rows from
+//!    PostgreSQL and calls again with them (the script loads the rows, overlays the pending
+//!    records, then toggles; -3 if an apply moved the generation meanwhile: read again). The
+//!    mutation answers at once.
+//! 3. `worker::LikeWorker` — the shard's one consumer, by lease and fencing epoch — reads the
+//!    entries (own pending first, then new; `LikeEvent::decode`), collapses the batch to the
+//!    last op per (target, user, course), and writes everything in ONE transaction that first
+//!    locks its shard's epoch row at its own epoch (else: roll back, the shard is elsewhere);
+//!    `likes::apply`'s JOINs refuse deleted or foreign-course targets and users who are not
+//!    members; counters follow RETURNING.
+//! 4. After COMMIT: `likes::committed::AfterCommit` patches the counts into cached posts and
+//!    publishes them on the one Pub/Sub channel.
+//! 5. Then `lua/like_batch_done.lua`: XACK + XDEL, retire each event's pending record if it is
+//!    still that event's, bump the load generation, drop the sets of refused or dead-lettered
+//!    events. A crash before this replays the batch with no effect twice.
+//! 6. Delivery: each instance's relay (`live::hub`) receives the counts once and fans them out
+//!    to its `likeCounts` subscribers, newest `like_version` winning.
 //!
 //! In `sync` mode step 2 is instead one SQL statement (`likes::sync`): insert ON CONFLICT
-//! DO NOTHING, and bump the counter by exactly the rows RETURNING reports.
+//! DO NOTHING, and bump the counter by exactly the rows RETURNING reports; then the
+//! after-commit step, and the user's liked-set (left by buffered mode) is dropped. Starting in
+//! `sync` or `recount` first applies what buffered mode left in the streams
+//! (`startup::settle_like_mode_switch`).
 //!
 //! # The life of a post in the home feed
 //!

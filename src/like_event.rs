@@ -150,7 +150,8 @@ mod tests {
 
     #[test]
     fn a_bad_entry_says_why() {
-        let decode = |pairs: &[(&str, &str)]| LikeEvent::decode(pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())));
+        let decode =
+            |pairs: &[(&str, &str)]| LikeEvent::decode(pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())));
         assert_eq!(decode(&[("op", "like"), ("u", "1"), ("c", "2")]), Err("missing field t".into()));
         assert_eq!(decode(&[("op", "like"), ("t", "x:1"), ("u", "1"), ("c", "2")]), Err("bad target".into()));
         assert_eq!(decode(&[("op", "love"), ("t", "p:1"), ("u", "1"), ("c", "2")]), Err("bad op love".into()));

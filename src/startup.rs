@@ -258,7 +258,10 @@ pub async fn settle_like_mode_switch(state: &AppState) -> AppResult<()> {
                  nothing was served. Fix that and start again, or start in LIKE_MODE=buffered to let its worker apply them"
             ))
         };
-        let applied = worker.drain_until_empty(std::time::Instant::now() + state.settings.shutdown_timeout).await.map_err(refuse)?;
+        let applied = worker
+            .drain_until_empty(std::time::Instant::now() + state.settings.shutdown_timeout)
+            .await
+            .map_err(refuse)?;
         tracing::info!(applied, "like events left by buffered mode applied");
     }
     let previous: Option<String> = redis::cmd("GET").arg(&marker).query_async(&mut conn).await?;

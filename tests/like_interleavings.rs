@@ -67,7 +67,11 @@ async fn build_forum(app: &TestApp) -> Forum {
     }
     let Target::Post(first) = targets[0] else { unreachable!("the first target is a post") };
     let comment = app
-        .gql_ok(Some(&token), "mutation($p: ID!) { createComment(postId: $p, body: \"c\") { id } }", json!({ "p": gid("Post", first) }))
+        .gql_ok(
+            Some(&token),
+            "mutation($p: ID!) { createComment(postId: $p, body: \"c\") { id } }",
+            json!({ "p": gid("Post", first) }),
+        )
         .await["createComment"]["id"]
         .as_str()
         .map(raw_id)
@@ -232,7 +236,14 @@ async fn run_model(seed: u64, ops: usize) -> Tally {
     .await;
     let forum = build_forum(&app).await;
     let workers = [app.worker().await, app.worker().await];
-    let mut run = Run { app: &app, forum, rng: StdRng::seed_from_u64(seed), last: BTreeMap::new(), workers, tally: Tally::default() };
+    let mut run = Run {
+        app: &app,
+        forum,
+        rng: StdRng::seed_from_u64(seed),
+        last: BTreeMap::new(),
+        workers,
+        tally: Tally::default(),
+    };
 
     for _ in 0..ops {
         match run.rng.random_range(0..100) {

@@ -42,7 +42,14 @@ async fn starting_in_sync_or_recount_applies_what_buffered_mode_left_in_the_stre
         assert!(has_row(&app, world.alice, Target::Post(post)).await);
         assert!(!has_row(&app, world.bob, Target::Post(post)).await, "{mode:?}: bob's last action was an unlike");
         assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (1, 1));
-        let seen = gql_at(&app, peer.addr, world.alice, "query($p: ID!) { post(id: $p) { likedByMe } }", json!({ "p": gid("Post", post) })).await;
+        let seen = gql_at(
+            &app,
+            peer.addr,
+            world.alice,
+            "query($p: ID!) { post(id: $p) { likedByMe } }",
+            json!({ "p": gid("Post", post) }),
+        )
+        .await;
         assert_eq!(seen["post"]["likedByMe"], true);
     }
 }
@@ -56,7 +63,14 @@ async fn starting_in_sync_refuses_when_the_leftovers_cannot_be_applied() {
     // Another (buffered) worker still holds the shard and will not let go.
     let mut conn = app.state.redis.clone();
     let lease = app.state.keys.worker_lease(app.state.keys.shard_of(world.alice));
-    let () = redis::cmd("SET").arg(&lease).arg("a-buffered-worker").arg("PX").arg(60_000).query_async(&mut conn).await.expect("set");
+    let () = redis::cmd("SET")
+        .arg(&lease)
+        .arg("a-buffered-worker")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await
+        .expect("set");
 
     let mut settings = test_settings(&app.database, &app.redis_prefix);
     settings.like_mode = LikeMode::Sync;
@@ -80,13 +94,27 @@ async fn liked_sets_left_by_buffered_mode_never_swallow_a_toggle() {
 
     // The operator switches to sync; alice unlikes there.
     let sync = app.spawn_peer(|s| s.like_mode = LikeMode::Sync).await;
-    gql_at(&app, sync.addr, world.alice, "mutation($p: ID!) { unlikePost(postId: $p) { id } }", json!({ "p": gid("Post", post) })).await;
+    gql_at(
+        &app,
+        sync.addr,
+        world.alice,
+        "mutation($p: ID!) { unlikePost(postId: $p) { id } }",
+        json!({ "p": gid("Post", post) }),
+    )
+    .await;
     assert!(!has_row(&app, world.alice, Target::Post(post)).await);
     drop(sync);
 
     // Back in buffered mode, alice likes again: the toggle must count.
     let buffered = app.spawn_peer(|s| s.like_mode = LikeMode::Buffered).await;
-    gql_at(&app, buffered.addr, world.alice, "mutation($p: ID!) { likePost(postId: $p) { id } }", json!({ "p": gid("Post", post) })).await;
+    gql_at(
+        &app,
+        buffered.addr,
+        world.alice,
+        "mutation($p: ID!) { likePost(postId: $p) { id } }",
+        json!({ "p": gid("Post", post) }),
+    )
+    .await;
     worker.drain().await.expect("drain");
     assert!(has_row(&app, world.alice, Target::Post(post)).await, "the like was not swallowed");
     assert!(liked_by_me(&app, world.alice, post).await);

@@ -94,8 +94,12 @@ async fn a_refused_event_drops_the_set_and_the_pending_unlike_still_counts() {
     toggle(&app, world.alice, Target::Post(kept), true).await;
     worker.drain().await.expect("drain");
     toggle(&app, world.alice, Target::Post(doomed), true).await;
-    app.gql_ok(Some(&token), "mutation($p: ID!) { deletePost(postId: $p) { deletedId } }", json!({ "p": gid("Post", doomed) }))
-        .await;
+    app.gql_ok(
+        Some(&token),
+        "mutation($p: ID!) { deletePost(postId: $p) { deletedId } }",
+        json!({ "p": gid("Post", doomed) }),
+    )
+    .await;
     toggle(&app, world.alice, Target::Post(kept), false).await;
     let shard = app.state.keys.shard_of(world.alice);
     let report = worker.process_one_batch(shard).await.expect("step");

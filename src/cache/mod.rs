@@ -20,7 +20,7 @@
 //! How stale a cached post can be: title, body and comment count are invalidated by the write
 //! itself, before the mutation answers; like and view counts are patched in right after the
 //! commit that changed them (the like worker, the sync and recount paths through
-//! `live::Publisher::counts`, the view aggregator after its flush). A change that bypasses these
+//! `likes::committed::AfterCommit`, the view aggregator after its flush). A change that bypasses these
 //! paths (SQL by hand, `course-forum reconcile`) or a patch lost to a Redis error shows at most
 //! `POST_CACHE_TTL + POST_CACHE_TTL_JITTER` late, plus the one background reload.
 //!

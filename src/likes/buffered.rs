@@ -33,9 +33,7 @@ pub const SENTINEL: &str = "_";
 const MAX_LOAD_ATTEMPTS: usize = 8;
 
 fn load_kept_moving(set: &str) -> AppError {
-    AppError::Internal(format!(
-        "liked-set {set} could not be loaded: the worker's applies kept moving its generation"
-    ))
+    AppError::Internal(format!("liked-set {set} could not be loaded: the worker's applies kept moving its generation"))
 }
 
 /// Counts one liked-set lookup: a hit found the set loaded, a miss had to warm it.

@@ -31,8 +31,8 @@ use crate::db::stmt;
 use crate::error::{AppError, AppResult};
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
-use committed::AfterCommit;
 use crate::telemetry::names;
+use committed::AfterCommit;
 
 pub use crate::like_event::{CountChange, LikeEvent, LikeTarget};
 

@@ -17,8 +17,8 @@
 pub mod lease;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::kv::Redis;
@@ -27,8 +27,8 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, FromQueryResult, Trans
 use tokio::sync::watch;
 
 use crate::backoff::{Backoff, pause_unless_shutdown};
-use crate::db::stmt;
 use crate::config::{LikeMode, Settings};
+use crate::db::stmt;
 use crate::error::{AppError, AppResult};
 use crate::hooks::Gate;
 use crate::kv::keys::{Keys, LIKE_GROUP};

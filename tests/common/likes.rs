@@ -43,7 +43,11 @@ pub async fn toggle(app: &TestApp, user: i64, target: Target, liked: bool) {
 /// `post(id) { likedByMe }` as the user sees it.
 pub async fn liked_by_me(app: &TestApp, user: i64, post: i64) -> bool {
     let data = app
-        .gql_ok(Some(&app.token(user)), "query($p: ID!) { post(id: $p) { likedByMe } }", json!({ "p": gid("Post", post) }))
+        .gql_ok(
+            Some(&app.token(user)),
+            "query($p: ID!) { post(id: $p) { likedByMe } }",
+            json!({ "p": gid("Post", post) }),
+        )
         .await;
     data["post"]["likedByMe"].as_bool().expect("likedByMe is a boolean")
 }

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use course_forum::config::LikeMode;
 use course_forum::cache::{CacheConfig, PostCache};
+use course_forum::config::LikeMode;
 use course_forum::db::stmt;
 use course_forum::error::{AppError, AppResult};
 use course_forum::kv::{self, keys::Keys};
@@ -140,7 +140,7 @@ async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<App
         for chunk_start in (0..events).step_by(1000) {
             let mut pipe = redis::pipe();
             for n in chunk_start..(chunk_start + 1000).min(events) {
-                let event = LikeEvent { target: LikeTarget::Post(1), user_id: n as i64 + 2, course_id: 1, liked: true };
+                let event = LikeEvent { target: LikeTarget::Post(1), user_id: n + 2, course_id: 1, liked: true };
                 pipe.cmd("XADD").arg(&stream).arg("*").arg(event.flat_fields()).ignore();
             }
             let _: () = pipe.query_async(&mut conn).await?;
