@@ -1,13 +1,39 @@
 //! The authorization matrix: every query and every mutation, asked by an anonymous viewer, a
 //! member student, a non-member and the course's instructor. Refused requests must say why
 //! (`extensions.code`), return no data, leak nothing, and change nothing in the database.
+//!
+//! Every test runs in two like modes, each as a test of its own (`<test>::sync`,
+//! `<test>::buffered`): sync writes a like to PostgreSQL before answering it; buffered, the
+//! default users get, answers from a Redis liked-set and leaves PostgreSQL to a worker, which
+//! these tests step by hand (`Fixture::apply_likes`). In buffered mode a refused like must also
+//! leave the like stream and the liked-sets alone.
 
 mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{JWT_SECRET, TestApp, World, error_code, gid};
+use common::likes::{Target, rows_and_counter};
+use common::{JWT_SECRET, TestApp, World, error_code, gid, raw_id};
+use course_forum::config::LikeMode;
+use course_forum::worker::LikeWorker;
 use serde_json::{Value as Json, json};
+
+/// Turns `async fn $name(mode: LikeMode)` into two tests, `$name::sync` and `$name::buffered`.
+macro_rules! in_each_like_mode {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test]
+            async fn sync() {
+                super::$name(course_forum::config::LikeMode::Sync).await
+            }
+
+            #[tokio::test]
+            async fn buffered() {
+                super::$name(course_forum::config::LikeMode::Buffered).await
+            }
+        }
+    };
+}
 
 // ---------------------------------------------------------------------------------------------
 // Fixture
@@ -21,6 +47,9 @@ const SECRET: &str = "SECRET-CS101";
 struct Fixture {
     app: TestApp,
     w: World,
+    mode: LikeMode,
+    /// Buffered mode's like worker, stepped by hand (`apply_likes`); none in sync mode.
+    worker: Option<LikeWorker>,
     post: String,
     comment: String,
     reply: String,
@@ -28,11 +57,18 @@ struct Fixture {
 }
 
 impl Fixture {
-    async fn new() -> Fixture {
-        Self::from_app(TestApp::spawn().await).await
+    async fn new(mode: LikeMode) -> Fixture {
+        Self::from_app(TestApp::spawn_with(|s| s.like_mode = mode).await).await
     }
 
+    /// The fixture on an app spawned in sync or buffered mode (read back from its settings).
     async fn from_app(app: TestApp) -> Fixture {
+        let mode = app.state.settings.like_mode;
+        let worker = match mode {
+            LikeMode::Sync => None,
+            LikeMode::Buffered => Some(app.worker().await),
+            LikeMode::Recount => panic!("these tests run in sync and buffered mode"),
+        };
         let w = World::create(&app).await;
         let alice = app.token(w.alice);
         let data = app
@@ -73,12 +109,58 @@ impl Fixture {
             )
             .await;
         let other_post = data["createPost"]["id"].as_str().unwrap().to_owned();
-        Fixture { app, w, post, comment, reply, other_post }
+        let f = Fixture { app, w, mode, worker, post, comment, reply, other_post };
+        // The same world in both modes: alice's likes are rows and counters in PostgreSQL (in
+        // buffered mode once the worker has applied them) and she sees them as hers.
+        f.apply_likes().await;
+        assert_eq!(count(&f.app, "SELECT count(*) AS v FROM post_likes").await, 1);
+        assert_eq!(count(&f.app, "SELECT count(*) AS v FROM comment_likes").await, 2);
+        assert_eq!(count(&f.app, "SELECT coalesce(sum(like_count), 0)::bigint AS v FROM posts").await, 1);
+        assert_eq!(count(&f.app, "SELECT coalesce(sum(like_count), 0)::bigint AS v FROM comments").await, 2);
+        assert_eq!(liked_by_me_as_a_member(&f, f.w.alice).await, liked_by_me(true));
+        f
     }
 
     fn token(&self, user: i64) -> String {
         self.app.token(user)
     }
+
+    /// Lets buffered mode's worker apply the like events waiting in the streams, as it would a
+    /// moment later in production, and returns how many it applied. Sync mode writes a like
+    /// before answering it, so it never has any (0).
+    async fn apply_likes(&self) -> usize {
+        match &self.worker {
+            Some(worker) => worker.drain().await.expect("the like worker drains the streams"),
+            None => 0,
+        }
+    }
+}
+
+/// The likedByMe of alice's post, comment and reply, as `liked_by_me_as_a_member` reads them.
+fn liked_by_me(liked: bool) -> Json {
+    json!({ "p": { "likedByMe": liked }, "c": { "likedByMe": liked }, "r": { "likedByMe": liked } })
+}
+
+/// What `user` sees as likedByMe on alice's post, comment and reply, as a member of CS101
+/// (enrolled as a student first if they are not one). In buffered mode a like is in the user's
+/// liked-set before it is in PostgreSQL: a refused one must not be waiting there for the day
+/// the user joins.
+async fn liked_by_me_as_a_member(f: &Fixture, user: i64) -> Json {
+    f.app
+        .scalar_i64(
+            "WITH joined AS (INSERT INTO course_members (course_id, user_id, role) VALUES ($1, $2, 'student') \
+             ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) AS v FROM joined",
+            [f.w.course.into(), user.into()],
+        )
+        .await;
+    f.app
+        .gql_ok(
+            Some(&f.token(user)),
+            "query($p: ID!, $c: ID!, $r: ID!) { p: node(id: $p) { ... on Post { likedByMe } } \
+             c: node(id: $c) { ... on Comment { likedByMe } } r: node(id: $r) { ... on Reply { likedByMe } } }",
+            json!({ "p": f.post, "c": f.comment, "r": f.reply }),
+        )
+        .await
 }
 
 /// Counts and fingerprints of every table a request could change.
@@ -99,11 +181,14 @@ const SNAPSHOT: &[&str] = &[
     "SELECT count(*) AS v FROM users",
 ];
 
+/// The `SNAPSHOT` counts, and the like events waiting in the streams for the worker (buffered
+/// mode appends one per toggle that changed a liked-set; sync mode none).
 async fn snapshot(app: &TestApp) -> Vec<(&'static str, i64)> {
     let mut out = Vec::new();
     for sql in SNAPSHOT {
         out.push((*sql, app.scalar_i64(sql, []).await));
     }
+    out.push(("like events not yet applied", common::likes::unapplied(app).await as i64));
     out
 }
 
@@ -185,9 +270,9 @@ fn read_table(f: &Fixture, viewer_handle: &str, viewer_courses: Json) -> Vec<(St
     rows
 }
 
-#[tokio::test]
-async fn anonymous_viewer_is_unauthenticated_for_every_query() {
-    let f = Fixture::new().await;
+in_each_like_mode!(anonymous_viewer_is_unauthenticated_for_every_query);
+async fn anonymous_viewer_is_unauthenticated_for_every_query(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let before = snapshot(&f.app).await;
     let mut failures = Vec::new();
     for (name, query, vars, _, _) in read_table(&f, "", json!(null)) {
@@ -200,9 +285,9 @@ async fn anonymous_viewer_is_unauthenticated_for_every_query() {
     assert_eq!(snapshot(&f.app).await, before);
 }
 
-#[tokio::test]
-async fn member_and_instructor_read_everything_in_their_course() {
-    let f = Fixture::new().await;
+in_each_like_mode!(member_and_instructor_read_everything_in_their_course);
+async fn member_and_instructor_read_everything_in_their_course(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let course = json!([{ "id": gid("Course", f.w.course) }]);
     let mut failures = Vec::new();
     for (who, user) in [("prof", f.w.instructor), ("bob", f.w.bob), ("alice", f.w.alice)] {
@@ -219,9 +304,9 @@ async fn member_and_instructor_read_everything_in_their_course() {
     assert_no_failures(failures);
 }
 
-#[tokio::test]
-async fn non_member_is_forbidden_from_every_read_of_the_course() {
-    let f = Fixture::new().await;
+in_each_like_mode!(non_member_is_forbidden_from_every_read_of_the_course);
+async fn non_member_is_forbidden_from_every_read_of_the_course(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let token = f.token(f.w.outsider);
     let own = json!([{ "id": gid("Course", f.w.other_course) }]);
     let before = snapshot(&f.app).await;
@@ -242,9 +327,9 @@ async fn non_member_is_forbidden_from_every_read_of_the_course() {
     assert_eq!(snapshot(&f.app).await, before);
 }
 
-#[tokio::test]
-async fn non_member_cannot_reach_course_content_through_nested_fields() {
-    let f = Fixture::new().await;
+in_each_like_mode!(non_member_cannot_reach_course_content_through_nested_fields);
+async fn non_member_cannot_reach_course_content_through_nested_fields(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let token = f.token(f.w.outsider);
     let nested = [
         (
@@ -315,8 +400,11 @@ async fn non_member_cannot_reach_course_content_through_nested_fields() {
 // Mutations
 // ---------------------------------------------------------------------------------------------
 
-/// Every mutation, each aimed at alice's CS101 content: (name, query, variables).
-fn mutation_table(f: &Fixture) -> Vec<(&'static str, &'static str, Json)> {
+/// A mutation to try: (name, query, variables).
+type Mutation = (&'static str, &'static str, Json);
+
+/// Every mutation, each aimed at alice's CS101 content.
+fn mutation_table(f: &Fixture) -> Vec<Mutation> {
     let course = gid("Course", f.w.course);
     vec![
         (
@@ -395,7 +483,9 @@ fn mutation_table(f: &Fixture) -> Vec<(&'static str, &'static str, Json)> {
     ]
 }
 
-/// Runs every mutation as one viewer, expecting `code` and an unchanged database after each.
+/// Runs every mutation as one viewer, expecting `code` and an unchanged database after each:
+/// in buffered mode, also after the worker has run (a refused like must not have reached the
+/// like stream either).
 async fn expect_every_mutation_refused(f: &Fixture, who: &str, token: Option<&str>, code: &str) {
     let mut failures = Vec::new();
     for (name, query, vars) in mutation_table(f) {
@@ -403,6 +493,10 @@ async fn expect_every_mutation_refused(f: &Fixture, who: &str, token: Option<&st
         let response = f.app.gql(token, query, vars).await;
         if let Some(problem) = refusal_problem(&response, code) {
             failures.push(format!("{who} {name}: {problem}"));
+        }
+        let applied = f.apply_likes().await;
+        if applied != 0 {
+            failures.push(format!("{who} {name}: the like worker applied {applied} event(s)"));
         }
         let after = snapshot(&f.app).await;
         if after != before {
@@ -412,15 +506,15 @@ async fn expect_every_mutation_refused(f: &Fixture, who: &str, token: Option<&st
     assert_no_failures(failures);
 }
 
-#[tokio::test]
-async fn anonymous_viewer_is_unauthenticated_for_every_mutation() {
-    let f = Fixture::new().await;
+in_each_like_mode!(anonymous_viewer_is_unauthenticated_for_every_mutation);
+async fn anonymous_viewer_is_unauthenticated_for_every_mutation(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     expect_every_mutation_refused(&f, "anonymous", None, "UNAUTHENTICATED").await;
 }
 
-#[tokio::test]
-async fn non_member_is_forbidden_from_every_mutation_and_changes_nothing() {
-    let f = Fixture::new().await;
+in_each_like_mode!(non_member_is_forbidden_from_every_mutation_and_changes_nothing);
+async fn non_member_is_forbidden_from_every_mutation_and_changes_nothing(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let token = f.token(f.w.outsider);
     expect_every_mutation_refused(&f, "outsider", Some(&token), "FORBIDDEN").await;
     // The same token works in the outsider's own course: the refusal is about membership.
@@ -428,16 +522,21 @@ async fn non_member_is_forbidden_from_every_mutation_and_changes_nothing() {
         .app
         .gql_ok(
             Some(&token),
-            "mutation($id: ID!) { likePost(postId: $id) { likeCount } }",
+            "mutation($id: ID!) { likePost(postId: $id) { likeCount likedByMe } }",
             json!({ "id": f.other_post }),
         )
         .await;
-    assert_eq!(data["likePost"]["likeCount"], 1);
+    assert_eq!(data["likePost"], json!({ "likeCount": 1, "likedByMe": true }));
+    f.apply_likes().await;
+    let written = rows_and_counter(&f.app, Target::Post(raw_id(&f.other_post))).await;
+    assert_eq!(written, (1, 1), "the outsider's like in their own course is written");
+    // None of the refused likes waits in a liked-set for the day the outsider joins CS101.
+    assert_eq!(liked_by_me_as_a_member(&f, f.w.outsider).await, liked_by_me(false));
 }
 
-#[tokio::test]
-async fn an_instructor_of_another_course_has_no_power_here() {
-    let f = Fixture::new().await;
+in_each_like_mode!(an_instructor_of_another_course_has_no_power_here);
+async fn an_instructor_of_another_course_has_no_power_here(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let other_prof = f.app.create_user("otherprof").await;
     f.app.enroll(f.w.other_course, other_prof, "instructor").await;
     let token = f.token(other_prof);
@@ -454,11 +553,13 @@ async fn an_instructor_of_another_course_has_no_power_here() {
         .await;
     assert_eq!(error_code(&response).as_deref(), Some("FORBIDDEN"), "{response}");
     assert_eq!(snapshot(&f.app).await, before);
+    // None of otherprof's refused likes waits in a liked-set for the day they join CS101.
+    assert_eq!(liked_by_me_as_a_member(&f, other_prof).await, liked_by_me(false));
 }
 
-#[tokio::test]
-async fn member_may_create_and_like_in_their_course() {
-    let f = Fixture::new().await;
+in_each_like_mode!(member_may_create_and_like_in_their_course);
+async fn member_may_create_and_like_in_their_course(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let bob = f.token(f.w.bob);
     let app = &f.app;
 
@@ -497,6 +598,18 @@ async fn member_may_create_and_like_in_their_course() {
     assert_eq!(bob_comments, 3);
 
     // Likes: alice already likes each target, so bob's like makes 2 and his unlike 1 again.
+    // Both modes answer the same counts: sync from the row it has just written; buffered from
+    // the committed count (the worker applies each toggle before the next) plus this toggle.
+    // What differs is when PostgreSQL has bob's row: when sync answers, but in buffered mode
+    // only once the worker has run.
+    let buffered = f.mode == LikeMode::Buffered;
+    let bob_rows = || {
+        app.scalar_i64(
+            "SELECT (SELECT count(*) FROM post_likes WHERE user_id = $1) + (SELECT count(*) FROM comment_likes WHERE user_id = $1) AS v",
+            [f.w.bob.into()],
+        )
+    };
+    let post = raw_id(&f.post);
     let data = app
         .gql_ok(
             Some(&bob),
@@ -505,6 +618,9 @@ async fn member_may_create_and_like_in_their_course() {
         )
         .await;
     assert_eq!(data["likePost"], json!({ "likeCount": 2, "likedByMe": true }));
+    assert_eq!(bob_rows().await, if buffered { 0 } else { 1 }, "bob's post like before the worker runs");
+    f.apply_likes().await;
+    assert_eq!(rows_and_counter(app, Target::Post(post)).await, (2, 2));
     let data = app
         .gql_ok(
             Some(&bob),
@@ -513,6 +629,9 @@ async fn member_may_create_and_like_in_their_course() {
         )
         .await;
     assert_eq!(data["unlikePost"], json!({ "likeCount": 1, "likedByMe": false }));
+    assert_eq!(bob_rows().await, if buffered { 1 } else { 0 }, "bob's post unlike before the worker runs");
+    f.apply_likes().await;
+    assert_eq!(rows_and_counter(app, Target::Post(post)).await, (1, 1));
     for target in [&f.comment, &f.reply] {
         let data = app
             .gql_ok(
@@ -522,10 +641,13 @@ async fn member_may_create_and_like_in_their_course() {
             )
             .await;
         assert_eq!(data["likeComment"], json!({ "likeCount": 2, "likedByMe": true }));
+        assert_eq!(bob_rows().await, if buffered { 0 } else { 1 }, "bob's like of {target} before the worker runs");
+        f.apply_likes().await;
         assert_eq!(
             app.scalar_i64("SELECT count(*) AS v FROM comment_likes WHERE user_id = $1", [f.w.bob.into()]).await,
             1
         );
+        assert_eq!(rows_and_counter(app, Target::Comment(raw_id(target))).await, (2, 2));
         let data = app
             .gql_ok(
                 Some(&bob),
@@ -534,21 +656,17 @@ async fn member_may_create_and_like_in_their_course() {
             )
             .await;
         assert_eq!(data["unlikeComment"], json!({ "likeCount": 1, "likedByMe": false }));
+        assert_eq!(bob_rows().await, if buffered { 1 } else { 0 }, "bob's unlike of {target} before the worker runs");
+        f.apply_likes().await;
+        assert_eq!(rows_and_counter(app, Target::Comment(raw_id(target))).await, (1, 1));
     }
-    assert_eq!(
-        app.scalar_i64(
-            "SELECT (SELECT count(*) FROM post_likes WHERE user_id = $1) + (SELECT count(*) FROM comment_likes WHERE user_id = $1) AS v",
-            [f.w.bob.into()]
-        )
-        .await,
-        0
-    );
+    assert_eq!(bob_rows().await, 0);
+    assert_eq!(liked_by_me_as_a_member(&f, f.w.bob).await, liked_by_me(false));
+    assert_eq!(liked_by_me_as_a_member(&f, f.w.alice).await, liked_by_me(true));
 }
 
-/// The mutations that change or remove alice's content: (name, query, variables).
-fn edit_and_delete_table(
-    f: &Fixture,
-) -> (Vec<(&'static str, &'static str, Json)>, Vec<(&'static str, &'static str, Json)>) {
+/// The mutations that change or remove alice's content: (edits, deletes).
+fn edit_and_delete_table(f: &Fixture) -> (Vec<Mutation>, Vec<Mutation>) {
     let edits = mutation_table(f).into_iter().filter(|(name, _, _)| name.starts_with("edit")).collect();
     // Reply, then comment, then post: deleting a parent first would take the child with it.
     let deletes = ["deleteComment(reply)", "deleteComment(comment)", "deletePost"]
@@ -560,9 +678,9 @@ fn edit_and_delete_table(
     (edits, deletes)
 }
 
-#[tokio::test]
-async fn a_student_may_neither_edit_nor_delete_someone_elses_content() {
-    let f = Fixture::new().await;
+in_each_like_mode!(a_student_may_neither_edit_nor_delete_someone_elses_content);
+async fn a_student_may_neither_edit_nor_delete_someone_elses_content(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let bob = f.token(f.w.bob);
     let (edits, deletes) = edit_and_delete_table(&f);
     let mut failures = Vec::new();
@@ -582,9 +700,9 @@ async fn a_student_may_neither_edit_nor_delete_someone_elses_content() {
     assert_eq!(title["post"], json!({ "title": format!("{SECRET} title"), "editedAt": null }));
 }
 
-#[tokio::test]
-async fn the_instructor_may_delete_but_not_edit_a_students_content() {
-    let f = Fixture::new().await;
+in_each_like_mode!(the_instructor_may_delete_but_not_edit_a_students_content);
+async fn the_instructor_may_delete_but_not_edit_a_students_content(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let prof = f.token(f.w.instructor);
     let (edits, deletes) = edit_and_delete_table(&f);
     let mut failures = Vec::new();
@@ -623,9 +741,9 @@ async fn the_instructor_may_delete_but_not_edit_a_students_content() {
     assert_eq!(error_code(&response).as_deref(), Some("NOT_FOUND"), "{response}");
 }
 
-#[tokio::test]
-async fn the_author_may_edit_and_delete_their_own_content() {
-    let f = Fixture::new().await;
+in_each_like_mode!(the_author_may_edit_and_delete_their_own_content);
+async fn the_author_may_edit_and_delete_their_own_content(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let alice = f.token(f.w.alice);
     let data = f
         .app
@@ -723,9 +841,9 @@ fn bad_headers(user: i64) -> Vec<(&'static str, String)> {
     ]
 }
 
-#[tokio::test]
-async fn invalid_tokens_are_unauthenticated_and_change_nothing() {
-    let f = Fixture::new().await;
+in_each_like_mode!(invalid_tokens_are_unauthenticated_and_change_nothing);
+async fn invalid_tokens_are_unauthenticated_and_change_nothing(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let mut failures = Vec::new();
     let create = "mutation($id: ID!) { createPost(courseId: $id, title: \"forged\", body: \"forged\") { id } }";
     for (name, header) in bad_headers(f.w.alice) {
@@ -753,9 +871,9 @@ async fn invalid_tokens_are_unauthenticated_and_change_nothing() {
     assert_eq!(response["data"]["me"]["handle"], "alice", "{response}");
 }
 
-#[tokio::test]
-async fn a_token_for_a_user_that_does_not_exist_is_unauthenticated() {
-    let f = Fixture::new().await;
+in_each_like_mode!(a_token_for_a_user_that_does_not_exist_is_unauthenticated);
+async fn a_token_for_a_user_that_does_not_exist_is_unauthenticated(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let ghost = count(&f.app, "SELECT coalesce(max(id), 0) + 1000 AS v FROM users").await;
     let token = f.token(ghost);
     let response = f.app.gql(Some(&token), "{ me { id handle } }", json!({})).await;
@@ -771,16 +889,28 @@ async fn a_token_for_a_user_that_does_not_exist_is_unauthenticated() {
         assert!(matches!(code.as_deref(), Some("UNAUTHENTICATED" | "FORBIDDEN")), "ghost {name}: {response}");
         assert!(!response.to_string().contains(SECRET), "ghost {name}: {response}");
     }
+    assert_eq!(f.apply_likes().await, 0, "a ghost's like reached the like stream");
     assert_eq!(snapshot(&f.app).await, before);
+    // Should the id come to exist and join CS101, none of the ghost's likes waits for it.
+    f.app
+        .scalar_i64(
+            "INSERT INTO users (id, handle, display_name) OVERRIDING SYSTEM VALUE VALUES ($1, 'ghost', 'ghost') \
+             RETURNING id AS v",
+            [ghost.into()],
+        )
+        .await;
+    assert_eq!(liked_by_me_as_a_member(&f, ghost).await, liked_by_me(false));
 }
 
-#[tokio::test]
-async fn a_member_removed_from_the_course_loses_access_at_once() {
-    let f = Fixture::new().await;
+in_each_like_mode!(a_member_removed_from_the_course_loses_access_at_once);
+async fn a_member_removed_from_the_course_loses_access_at_once(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let bob = f.token(f.w.bob);
-    let query = "query($id: ID!) { post(id: $id) { title } }";
+    // likedByMe loads bob's liked-set (buffered mode), which must then take none of his likes.
+    let query = "query($id: ID!) { post(id: $id) { title likedByMe } }";
     let data = f.app.gql_ok(Some(&bob), query, json!({ "id": f.post })).await;
     assert_eq!(data["post"]["title"], format!("{SECRET} title"));
+    assert_eq!(data["post"]["likedByMe"], false);
     f.app
         .scalar_i64(
             "WITH gone AS (DELETE FROM course_members WHERE course_id = $1 AND user_id = $2 RETURNING 1) \
@@ -792,15 +922,17 @@ async fn a_member_removed_from_the_course_loses_access_at_once() {
     let response = f.app.gql(Some(&bob), query, json!({ "id": f.post })).await;
     assert_eq!(refusal_problem(&response, "FORBIDDEN"), None);
     expect_every_mutation_refused(&f, "removed bob", Some(&bob), "FORBIDDEN").await;
+    // Back in the course, bob has none of the likes he was refused.
+    assert_eq!(liked_by_me_as_a_member(&f, f.w.bob).await, liked_by_me(false));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Websockets: tokens at connection_init, and every subscription
 // ---------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn invalid_tokens_are_refused_at_websocket_connection_init() {
-    let f = Fixture::new().await;
+in_each_like_mode!(invalid_tokens_are_refused_at_websocket_connection_init);
+async fn invalid_tokens_are_refused_at_websocket_connection_init(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let mut failures = Vec::new();
     for (name, header) in bad_headers(f.w.alice) {
         match common::ws::GqlSocket::connect_with_payload(
@@ -843,9 +975,9 @@ fn subscription_refusal(message: &Json) -> Option<String> {
     }
 }
 
-#[tokio::test]
-async fn non_member_is_forbidden_from_every_subscription_and_hears_nothing() {
-    let f = Fixture::new().await;
+in_each_like_mode!(non_member_is_forbidden_from_every_subscription_and_hears_nothing);
+async fn non_member_is_forbidden_from_every_subscription_and_hears_nothing(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let mut socket = common::ws::GqlSocket::connect(f.app.addr, Some(&f.token(f.w.outsider))).await.expect("connect");
     let like_counts = "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount } }";
     let cases = [
@@ -878,8 +1010,12 @@ async fn non_member_is_forbidden_from_every_subscription_and_hears_nothing() {
         }
     }
     assert_no_failures(failures);
-    // Activity and likes in CS101 reach nobody on the outsider's socket.
+    // Activity and likes in CS101 reach nobody on the outsider's socket. Control: a member's
+    // socket hears the new like count, so the outsider's silence is not just a quiet server.
     let alice = f.token(f.w.alice);
+    let mut member = common::ws::GqlSocket::connect(f.app.addr, Some(&alice)).await.expect("connect the member");
+    member.subscribe("m", like_counts, json!({ "ids": [f.post] })).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
     f.app
         .gql_ok(
             Some(&alice),
@@ -887,6 +1023,12 @@ async fn non_member_is_forbidden_from_every_subscription_and_hears_nothing() {
             json!({ "p": f.post }),
         )
         .await;
+    // Buffered mode publishes the new count only when the worker has committed the unlike:
+    // apply it, or the quiet second below would prove nothing about likes.
+    f.apply_likes().await;
+    assert_eq!(rows_and_counter(&f.app, Target::Post(raw_id(&f.post))).await, (0, 0), "alice's unlike applied");
+    let heard = member.next_data(Duration::from_secs(5)).await.expect("the member hears the new count");
+    assert_eq!(heard["likeCounts"], json!({ "id": f.post, "likeCount": 0 }));
     let quiet_until = std::time::Instant::now() + Duration::from_secs(1);
     while let Some(left) = quiet_until.checked_duration_since(std::time::Instant::now()) {
         match socket.next_message(left).await {

@@ -1,12 +1,37 @@
 //! Bad input: every malformed id, page argument, text, query shape or request gets a clear
 //! error with an `extensions.code`, returns no data, and changes nothing in the database.
+//!
+//! Every test runs in two like modes, each as a test of its own (`<test>::sync`,
+//! `<test>::buffered`): sync writes a like to PostgreSQL before answering it; buffered, the
+//! default users get, answers from a Redis liked-set and leaves PostgreSQL to a worker, which
+//! these tests step by hand (`Fixture::apply_likes`). In buffered mode a refused like must also
+//! leave the like stream and the liked-sets alone.
 
 mod common;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use common::{TestApp, World, error_code, gid, raw_id};
+use course_forum::config::LikeMode;
+use course_forum::worker::LikeWorker;
 use serde_json::{Value as Json, json};
+
+/// Turns `async fn $name(mode: LikeMode)` into two tests, `$name::sync` and `$name::buffered`.
+macro_rules! in_each_like_mode {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test]
+            async fn sync() {
+                super::$name(course_forum::config::LikeMode::Sync).await
+            }
+
+            #[tokio::test]
+            async fn buffered() {
+                super::$name(course_forum::config::LikeMode::Buffered).await
+            }
+        }
+    };
+}
 
 // ---------------------------------------------------------------------------------------------
 // Fixture and helpers
@@ -16,6 +41,8 @@ use serde_json::{Value as Json, json};
 struct Fixture {
     app: TestApp,
     w: World,
+    /// Buffered mode's like worker, stepped by hand (`apply_likes`); none in sync mode.
+    worker: Option<LikeWorker>,
     alice: String,
     post: String,
     comment: String,
@@ -23,11 +50,17 @@ struct Fixture {
 }
 
 impl Fixture {
-    async fn new() -> Fixture {
-        Self::from_app(TestApp::spawn().await).await
+    async fn new(mode: LikeMode) -> Fixture {
+        Self::from_app(TestApp::spawn_with(|s| s.like_mode = mode).await).await
     }
 
+    /// The fixture on an app spawned in sync or buffered mode (read back from its settings).
     async fn from_app(app: TestApp) -> Fixture {
+        let worker = match app.state.settings.like_mode {
+            LikeMode::Sync => None,
+            LikeMode::Buffered => Some(app.worker().await),
+            LikeMode::Recount => panic!("these tests run in sync and buffered mode"),
+        };
         let w = World::create(&app).await;
         let alice = app.token(w.alice);
         let data = app
@@ -54,7 +87,33 @@ impl Fixture {
             )
             .await;
         let reply = data["createReply"]["id"].as_str().unwrap().to_owned();
-        Fixture { app, w, alice, post, comment, reply }
+        Fixture { app, w, worker, alice, post, comment, reply }
+    }
+
+    /// Lets buffered mode's worker apply the like events waiting in the streams, as it would a
+    /// moment later in production, and returns how many it applied. Sync mode writes a like
+    /// before answering it, so it never has any (0).
+    async fn apply_likes(&self) -> usize {
+        match &self.worker {
+            Some(worker) => worker.drain().await.expect("the like worker drains the streams"),
+            None => 0,
+        }
+    }
+
+    /// Alice's likedByMe on her post, comment and reply: all false after refused likes (in
+    /// buffered mode a like is in her liked-set before it is in PostgreSQL; a refused one must
+    /// not be there).
+    async fn alice_liked(&self) -> Json {
+        let data = self
+            .app
+            .gql_ok(
+                Some(&self.alice),
+                "query($id: ID!) { post(id: $id) { likedByMe comments { nodes { likedByMe \
+                 replies { nodes { likedByMe } } } } } }",
+                json!({ "id": self.post }),
+            )
+            .await;
+        data["post"].clone()
     }
 
     /// An existing id of each kind.
@@ -72,6 +131,13 @@ impl Fixture {
 
 const KINDS: [&str; 5] = ["User", "Course", "Post", "Comment", "Reply"];
 
+/// `Fixture::alice_liked` when she likes nothing.
+fn nothing_liked() -> Json {
+    json!({ "likedByMe": false, "comments": { "nodes": [
+        { "likedByMe": false, "replies": { "nodes": [ { "likedByMe": false } ] } }
+    ] } })
+}
+
 /// Counts and fingerprints of every table a request could change.
 const SNAPSHOT: &[&str] = &[
     "SELECT count(*) AS v FROM posts",
@@ -88,11 +154,14 @@ const SNAPSHOT: &[&str] = &[
     "SELECT count(*) AS v FROM comment_likes",
 ];
 
+/// The `SNAPSHOT` counts, and the like events waiting in the streams for the worker (buffered
+/// mode appends one per toggle that changed a liked-set; sync mode none).
 async fn snapshot(app: &TestApp) -> Vec<(&'static str, i64)> {
     let mut out = Vec::new();
     for sql in SNAPSHOT {
         out.push((*sql, app.scalar_i64(sql, []).await));
     }
+    out.push(("like events not yet applied", common::likes::unapplied(app).await as i64));
     out
 }
 
@@ -125,20 +194,19 @@ fn no_data(response: &Json) -> bool {
     }
 }
 
-/// Sends one request, expects `code`, and checks the database did not change.
-async fn expect_refused(
-    app: &TestApp,
-    token: &str,
-    name: &str,
-    query: &str,
-    vars: Json,
-    code: &str,
-    failures: &mut Vec<String>,
-) {
+/// Sends one request as alice, expects `code`, and checks the database did not change: in
+/// buffered mode, also after the worker has run (a refused like must not have reached the like
+/// stream either).
+async fn expect_refused(f: &Fixture, name: &str, query: &str, vars: Json, code: &str, failures: &mut Vec<String>) {
+    let app = &f.app;
     let before = snapshot(app).await;
-    let response = app.gql(Some(token), query, vars).await;
+    let response = app.gql(Some(&f.alice), query, vars).await;
     if let Some(problem) = refusal_problem(&response, code) {
         failures.push(format!("{name}: {problem}"));
+    }
+    let applied = f.apply_likes().await;
+    if applied != 0 {
+        failures.push(format!("{name}: the like worker applied {applied} event(s)"));
     }
     let after = snapshot(app).await;
     if after != before {
@@ -180,15 +248,14 @@ const ID_SLOTS: &[(&str, &str, &[&str])] = &[
 // Ids
 // ---------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn an_id_of_the_wrong_kind_is_bad_user_input() {
-    let f = Fixture::new().await;
+in_each_like_mode!(an_id_of_the_wrong_kind_is_bad_user_input);
+async fn an_id_of_the_wrong_kind_is_bad_user_input(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let mut failures = Vec::new();
     for (slot, query, accepted) in ID_SLOTS {
         for kind in KINDS.iter().filter(|k| !accepted.contains(k)) {
             expect_refused(
-                &f.app,
-                &f.alice,
+                &f,
                 &format!("{slot} given a {kind} id"),
                 query,
                 json!({ "id": f.existing(kind) }),
@@ -199,6 +266,7 @@ async fn an_id_of_the_wrong_kind_is_bad_user_input() {
         }
     }
     assert_no_failures(failures);
+    assert_eq!(f.alice_liked().await, nothing_liked());
 }
 
 /// Malformed ids, each aimed at `kind` where the text names one: (name, id).
@@ -221,15 +289,14 @@ fn garbage_ids(kind: &str) -> Vec<(String, String)> {
     ids
 }
 
-#[tokio::test]
-async fn garbage_ids_are_bad_user_input() {
-    let f = Fixture::new().await;
+in_each_like_mode!(garbage_ids_are_bad_user_input);
+async fn garbage_ids_are_bad_user_input(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let mut failures = Vec::new();
     for (slot, query, accepted) in ID_SLOTS {
         for (name, id) in garbage_ids(accepted[0]) {
             expect_refused(
-                &f.app,
-                &f.alice,
+                &f,
                 &format!("{slot} given `{name}`"),
                 query,
                 json!({ "id": id }),
@@ -247,20 +314,19 @@ async fn garbage_ids_are_bad_user_input() {
     let message = response["errors"][0]["message"].as_str().unwrap_or("");
     assert!(!message.is_empty() && message.len() < 500, "message: {message}");
     assert_no_failures(failures);
+    assert_eq!(f.alice_liked().await, nothing_liked());
 }
 
-#[tokio::test]
-
-async fn non_canonical_ids_are_bad_user_input() {
-    let f = Fixture::new().await;
+in_each_like_mode!(non_canonical_ids_are_bad_user_input);
+async fn non_canonical_ids_are_bad_user_input(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let mut failures = Vec::new();
     for (slot, query, accepted) in ID_SLOTS {
         let kind = accepted[0];
         let number = raw_id(&f.existing(kind));
         for text in [format!("+{number}"), format!("0{number}"), format!("00{number}")] {
             expect_refused(
-                &f.app,
-                &f.alice,
+                &f,
                 &format!("{slot} given `{kind}:{text}`"),
                 query,
                 json!({ "id": b64(&format!("{kind}:{text}")) }),
@@ -271,18 +337,18 @@ async fn non_canonical_ids_are_bad_user_input() {
         }
     }
     assert_no_failures(failures);
+    assert_eq!(f.alice_liked().await, nothing_liked());
 }
 
-#[tokio::test]
-async fn well_formed_ids_of_nothing_are_not_found() {
-    let f = Fixture::new().await;
+in_each_like_mode!(well_formed_ids_of_nothing_are_not_found);
+async fn well_formed_ids_of_nothing_are_not_found(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let mut failures = Vec::new();
     let missing = |kind: &str| gid(kind, 987_654_321);
     for (slot, query, accepted) in ID_SLOTS {
         for kind in accepted.iter() {
             expect_refused(
-                &f.app,
-                &f.alice,
+                &f,
                 &format!("{slot} given a missing {kind}"),
                 query,
                 json!({ "id": missing(kind) }),
@@ -303,24 +369,17 @@ async fn well_formed_ids_of_nothing_are_not_found() {
             ("a comment's number as a Reply id", &comment_as_reply),
             ("a reply's number as a Comment id", &reply_as_comment),
         ] {
-            expect_refused(
-                &f.app,
-                &f.alice,
-                &format!("{slot} given {name}"),
-                query,
-                json!({ "id": id }),
-                "NOT_FOUND",
-                &mut failures,
-            )
-            .await;
+            expect_refused(&f, &format!("{slot} given {name}"), query, json!({ "id": id }), "NOT_FOUND", &mut failures)
+                .await;
         }
     }
     assert_no_failures(failures);
+    assert_eq!(f.alice_liked().await, nothing_liked());
 }
 
-#[tokio::test]
-async fn deleted_content_is_not_found_everywhere() {
-    let f = Fixture::new().await;
+in_each_like_mode!(deleted_content_is_not_found_everywhere);
+async fn deleted_content_is_not_found_everywhere(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     f.app
         .gql_ok(Some(&f.alice), "mutation($id: ID!) { deletePost(postId: $id) { deletedId } }", json!({ "id": f.post }))
         .await;
@@ -328,8 +387,7 @@ async fn deleted_content_is_not_found_everywhere() {
     for (slot, query, accepted) in ID_SLOTS {
         for kind in accepted.iter().filter(|k| ["Post", "Comment", "Reply"].contains(k)) {
             expect_refused(
-                &f.app,
-                &f.alice,
+                &f,
                 &format!("{slot} given a {kind} of a deleted post"),
                 query,
                 json!({ "id": f.existing(kind) }),
@@ -346,9 +404,9 @@ async fn deleted_content_is_not_found_everywhere() {
 // Pagination arguments
 // ---------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn bad_page_arguments_are_bad_user_input() {
-    let f = Fixture::new().await;
+in_each_like_mode!(bad_page_arguments_are_bad_user_input);
+async fn bad_page_arguments_are_bad_user_input(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     // A real cursor of each connection, to mix with bad partners.
     let data = f
         .app
@@ -415,8 +473,7 @@ async fn bad_page_arguments_are_bad_user_input() {
         ];
         for (arg, mut vars) in bad_args {
             vars["id"] = json!(id);
-            expect_refused(&f.app, &f.alice, &format!("{name}({arg})"), query, vars, "BAD_USER_INPUT", &mut failures)
-                .await;
+            expect_refused(&f, &format!("{name}({arg})"), query, vars, "BAD_USER_INPUT", &mut failures).await;
         }
         // Controls: the edges of the range, and a real cursor, are fine.
         for vars in [
@@ -441,9 +498,9 @@ async fn bad_page_arguments_are_bad_user_input() {
 // Text
 // ---------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn empty_blank_and_oversized_text_is_bad_user_input() {
-    let f = Fixture::new().await;
+in_each_like_mode!(empty_blank_and_oversized_text_is_bad_user_input);
+async fn empty_blank_and_oversized_text_is_bad_user_input(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let course = gid("Course", f.w.course);
     let blank = " \t\n\r \u{a0}\u{3000} ";
     let create_post = "mutation($id: ID!, $title: String!, $body: String!) { createPost(courseId: $id, title: $title, body: $body) { id } }";
@@ -494,7 +551,7 @@ async fn empty_blank_and_oversized_text_is_bad_user_input() {
     }
     let mut failures = Vec::new();
     for (name, query, vars) in cases {
-        expect_refused(&f.app, &f.alice, &name, query, vars, "BAD_USER_INPUT", &mut failures).await;
+        expect_refused(&f, &name, query, vars, "BAD_USER_INPUT", &mut failures).await;
     }
     assert_no_failures(failures);
     // Nothing was edited either.
@@ -514,9 +571,9 @@ async fn empty_blank_and_oversized_text_is_bad_user_input() {
     );
 }
 
-#[tokio::test]
-async fn text_at_the_limits_is_accepted_and_trimmed() {
-    let f = Fixture::new().await;
+in_each_like_mode!(text_at_the_limits_is_accepted_and_trimmed);
+async fn text_at_the_limits_is_accepted_and_trimmed(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let data = f
         .app
         .gql_ok(
@@ -538,14 +595,12 @@ async fn text_at_the_limits_is_accepted_and_trimmed() {
     assert_eq!(data["createComment"]["body"], "c".repeat(5_000));
 }
 
-#[tokio::test]
-
-async fn a_nul_character_in_text_is_bad_user_input_not_internal() {
-    let f = Fixture::new().await;
+in_each_like_mode!(a_nul_character_in_text_is_bad_user_input_not_internal);
+async fn a_nul_character_in_text_is_bad_user_input_not_internal(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let mut failures = Vec::new();
     expect_refused(
-        &f.app,
-        &f.alice,
+        &f,
         "createPost title with NUL",
         "mutation($id: ID!, $title: String!) { createPost(courseId: $id, title: $title, body: \"b\") { id } }",
         json!({ "id": gid("Course", f.w.course), "title": "bad\u{0}title" }),
@@ -554,8 +609,7 @@ async fn a_nul_character_in_text_is_bad_user_input_not_internal() {
     )
     .await;
     expect_refused(
-        &f.app,
-        &f.alice,
+        &f,
         "createComment body with NUL",
         "mutation($id: ID!, $body: String!) { createComment(postId: $id, body: $body) { id } }",
         json!({ "id": f.post, "body": "bad\u{0}body" }),
@@ -594,9 +648,9 @@ fn nested_query(depth: usize) -> String {
     query
 }
 
-#[tokio::test]
-async fn a_too_deep_query_is_refused_before_it_runs() {
-    let f = Fixture::new().await;
+in_each_like_mode!(a_too_deep_query_is_refused_before_it_runs);
+async fn a_too_deep_query_is_refused_before_it_runs(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let course = json!({ "id": gid("Course", f.w.course) });
     // 16 deep is the limit and passes; 17 does not.
     let response = f.app.gql(Some(&f.alice), &nested_query(16), course.clone()).await;
@@ -627,14 +681,13 @@ async fn a_too_deep_query_is_refused_before_it_runs() {
     mutation.push_str("id");
     mutation.push_str(&" } } } }".repeat(6));
     mutation.push_str(" } }");
-    expect_refused(&f.app, &f.alice, "too-deep createPost", &mutation, course.clone(), "BAD_USER_INPUT", &mut failures)
-        .await;
+    expect_refused(&f, "too-deep createPost", &mutation, course.clone(), "BAD_USER_INPUT", &mut failures).await;
     assert_no_failures(failures);
 }
 
-#[tokio::test]
-async fn a_too_complex_query_is_refused_before_it_runs() {
-    let f = Fixture::new().await;
+in_each_like_mode!(a_too_complex_query_is_refused_before_it_runs);
+async fn a_too_complex_query_is_refused_before_it_runs(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let course = json!({ "id": gid("Course", f.w.course) });
     let complex = "query($id: ID!) { course(id: $id) { posts(first: 100) { edges { node { \
         comments(first: 100) { edges { node { replies(first: 100) { edges { node { id body } } } } } } } } } } }";
@@ -658,8 +711,7 @@ async fn a_too_complex_query_is_refused_before_it_runs() {
     // A mutation with a too-costly selection must not run.
     let mut failures = Vec::new();
     expect_refused(
-        &f.app,
-        &f.alice,
+        &f,
         "too-complex createPost",
         "mutation($id: ID!) { createPost(courseId: $id, title: \"costly\", body: \"costly\") { course { \
          posts(first: 100) { edges { node { comments(first: 100) { edges { node { replies(first: 100) { \
@@ -684,9 +736,9 @@ async fn a_too_complex_query_is_refused_before_it_runs() {
     assert!(response.get("errors").is_none(), "{response}");
 }
 
-#[tokio::test]
-async fn broken_queries_are_bad_user_input_and_change_nothing() {
-    let f = Fixture::new().await;
+in_each_like_mode!(broken_queries_are_bad_user_input_and_change_nothing);
+async fn broken_queries_are_bad_user_input_and_change_nothing(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let course = gid("Course", f.w.course);
     let cases: Vec<(&str, String, Json)> = vec![
         ("unclosed brace", "{ me { id ".into(), json!({})),
@@ -744,14 +796,14 @@ async fn broken_queries_are_bad_user_input_and_change_nothing() {
     ];
     let mut failures = Vec::new();
     for (name, query, vars) in cases {
-        expect_refused(&f.app, &f.alice, name, &query, vars, "BAD_USER_INPUT", &mut failures).await;
+        expect_refused(&f, name, &query, vars, "BAD_USER_INPUT", &mut failures).await;
     }
     assert_no_failures(failures);
 }
 
-#[tokio::test]
-async fn a_request_that_is_not_graphql_json_is_a_client_error() {
-    let f = Fixture::new().await;
+in_each_like_mode!(a_request_that_is_not_graphql_json_is_a_client_error);
+async fn a_request_that_is_not_graphql_json_is_a_client_error(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let before = snapshot(&f.app).await;
     let course = gid("Course", f.w.course);
     let bodies = [
@@ -795,10 +847,9 @@ fn padded_create_post(course: &str, title: &str, size: usize) -> String {
     json!({ "query": document }).to_string()
 }
 
-#[tokio::test]
-
-async fn a_body_over_64_kib_is_refused_and_changes_nothing() {
-    let f = Fixture::new().await;
+in_each_like_mode!(a_body_over_64_kib_is_refused_and_changes_nothing);
+async fn a_body_over_64_kib_is_refused_and_changes_nothing(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let course = gid("Course", f.w.course);
     let send = |body: String| {
         f.app
@@ -847,9 +898,13 @@ async fn app_scalar_title_count(app: &TestApp, title: &str) -> i64 {
 // Rate limit
 // ---------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn the_sixth_like_toggle_in_a_minute_is_rate_limited_and_changes_nothing() {
-    let app = TestApp::spawn_with(|s| s.like_rate_per_minute = 5).await;
+in_each_like_mode!(the_sixth_like_toggle_in_a_minute_is_rate_limited_and_changes_nothing);
+async fn the_sixth_like_toggle_in_a_minute_is_rate_limited_and_changes_nothing(mode: LikeMode) {
+    let app = TestApp::spawn_with(|s| {
+        s.like_mode = mode;
+        s.like_rate_per_minute = 5;
+    })
+    .await;
     let f = Fixture::from_app(app).await;
     let app = &f.app;
     let like = "mutation($id: ID!) { likePost(postId: $id) { likeCount likedByMe } }";
@@ -859,6 +914,8 @@ async fn the_sixth_like_toggle_in_a_minute_is_rate_limited_and_changes_nothing()
         let response = app.gql(Some(&f.alice), query, json!({ "id": f.post })).await;
         assert!(response.get("errors").is_none(), "toggle {}: {response}", i + 1);
     }
+    // Sync has written each toggle as it answered; buffered's worker writes them now.
+    f.apply_likes().await;
     let likes_sql = "SELECT count(*) AS v FROM post_likes";
     let count_sql = "SELECT like_count::bigint AS v FROM posts";
     assert_eq!(count(app, likes_sql).await, 1);
@@ -870,6 +927,7 @@ async fn the_sixth_like_toggle_in_a_minute_is_rate_limited_and_changes_nothing()
     assert_eq!(refusal_problem(&response, "RATE_LIMITED"), None, "{response}");
     let retry = response["errors"][0]["extensions"]["retryAfterMs"].as_u64();
     assert!(matches!(retry, Some(ms) if ms > 0 && ms <= 60_000), "retryAfterMs: {response}");
+    assert_eq!(f.apply_likes().await, 0, "the refused unlike reached the like stream");
     assert_eq!(snapshot(app).await, before);
     assert_eq!(count(app, likes_sql).await, 1);
     assert_eq!(count(app, count_sql).await, 1);
@@ -883,7 +941,12 @@ async fn the_sixth_like_toggle_in_a_minute_is_rate_limited_and_changes_nothing()
         )
         .await;
     assert_eq!(refusal_problem(&response, "RATE_LIMITED"), None, "{response}");
+    assert_eq!(f.apply_likes().await, 0, "the refused comment like reached the like stream");
     assert_eq!(snapshot(app).await, before);
+    // Alice still likes the post (the fifth toggle) and not the comment: neither refusal counts.
+    let mut still = nothing_liked();
+    still["likedByMe"] = json!(true);
+    assert_eq!(f.alice_liked().await, still);
 
     // …while other writes and other users are not.
     app.gql_ok(
@@ -896,6 +959,9 @@ async fn the_sixth_like_toggle_in_a_minute_is_rate_limited_and_changes_nothing()
         .gql_ok(Some(&app.token(f.w.bob)), unlike.replace("unlikePost", "likePost").as_str(), json!({ "id": f.post }))
         .await;
     assert_eq!(data["likePost"], json!({ "likeCount": 2, "likedByMe": true }));
+    f.apply_likes().await;
+    assert_eq!(count(app, likes_sql).await, 2);
+    assert_eq!(count(app, count_sql).await, 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -906,9 +972,9 @@ fn repeated(n: usize, item: impl Fn(usize) -> String) -> String {
     (0..n).map(item).collect::<Vec<_>>().join(" ")
 }
 
-#[tokio::test]
-async fn an_alias_bomb_is_refused_before_any_resolver_runs() {
-    let f = Fixture::new().await;
+in_each_like_mode!(an_alias_bomb_is_refused_before_any_resolver_runs);
+async fn an_alias_bomb_is_refused_before_any_resolver_runs(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let vars = json!({ "id": f.post });
     // At the limit, 30 aliases run: each one resolver call (here one SQL statement each).
     let at_limit = format!("query($id: ID!) {{ {} }}", repeated(30, |i| format!("a{i}: post(id: $id) {{ id }}")));
@@ -956,16 +1022,21 @@ async fn an_alias_bomb_is_refused_before_any_resolver_runs() {
         if took > std::time::Duration::from_secs(2) {
             failures.push(format!("{name}: took {took:?} to refuse"));
         }
+        let applied = f.apply_likes().await;
+        if applied != 0 {
+            failures.push(format!("{name}: the like worker applied {applied} event(s)"));
+        }
         if snapshot(&f.app).await != before {
             failures.push(format!("{name}: database changed"));
         }
     }
     assert_no_failures(failures);
+    assert_eq!(f.alice_liked().await, nothing_liked());
 }
 
-#[tokio::test]
-async fn a_batch_bomb_is_refused_whole_and_runs_nothing() {
-    let f = Fixture::new().await;
+in_each_like_mode!(a_batch_bomb_is_refused_whole_and_runs_nothing);
+async fn a_batch_bomb_is_refused_whole_and_runs_nothing(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let course = gid("Course", f.w.course);
     let one = json!({
         "query": "mutation($c: ID!) { createPost(courseId: $c, title: \"batched\", body: \"b\") { id } }",
@@ -1002,17 +1073,17 @@ async fn a_batch_bomb_is_refused_whole_and_runs_nothing() {
     assert_eq!(count(&f.app, "SELECT count(*) AS v FROM posts WHERE title = 'batched'").await, 0);
 }
 
-#[tokio::test]
-async fn a_directive_bomb_is_bad_user_input() {
-    let f = Fixture::new().await;
+in_each_like_mode!(a_directive_bomb_is_bad_user_input);
+async fn a_directive_bomb_is_bad_user_input(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let query = format!("{{ me {{ id {} }} }}", repeated(9, |_| "@skip(if: false)".to_owned()));
     let response = f.app.gql(Some(&f.alice), &query, json!({})).await;
     assert_eq!(refusal_problem(&response, "BAD_USER_INPUT"), None, "{response}");
 }
 
-#[tokio::test]
-async fn an_oversized_websocket_message_closes_only_that_socket() {
-    let f = Fixture::new().await;
+in_each_like_mode!(an_oversized_websocket_message_closes_only_that_socket);
+async fn an_oversized_websocket_message_closes_only_that_socket(mode: LikeMode) {
+    let f = Fixture::new(mode).await;
     let mut socket = common::ws::GqlSocket::connect(f.app.addr, Some(&f.alice)).await.expect("connect");
     let huge = json!({
         "id": "1",
@@ -1042,6 +1113,8 @@ async fn an_oversized_websocket_message_closes_only_that_socket() {
             json!({ "p": f.post }),
         )
         .await;
+    // Buffered mode publishes the new count when the worker has committed the like.
+    f.apply_likes().await;
     let update = other.next_data(std::time::Duration::from_secs(5)).await.expect("an update");
     assert_eq!(update["likeCounts"]["likeCount"], 1);
 }
