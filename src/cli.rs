@@ -128,7 +128,12 @@ pub async fn run(cli: Cli) -> AppResult<()> {
             settings.validate_for_serve()?;
             let state = connect_state(settings).await?;
             let dropped = state.likes.liked_sets().drop_all().await?;
-            println!("reset-like-cache: dropped {dropped} liked-set(s); they reload from PostgreSQL on next use");
+            let orphans = ops::liked_sets::pending_orphans(&state.redis, &state.keys, true).await?;
+            println!(
+                "reset-like-cache: dropped {dropped} liked-set(s), which reload from PostgreSQL and the pending events \
+                 on next use, and {} pending record(s) whose event was no longer in its stream",
+                orphans.len()
+            );
             Ok(())
         }
         Command::ResetFeedCache => {

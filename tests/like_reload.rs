@@ -238,3 +238,45 @@ async fn check_reports_a_liked_set_that_disagrees_with_nothing_pending() {
     drop_every_set(&app).await;
     assert!(liked_sets_finding(&check().await).ok, "after reset-like-cache the sets reload the truth");
 }
+
+/// An entry deleted from the stream by hand leaves its pending record an orphan: `check`
+/// names it, and `reset-like-cache` removes it (and only it).
+#[tokio::test]
+async fn check_names_orphaned_pending_records_and_reset_removes_only_them() {
+    let app = buffered(500).await;
+    let world = World::create(&app).await;
+    let token = app.token(world.bob);
+    let orphaned = app.create_post(&token, world.course, "orphaned").await;
+    let kept = app.create_post(&token, world.course, "kept").await;
+    toggle(&app, world.alice, Target::Post(orphaned), true).await;
+    toggle(&app, world.alice, Target::Post(kept), true).await;
+    let mut conn = app.state.redis.clone();
+    let pending = app.state.keys.liked_pending(world.alice, world.course);
+    let record: String =
+        redis::cmd("HGET").arg(&pending).arg(format!("p:{orphaned}")).query_async(&mut conn).await.expect("hget");
+    let entry = record.split_once(' ').map(|(_, id)| id.to_owned()).expect("`+ <id>`");
+    let stream = app.state.keys.like_stream(app.state.keys.shard_of(world.alice));
+    let _: i64 = redis::cmd("XDEL").arg(&stream).arg(&entry).query_async(&mut conn).await.expect("xdel");
+
+    let report = course_forum::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(3600))
+        .await
+        .expect("check");
+    let finding = report.findings.iter().find(|f| f.name == "pending records").expect("an orphan finding");
+    assert!(!finding.ok && finding.detail.contains(&format!("p:{orphaned}")), "{report}");
+    assert!(!finding.detail.contains(&format!("p:{kept}")), "{report}");
+
+    let removed = course_forum::ops::liked_sets::pending_orphans(&app.state.redis, &app.state.keys, true)
+        .await
+        .expect("remove orphans");
+    assert_eq!(removed, vec![(world.alice, world.course, format!("p:{orphaned}"))]);
+    drop_every_set(&app).await;
+    assert!(!liked_by_me(&app, world.alice, orphaned).await, "nothing will apply the orphaned like");
+    assert!(liked_by_me(&app, world.alice, kept).await, "the live record still overlays");
+    let worker = app.worker().await;
+    drain_all(&app, &worker).await;
+    assert!(has_row(&app, world.alice, Target::Post(kept)).await);
+    let report = course_forum::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(3600))
+        .await
+        .expect("check");
+    assert_eq!(report.failed(), 0, "{report}");
+}

@@ -217,6 +217,23 @@ pub async fn run(db: &DatabaseConnection, redis: &Redis, keys: &Keys, max_lag: D
         report.push(false, "like lag", format!("over {:.0} s: {}", max_lag.as_secs_f64(), late.join("; ")));
     }
     let audit = liked_sets::audit(db, redis, keys).await?;
+    if !audit.orphans.is_empty() {
+        let shown: Vec<String> = audit
+            .orphans
+            .iter()
+            .take(SHOWN as usize)
+            .map(|(user, course, member)| format!("user {user} course {course} {member}"))
+            .collect();
+        report.push(
+            false,
+            "pending records",
+            format!(
+                "{} record(s) of events no longer in their stream ({}); `course-forum reset-like-cache` removes them",
+                audit.orphans.len(),
+                shown.join(", ")
+            ),
+        );
+    }
     if audit.wrong.is_empty() {
         report.push(
             true,

@@ -2,7 +2,9 @@
 //! has nothing pending must hold exactly the user's like rows in that course. A set with
 //! pending records legitimately differs (it shows accepted events the worker has not applied)
 //! and is skipped. A disagreement is read twice, so a toggle that lands between the Redis and
-//! the PostgreSQL read is not reported.
+//! the PostgreSQL read is not reported. Pending records whose event is no longer in the stream
+//! (trimmed or deleted by hand) are reported as orphans: nothing would ever retire them, and
+//! `reset-like-cache` removes them (`pending_orphans`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,6 +29,8 @@ pub struct Audit {
     pub pending: usize,
     /// (user, course, what the set says, what PostgreSQL says) of each disagreeing set.
     pub wrong: Vec<(i64, i64, BTreeSet<String>, BTreeSet<String>)>,
+    /// (user, course, member) of each pending record whose event is no longer in its stream.
+    pub orphans: Vec<(i64, i64, String)>,
 }
 
 type Pair = (i64, i64);
@@ -41,11 +45,35 @@ pub async fn audit(db: &DatabaseConnection, redis: &Redis, keys: &Keys) -> AppRe
     let mut again = Audit::default();
     let second = compare(db, redis, keys, &suspects, &mut again).await?;
     audit.wrong = second.into_iter().map(|((user, course), (set, rows))| (user, course, set, rows)).collect();
+    audit.orphans = pending_orphans(redis, keys, false).await?;
     Ok(audit)
+}
+
+/// Pending records whose event is no longer in its shard's stream (entries trimmed or deleted
+/// by hand): found in up to `AUDITED_AT_MOST` pending hashes, and removed when `remove`.
+pub async fn pending_orphans(redis: &Redis, keys: &Keys, remove: bool) -> AppResult<Vec<(i64, i64, String)>> {
+    let script = redis::Script::new(include_str!("../../lua/pending_orphans.lua"));
+    let mut orphans = Vec::new();
+    for (user, course) in scan_pairs(redis, &keys.liked_pending_pattern(), ":pending:").await? {
+        let mut conn = redis.clone();
+        let members: Vec<String> = script
+            .key(keys.liked_pending(user, course))
+            .key(keys.like_stream(keys.shard_of(user)))
+            .arg(if remove { 1 } else { 0 })
+            .invoke_async(&mut conn)
+            .await?;
+        orphans.extend(members.into_iter().map(|member| (user, course, member)));
+    }
+    Ok(orphans)
 }
 
 /// (user, course) of the loaded liked-sets, from their key names.
 async fn loaded_sets(redis: &Redis, keys: &Keys) -> AppResult<Vec<Pair>> {
+    scan_pairs(redis, &keys.liked_set_pattern(), ":liked:").await
+}
+
+/// (user, course) of up to `AUDITED_AT_MOST` keys matching `pattern`, named `…<kind><user>:<course>`.
+async fn scan_pairs(redis: &Redis, pattern: &str, kind: &str) -> AppResult<Vec<Pair>> {
     let mut conn = redis.clone();
     let mut cursor: u64 = 0;
     let mut pairs = Vec::new();
@@ -53,12 +81,12 @@ async fn loaded_sets(redis: &Redis, keys: &Keys) -> AppResult<Vec<Pair>> {
         let (next, names): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(keys.liked_set_pattern())
+            .arg(pattern)
             .arg("COUNT")
             .arg(1000)
             .query_async(&mut conn)
             .await?;
-        pairs.extend(names.iter().filter_map(|name| parse_set_key(name)));
+        pairs.extend(names.iter().filter_map(|name| parse_pair(name, kind)));
         if next == 0 || pairs.len() >= AUDITED_AT_MOST {
             pairs.truncate(AUDITED_AT_MOST);
             return Ok(pairs);
@@ -67,9 +95,9 @@ async fn loaded_sets(redis: &Redis, keys: &Keys) -> AppResult<Vec<Pair>> {
     }
 }
 
-/// `…:liked:<user>:<course>` → (user, course).
-fn parse_set_key(name: &str) -> Option<Pair> {
-    let (_, ids) = name.rsplit_once(":liked:")?;
+/// `…<kind><user>:<course>` → (user, course), `kind` being `:liked:` or `:pending:`.
+fn parse_pair(name: &str, kind: &str) -> Option<Pair> {
+    let (_, ids) = name.rsplit_once(kind)?;
     let (user, course) = ids.split_once(':')?;
     Some((user.parse().ok()?, course.parse().ok()?))
 }
@@ -156,7 +184,8 @@ mod tests {
     #[test]
     fn a_set_key_names_its_user_and_course() {
         let keys = Keys::new("cf", 4);
-        assert_eq!(parse_set_key(&keys.liked_set(17, 3)), Some((17, 3)));
-        assert_eq!(parse_set_key("cf:{s1}:pending:17:3"), None);
+        assert_eq!(parse_pair(&keys.liked_set(17, 3), ":liked:"), Some((17, 3)));
+        assert_eq!(parse_pair(&keys.liked_pending(17, 3), ":pending:"), Some((17, 3)));
+        assert_eq!(parse_pair(&keys.liked_pending(17, 3), ":liked:"), None);
     }
 }
