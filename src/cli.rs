@@ -127,8 +127,9 @@ pub async fn run(cli: Cli) -> AppResult<()> {
             telemetry::init(settings.log_format);
             settings.validate_for_serve()?;
             let state = connect_state(settings).await?;
-            let dropped = state.likes.liked_sets().drop_all().await?;
+            // Orphans first: a set reloaded between the two steps would overlay them again.
             let orphans = ops::liked_sets::pending_orphans(&state.redis, &state.keys, true).await?;
+            let dropped = state.likes.liked_sets().drop_all().await?;
             println!(
                 "reset-like-cache: dropped {dropped} liked-set(s), which reload from PostgreSQL and the pending events \
                  on next use, and {} pending record(s) whose event was no longer in its stream",

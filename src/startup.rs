@@ -234,8 +234,8 @@ async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>>
 /// Makes a switch away from `buffered` safe before anything is served. Events left in the like
 /// streams would otherwise wait forever (no worker reads them in `sync`) or apply late, after
 /// newer direct writes; so they are applied first, and the process refuses to start if it
-/// cannot within `SHUTDOWN_TIMEOUT` (PostgreSQL down, another worker still holding a shard,
-/// longer than the process may take for work in flight). Then every liked-set is
+/// cannot within `WORKER_LEASE_TTL` + 2 s or `SHUTDOWN_TIMEOUT`, whichever is longer
+/// (PostgreSQL down, another worker still holding a shard). Then every liked-set is
 /// dropped: written straight to PostgreSQL, likes would make them stale, and a stale set could
 /// swallow a toggle when `buffered` comes back (each direct write also drops its own set, for
 /// instances still in `buffered` during a rolling switch). The mode marker in Redis makes the
@@ -244,32 +244,44 @@ pub async fn settle_like_mode_switch(state: &AppState) -> AppResult<()> {
     let mode = crate::likes::mode_name(state.settings.like_mode);
     let marker = state.keys.like_mode_marker();
     let mut conn = state.redis.clone();
-    if state.settings.like_mode == LikeMode::Buffered {
-        let () = redis::cmd("SET").arg(&marker).arg(mode).query_async(&mut conn).await?;
-        return Ok(());
-    }
-    let unapplied = crate::worker::unapplied_events(&state.redis, &state.keys).await?;
-    if unapplied > 0 {
-        let worker = build_worker(state).await?;
-        tracing::warn!(unapplied, mode, "like events left by buffered mode: applying them before serving");
-        let refuse = |why: AppError| {
-            AppError::Config(format!(
-                "LIKE_MODE={mode}: {unapplied} like event(s) left by buffered mode could not be applied ({why}); \
-                 nothing was served. Fix that and start again, or start in LIKE_MODE=buffered to let its worker apply them"
-            ))
-        };
-        let applied = worker
-            .drain_until_empty(std::time::Instant::now() + state.settings.shutdown_timeout)
-            .await
-            .map_err(refuse)?;
-        tracing::info!(applied, "like events left by buffered mode applied");
-    }
     let previous: Option<String> = redis::cmd("GET").arg(&marker).query_async(&mut conn).await?;
-    if previous.as_deref() != Some(mode) {
+    if state.settings.like_mode != LikeMode::Buffered {
+        apply_buffered_leftovers(state, mode).await?;
+    }
+    // Back in buffered mode after another, the sets are dropped too: one a buffered instance
+    // loaded during a rolling switch may predate a direct write.
+    if previous.as_deref().is_some_and(|previous| previous != mode)
+        || (previous.is_none() && state.settings.like_mode != LikeMode::Buffered)
+    {
         let dropped = state.likes.liked_sets().drop_all().await?;
         tracing::info!(dropped, previous = ?previous, mode, "dropped the liked-sets of the previous like mode");
-        let () = redis::cmd("SET").arg(&marker).arg(mode).query_async(&mut conn).await?;
     }
+    let () = redis::cmd("SET").arg(&marker).arg(mode).query_async(&mut conn).await?;
+    Ok(())
+}
+
+/// Applies what buffered mode left in the like streams, or refuses to start. Waits at least a
+/// lease's life (a crashed buffered worker's lease must lapse first), or `SHUTDOWN_TIMEOUT`
+/// when that is longer.
+async fn apply_buffered_leftovers(state: &AppState, mode: &str) -> AppResult<()> {
+    let unapplied = crate::worker::unapplied_events(&state.redis, &state.keys).await?;
+    if unapplied == 0 {
+        return Ok(());
+    }
+    let worker = build_worker(state).await?;
+    tracing::warn!(unapplied, mode, "like events left by buffered mode: applying them before serving");
+    let limit = state.settings.shutdown_timeout.max(state.settings.worker_lease_ttl + Duration::from_secs(2));
+    let drained = worker.drain_until_empty(std::time::Instant::now() + limit).await;
+    worker.release_leases().await;
+    let applied = drained.map_err(|why| {
+        AppError::Config(format!(
+            "LIKE_MODE={mode}: {unapplied} like event(s) left by buffered mode could not be applied within {} s \
+             ({why}); nothing was served. Fix that and start again, or start in LIKE_MODE=buffered to let its \
+             worker apply them",
+            limit.as_secs()
+        ))
+    })?;
+    tracing::info!(applied, "like events left by buffered mode applied");
     Ok(())
 }
 

@@ -17,7 +17,8 @@ mod common;
 
 use common::{TestApp, World, error_code, gid, raw_id};
 use course_forum::likes::LikeTarget;
-use course_forum::likes::apply::{LikeEvent, apply};
+use course_forum::like_event::LikeEvent;
+use course_forum::likes::apply::apply;
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, join_all};
 use sea_orm::TransactionTrait;

@@ -75,9 +75,11 @@ async fn starting_in_sync_refuses_when_the_leftovers_cannot_be_applied() {
     let mut settings = test_settings(&app.database, &app.redis_prefix);
     settings.like_mode = LikeMode::Sync;
     settings.shutdown_timeout = std::time::Duration::from_millis(500);
+    settings.worker_lease_ttl = std::time::Duration::from_millis(500);
     let refused = Application::build(settings).await.err().expect("a sync start with unapplied likes is refused");
     let message = refused.to_string();
     assert!(message.contains("LIKE_MODE=sync") && message.contains("left by buffered mode"), "{message}");
+    assert!(message.contains("another worker holds shard"), "{message}");
     assert_eq!(unapplied(&app).await, 1, "the like still waits, untouched");
     assert!(!has_row(&app, world.alice, Target::Post(post)).await);
 }

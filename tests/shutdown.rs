@@ -73,6 +73,13 @@ async fn server_behind_a_proxy(env: &[(&str, &str)]) -> (TestApp, World, i64, Tc
     env.push(("DATABASE_URL", database_url.as_str()));
     let mut serve = ServeProcess::spawn(&app, &common::redis_url(), &env);
     serve.wait_healthy(Duration::from_secs(20)).await;
+    // Its worker owns every shard (lease and fencing epoch, which needs PostgreSQL) before a
+    // test stalls the database under it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while app.scalar_i64("SELECT count(*) AS v FROM like_shard_epochs", []).await < i64::from(app.state.keys.shards()) {
+        assert!(Instant::now() < deadline, "the server's worker did not take its shards");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     (app, world, post, proxy, serve)
 }
 

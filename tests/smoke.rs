@@ -34,9 +34,10 @@ async fn metrics_count_the_sql_statements_and_redis_commands_a_request_sends() {
     // The post and the viewer's memberships from PostgreSQL; likedByMe warms the cold liked-set
     // (one SQL read). Redis: the post cache misses (HMGET), takes the post's lock with its
     // generation and entry (SET NX, GET, HMGET), stores and releases (two scripts); likedByMe
-    // sends SMISMEMBER, the warm script, SMISMEMBER again.
+    // sends SMISMEMBER, reads the set's load generation (HGET, before the rows), runs the warm
+    // script, and SMISMEMBER again.
     assert_eq!(app.state.sql_statements.get() - sql_before, 3);
-    assert_eq!(app.state.redis.commands_sent() - redis_before, 9);
+    assert_eq!(app.state.redis.commands_sent() - redis_before, 10);
     // Warm: the post from the cache (HMGET), the memberships from PostgreSQL, one SMISMEMBER.
     let (sql_before, redis_before) = (app.state.sql_statements.get(), app.state.redis.commands_sent());
     app.gql_ok(Some(&token), "query($p: ID!) { post(id: $p) { likedByMe } }", json!({ "p": post })).await;

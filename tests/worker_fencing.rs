@@ -119,3 +119,38 @@ async fn a_taker_waits_for_the_batch_in_flight_instead_of_overtaking_it() {
     assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (0, 0));
     drain_all(&app, &taker).await;
 }
+
+/// A worker that renewed its lease and then stalled before reading must not take new entries
+/// into its pending list after another worker took the shard over (they would wait there, and
+/// apply at the next takeover, after newer events).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_lost_its_lease_before_reading_reads_nothing() {
+    let app = buffered().await;
+    let world = World::create(&app).await;
+    let post = app.create_post(&app.token(world.bob), world.course, "p").await;
+    let shard = app.state.keys.shard_of(world.alice);
+    let stalled = app.worker().await;
+    let successor = app.worker().await;
+
+    // A holds the shard, then stalls between renewing its lease and reading.
+    assert!(stalled.process_one_batch(shard).await.expect("A's first step").leader);
+    let held = stalled.hooks().before_read.hold().await;
+    let a = {
+        let stalled = stalled.clone();
+        tokio::spawn(async move { stalled.process_one_batch(shard).await })
+    };
+    wait_for(&stalled.hooks().before_read, 2).await;
+    lease_lapses(&app, shard).await;
+    assert!(successor.process_one_batch(shard).await.expect("B takes the shard").leader);
+
+    toggle(&app, world.alice, Target::Post(post), true).await;
+    drop(held);
+    let report = a.await.expect("A's task").expect("A's step");
+    assert!(!report.leader && report.read == 0, "A read nothing: {report:?}");
+
+    toggle(&app, world.alice, Target::Post(post), false).await;
+    drain_all(&app, &successor).await;
+    assert_eq!(common::likes::pending_entries(&app).await, 0, "no entry is stranded in A's pending list");
+    assert!(!has_row(&app, world.alice, Target::Post(post)).await, "the unlike, the last action, won");
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (0, 0));
+}

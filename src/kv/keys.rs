@@ -8,7 +8,7 @@
 //! |---|---|---|---|
 //! | `<p>:{s<k>}:liked:<user>:<course>` | SET | LIKED_SET_TTL | what the user liked in the course (`p:<id>`, `c:<id>`, sentinel `_`) |
 //! | `<p>:{s<k>}:pending:<user>:<course>` | HASH | none (records removed as they apply) | the (user, course) events not yet applied: member → `+ <entry id>` / `- <entry id>`, the last accepted op per target; a liked-set load overlays them |
-//! | `<p>:{s<k>}:loadgen` | HASH | none | 64 buckets of (user, course) → how often the worker removed a pending record there; a load that sees the value move retries |
+//! | `<p>:{s<k>}:loadgen` | HASH | none | 1,024 buckets of (user, course) → how often the worker removed a pending record there; a load that sees the value move retries |
 //! | `<p>:{s<k>}:likes` | STREAM | none (entries XDEL'd after commit) | like/unlike events of shard k |
 //! | `<p>:{s<k>}:lease` | STRING | WORKER_LEASE_TTL | owner token of the one active consumer of shard k |
 //! | `<p>:like_mode` | STRING | none | the like mode the last instance started in: a start in another mode applies the streams and drops the liked-sets first |
@@ -47,7 +47,7 @@ pub const LIKE_GROUP: &str = "like-writers";
 
 /// How many generation buckets each shard's liked-set loads are spread over: a worker's
 /// apply makes only the loads of its bucket retry.
-pub const LOAD_GENERATION_BUCKETS: u32 = 64;
+pub const LOAD_GENERATION_BUCKETS: u32 = 1024;
 
 /// Builds key names under one prefix.
 #[derive(Clone, Debug)]
@@ -95,8 +95,13 @@ impl Keys {
     }
 
     /// The field of `load_generations` that (user, course)'s liked-set loads watch.
+    /// Mixed (splitmix64), so that the users of one shard, whose ids share a residue, still
+    /// spread over every bucket.
     pub fn load_generation_bucket(&self, user_id: i64, course_id: i64) -> u32 {
-        (user_id.wrapping_mul(31).wrapping_add(course_id)).rem_euclid(LOAD_GENERATION_BUCKETS as i64) as u32
+        let mut x = (user_id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (course_id as u64);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((x ^ (x >> 31)) % u64::from(LOAD_GENERATION_BUCKETS)) as u32
     }
 
     /// SCAN pattern matching every liked-set (braces are literal in Redis globs).
@@ -239,6 +244,17 @@ mod tests {
             assert_eq!(hash_tag(&keys.load_generations(keys.shard_of(user))), hash_tag(&stream));
         }
         assert_eq!(hash_tag(&keys.recount_dirty()), hash_tag(&keys.recount_seq()));
+    }
+
+    #[test]
+    fn one_shards_liked_sets_spread_over_every_load_generation_bucket() {
+        let keys = Keys::new("cf", 4);
+        let mut used = std::collections::HashSet::new();
+        // The users of shard 0 only (ids = 0 mod 4), in one course.
+        for user in (0..40_000).step_by(4) {
+            used.insert(keys.load_generation_bucket(user, 7));
+        }
+        assert_eq!(used.len(), LOAD_GENERATION_BUCKETS as usize);
     }
 
     #[test]

@@ -10,8 +10,7 @@ use std::collections::HashMap;
 
 use sea_orm::{ConnectionTrait, FromQueryResult};
 
-pub use super::LikeEvent;
-use super::{CountChange, LikeTarget};
+use super::{CountChange, LikeEvent, LikeTarget};
 use crate::db::stmt;
 use crate::error::AppResult;
 

@@ -32,6 +32,12 @@ pub const SENTINEL: &str = "_";
 /// retry means a batch of the same bucket committed within one short read, so a few suffice.
 const MAX_LOAD_ATTEMPTS: usize = 8;
 
+/// A short, growing pause before reading the rows again (1, 2, 4 … ms): a batch of the same
+/// bucket just committed, and the next one is likely a few milliseconds away.
+async fn pause_before_reload(attempt: usize) {
+    tokio::time::sleep(Duration::from_millis(1 << attempt.min(5))).await;
+}
+
 fn load_kept_moving(set: &str) -> AppError {
     AppError::Internal(format!("liked-set {set} could not be loaded: the worker's applies kept moving its generation"))
 }
@@ -141,6 +147,9 @@ impl LikedSets {
                     if let Some(Membership::Unverified { why }) = membership.take() {
                         return Err(why);
                     }
+                    if status == -3 {
+                        pause_before_reload(attempt).await;
+                    }
                     // `value` is the generation as it is now, read before the rows.
                     rows = Some((value, self.members_in_database(user_id, course_id).await?));
                     LikeStats::bump(&self.stats.set_warms);
@@ -181,7 +190,10 @@ impl LikedSets {
         let pending = self.keys.liked_pending(user_id, course_id);
         let generations = self.keys.load_generations(self.keys.shard_of(user_id));
         let bucket = self.keys.load_generation_bucket(user_id, course_id);
-        for _ in 0..MAX_LOAD_ATTEMPTS {
+        for attempt in 0..MAX_LOAD_ATTEMPTS {
+            if attempt > 0 {
+                pause_before_reload(attempt).await;
+            }
             let mut conn = self.redis.clone();
             // Read before the rows: an apply that commits after our read moves it.
             let generation: Option<String> =
@@ -207,11 +219,25 @@ impl LikedSets {
 
     /// Forgets the (user, course) liked-set, so the next buffered use reloads it: called after
     /// a like written straight to PostgreSQL (sync and recount modes), which the set would
-    /// otherwise contradict. Best effort: startup in those modes drops every set anyway.
+    /// otherwise contradict. Also moves the set's load generation, so a buffered load whose rows
+    /// predate that write reads them again. Best effort: startup in those modes drops every
+    /// set anyway.
     pub async fn forget(&self, user_id: i64, course_id: i64) {
+        let shard = self.keys.shard_of(user_id);
         let mut conn = self.redis.clone();
-        let dropped: redis::RedisResult<i64> =
-            redis::cmd("UNLINK").arg(self.keys.liked_set(user_id, course_id)).query_async(&mut conn).await;
+        // Both keys share the shard's slot: an atomic pipeline is one MULTI/EXEC there.
+        let dropped: redis::RedisResult<()> = redis::pipe()
+            .atomic()
+            .cmd("UNLINK")
+            .arg(self.keys.liked_set(user_id, course_id))
+            .ignore()
+            .cmd("HINCRBY")
+            .arg(self.keys.load_generations(shard))
+            .arg(self.keys.load_generation_bucket(user_id, course_id))
+            .arg(1)
+            .ignore()
+            .query_async(&mut conn)
+            .await;
         if let Err(err) = dropped {
             tracing::warn!(error = %err, user_id, course_id, "could not drop a liked-set after a direct write");
         }

@@ -1,18 +1,24 @@
 //! The like worker (level 3): the one active consumer of each like-stream shard.
 //!
-//! Each round, per shard: hold the shard's lease (taking over a lapsed one claims the previous
-//! consumer's pending entries with XAUTOCLAIM); read our own pending entries first (id `0`),
-//! then new ones (`>`), up to a batch; collapse; apply everything in ONE PostgreSQL
-//! transaction (`likes::apply`); only after COMMIT, XACK + XDEL. A crash between COMMIT and
-//! ACK replays the batch, and because counters follow RETURNING, nothing counts twice.
+//! Each round, per shard: hold the shard's lease (taking over a lapsed one bumps the shard's
+//! fencing epoch in PostgreSQL, then claims the previous consumer's pending entries with
+//! XAUTOCLAIM); read, only while holding the lease (`lua/like_read.lua`), our own pending entries
+//! first, then new ones, up to a batch; collapse; apply everything in ONE PostgreSQL transaction
+//! (`likes::apply`) whose first statement checks the epoch is still ours; after COMMIT, the
+//! after-commit step (post cache, live counts), then one script (`lua/like_batch_done.lua`) that
+//! acknowledges the entries (XACK + XDEL), retires their pending records beside the liked-sets
+//! and drops the sets of refused events. A crash between COMMIT and that script replays the
+//! batch, and because counters follow RETURNING, nothing counts twice. A worker that stalled past
+//! its lease reads nothing more and commits nothing.
 //!
 //! A batch that fails for a reason other than an unavailable database is retried entry by
 //! entry; an entry that still fails alone after `max_deliveries` deliveries moves to the
-//! dead-letter stream with its error, and the stream goes on. PostgreSQL down: nothing is
-//! acked, the worker backs off exponentially and drains when it returns.
+//! dead-letter stream with its error (its set dropped, its record retired), and the stream goes
+//! on. PostgreSQL down: nothing is acked, the worker backs off exponentially and drains when it
+//! returns.
 //!
 //! In `recount` mode the same loop runs the recount job instead. Tests step the worker by
-//! hand with `process_one_batch`.
+//! hand with `process_one_batch`, and hold it at chosen points with `WorkerHooks`.
 
 pub mod lease;
 
@@ -99,6 +105,8 @@ pub struct WorkerStats {
 /// step: a worker that stalls after reading its batch, or inside its transaction.
 #[derive(Default)]
 pub struct WorkerHooks {
+    /// After the lease was held (renewed or taken), before the batch is read.
+    pub before_read: Gate,
     /// After the batch was read from the stream, before its transaction begins.
     pub before_apply: Gate,
     /// Inside the transaction, after every statement, before COMMIT (the target rows are locked).
@@ -126,12 +134,25 @@ pub struct BatchReport {
 /// The phases of one step.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BatchTimings {
-    /// XREADGROUP (own pending, then new) and parsing the entries.
+    /// The guarded read (own pending, then new) and parsing the entries.
     pub read: Duration,
     /// Collapse, the one transaction (BEGIN … COMMIT) and publishing the counts.
     pub apply: Duration,
-    /// XACK + XDEL of the applied entries.
+    /// Acknowledging the applied entries and retiring their pending records (one script).
     pub ack: Duration,
+}
+
+/// What a read as the lease owner found.
+enum Read {
+    /// The lease is someone else's now: nothing was read.
+    NotOwner,
+    Entries {
+        entries: Vec<Entry>,
+        /// Own entries delivered before and not acknowledged (a replay).
+        from_pending: bool,
+    },
+    /// Nothing to read; `last_id` is the stream's newest entry id.
+    Idle { last_id: String },
 }
 
 /// One stream entry, parsed or not.
@@ -155,6 +176,8 @@ pub struct LikeWorker {
     epochs: Arc<Mutex<HashMap<u32, i64>>>,
     /// `lua/like_batch_done.lua`: ack + retire pending records + drop sets, atomically.
     done: Arc<Script>,
+    /// `lua/like_read.lua`: read a batch only while holding the lease.
+    read: Arc<Script>,
 }
 
 impl LikeWorker {
@@ -179,6 +202,7 @@ impl LikeWorker {
             hooks: Arc::new(WorkerHooks::default()),
             epochs: Arc::new(Mutex::new(HashMap::new())),
             done: Arc::new(Script::new(include_str!("../../lua/like_batch_done.lua"))),
+            read: Arc::new(Script::new(include_str!("../../lua/like_read.lua"))),
         }
     }
 
@@ -225,8 +249,10 @@ impl LikeWorker {
             // Acquired, or renewed after an earlier attempt to take the epoch failed.
             Holding::Renewed | Holding::Acquired => {
                 let epoch = self.take_epoch(shard).await?;
-                self.set_epoch(shard, Some(epoch));
+                // Claim before recording the epoch: if the claim fails, the next step takes a
+                // new epoch and claims again, so no entry of the previous owner is left behind.
                 self.claim_pending(shard).await?;
+                self.set_epoch(shard, Some(epoch));
                 tracing::info!(shard, epoch, consumer = self.consumer(), "took the shard lease");
                 Ok(true)
             }
@@ -340,19 +366,43 @@ impl LikeWorker {
     /// until they are empty or `deadline` passes (then an error that says what is left).
     pub async fn drain_until_empty(&self, deadline: Instant) -> AppResult<usize> {
         let mut acked = 0;
+        // Shards whose last step found their lease held by another worker.
+        let mut held_elsewhere = std::collections::BTreeSet::new();
         loop {
-            acked += self.drain().await?;
+            // Shard by shard, checking the deadline between steps: a stream that keeps growing
+            // (buffered instances still running) must not hold this up forever.
+            let mut read = 0;
+            for shard in 0..self.keys.shards() {
+                let report = self.process_one_batch(shard).await?;
+                read += report.read;
+                acked += report.acked;
+                if report.leader {
+                    held_elsewhere.remove(&shard);
+                } else {
+                    held_elsewhere.insert(shard);
+                }
+                if Instant::now() >= deadline {
+                    break;
+                }
+            }
             let left = self.unapplied().await?;
             if left == 0 {
                 return Ok(acked);
             }
             if Instant::now() >= deadline {
-                return Err(AppError::Config(format!(
-                    "{left} like event(s) are still in the like streams and another worker holds their \
-                     shard; stop the buffered-mode workers (or let them finish) and start again"
-                )));
+                let why = if held_elsewhere.is_empty() {
+                    "they kept arriving faster than they were applied: are buffered-mode instances still running?"
+                        .to_owned()
+                } else {
+                    format!(
+                        "another worker holds shard(s) {held_elsewhere:?}: stop the buffered-mode workers, or let them finish"
+                    )
+                };
+                return Err(AppError::Config(format!("{left} like event(s) are still in the like streams; {why}")));
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            if read == 0 {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
     }
 
@@ -360,18 +410,23 @@ impl LikeWorker {
         if !self.hold_lease(shard).await? {
             return Ok(BatchReport::default());
         }
+        self.hooks.before_read.pass().await;
         let stream = self.keys.like_stream(shard);
         let reading = Instant::now();
-        let mut entries = self.read(&stream, "0", None).await?;
-        let from_pending = !entries.is_empty();
-        if !from_pending {
-            entries = self.read(&stream, ">", block).await?;
-        }
-        if entries.is_empty() {
-            return Ok(BatchReport { leader: true, ..Default::default() });
-        }
-        // A blocking read of an idle stream is waiting, not reading: time non-blocking reads only.
-        let read_time = if block.is_some() { Duration::ZERO } else { reading.elapsed() };
+        let (entries, from_pending) = match self.read_as_owner(shard).await? {
+            Read::NotOwner => {
+                self.set_epoch(shard, None);
+                return Ok(BatchReport::default());
+            }
+            Read::Entries { entries, from_pending } => (entries, from_pending),
+            Read::Idle { last_id } => {
+                if let Some(block) = block {
+                    self.wait_for_entries_after(&stream, &last_id, block).await?;
+                }
+                return Ok(BatchReport { leader: true, ..Default::default() });
+            }
+        };
+        let read_time = reading.elapsed();
         self.apply_batch(shard, &stream, entries, from_pending, read_time).await
     }
 
@@ -562,24 +617,65 @@ impl LikeWorker {
         Ok(())
     }
 
-    async fn read(&self, stream: &str, from: &str, block: Option<Duration>) -> AppResult<Vec<Entry>> {
-        let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP").arg(LIKE_GROUP).arg(self.consumer()).arg("COUNT").arg(self.config.batch_size);
-        if let Some(block) = block {
-            cmd.arg("BLOCK").arg(block.as_millis() as u64);
-        }
-        cmd.arg("STREAMS").arg(stream).arg(from);
+    /// Reads a batch only while holding the shard's lease (`lua/like_read.lua`): own pending
+    /// entries first, then new ones. A worker that lost the lease reads nothing, so what it
+    /// read before is exactly what the new owner claimed when it took over.
+    async fn read_as_owner(&self, shard: u32) -> AppResult<Read> {
         let mut conn = self.redis.clone();
-        let reply: Value = match cmd.query_async(&mut conn).await {
-            Ok(reply) => reply,
-            // The group vanished (Redis restarted empty or the stream was deleted): recreate it.
-            Err(e) if e.code() == Some("NOGROUP") => {
-                self.ensure_groups().await?;
-                return Ok(Vec::new());
-            }
-            Err(e) => return Err(e.into()),
+        let reply: Vec<Value> = self
+            .read
+            .key(self.keys.worker_lease(shard))
+            .key(self.keys.like_stream(shard))
+            .arg(self.consumer())
+            .arg(LIKE_GROUP)
+            .arg(self.config.batch_size)
+            .invoke_async(&mut conn)
+            .await?;
+        let unexpected = |why: String| AppError::Internal(format!("unexpected like_read.lua reply: {why}"));
+        let mut reply = reply.into_iter();
+        let status = match reply.next() {
+            Some(Value::Int(status)) => status,
+            other => return Err(unexpected(format!("status {other:?}"))),
         };
-        parse_read_reply(reply).map_err(|why| AppError::Internal(format!("unexpected XREADGROUP reply: {why}")))
+        match status {
+            0 => Ok(Read::NotOwner),
+            3 => {
+                // The group vanished (Redis restarted empty or the stream was deleted).
+                self.ensure_groups().await?;
+                Ok(Read::Idle { last_id: "0-0".into() })
+            }
+            1 | 2 => {
+                let entries = parse_read_reply(reply.next().unwrap_or(Value::Nil)).map_err(unexpected)?;
+                if !entries.is_empty() {
+                    return Ok(Read::Entries { entries, from_pending: status == 1 });
+                }
+                let last_id = match reply.next() {
+                    Some(Value::BulkString(id)) => String::from_utf8(id).map_err(|_| unexpected("last id".into()))?,
+                    Some(Value::SimpleString(id)) => id,
+                    _ => "0-0".into(),
+                };
+                Ok(Read::Idle { last_id })
+            }
+            other => Err(unexpected(format!("status {other}"))),
+        }
+    }
+
+    /// Waits up to `block` for an entry newer than `last_id` (plain XREAD: it takes no
+    /// ownership; the next step reads it as the owner). An idle worker sleeps here instead of
+    /// spinning, and wakes as soon as a like arrives.
+    async fn wait_for_entries_after(&self, stream: &str, last_id: &str, block: Duration) -> AppResult<()> {
+        let mut conn = self.redis.clone();
+        let _: Value = redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(1)
+            .arg("BLOCK")
+            .arg(block.as_millis() as u64)
+            .arg("STREAMS")
+            .arg(stream)
+            .arg(last_id)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
     }
 
     async fn delivery_counts(&self, stream: &str, entries: &[Entry]) -> AppResult<HashMap<String, u64>> {
