@@ -7,6 +7,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use common::likes::{Target, toggle};
 use common::{TestApp, World, gid, raw_id};
 use course_forum::config::LikeMode;
 use course_forum::kv::keys::LIKE_GROUP;
@@ -17,12 +18,6 @@ use serde_json::json;
 
 const USERS: usize = 8;
 const OPS: usize = 160;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Target {
-    Post(i64),
-    Comment(i64),
-}
 
 struct Forum {
     users: Vec<i64>,
@@ -66,20 +61,6 @@ async fn build_forum(app: &TestApp) -> Forum {
         }
     }
     Forum { users, targets }
-}
-
-async fn toggle(app: &TestApp, user: i64, target: Target, liked: bool) {
-    let (query, id) = match (target, liked) {
-        (Target::Post(id), true) => ("mutation($id: ID!) { likePost(postId: $id) { id } }", gid("Post", id)),
-        (Target::Post(id), false) => ("mutation($id: ID!) { unlikePost(postId: $id) { id } }", gid("Post", id)),
-        (Target::Comment(id), true) => {
-            ("mutation($id: ID!) { likeComment(commentId: $id) { id } }", gid("Comment", id))
-        }
-        (Target::Comment(id), false) => {
-            ("mutation($id: ID!) { unlikeComment(commentId: $id) { id } }", gid("Comment", id))
-        }
-    };
-    app.gql_ok(Some(&app.token(user)), query, json!({ "id": id })).await;
 }
 
 /// A consumer that reads part of a shard and dies without acking: its entries stay pending

@@ -5,12 +5,11 @@
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::likes::{pending_entries, run_crashing_worker};
 use common::{TestApp, World, gid};
 use course_forum::config::LikeMode;
-use course_forum::kv::keys::LIKE_GROUP;
 use serde_json::json;
 
 const LIKERS: usize = 30;
@@ -38,53 +37,6 @@ async fn likes_waiting_in_the_stream(app: &TestApp) -> i64 {
         .await;
     }
     post
-}
-
-fn run_crashing_worker(app: &TestApp, fault: &str) -> std::process::ExitStatus {
-    let database_url = format!(
-        "{}/{}",
-        common::admin_database_url().rsplit_once('/').expect("admin url has a database").0,
-        app.database
-    );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_course-forum"))
-        .arg("worker")
-        .env("DATABASE_URL", database_url)
-        .env("REDIS_URL", common::redis_url())
-        .env("REDIS_KEY_PREFIX", &app.redis_prefix)
-        .env("JWT_SECRET", common::JWT_SECRET)
-        .env("LIKE_MODE", "buffered")
-        .env("LIKE_STREAM_SHARDS", app.state.keys.shards().to_string())
-        .env("WORKER_LEASE_TTL", "1s")
-        .env("COURSE_FORUM_FAULT", fault)
-        .env("RUST_LOG", "error")
-        .spawn()
-        .expect("spawn worker");
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            panic!("the faulty worker did not crash within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-async fn pending_entries(app: &TestApp) -> i64 {
-    let mut conn = app.state.redis.clone();
-    let mut total = 0;
-    for shard in 0..app.state.keys.shards() {
-        let summary: (i64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
-            .arg(app.state.keys.like_stream(shard))
-            .arg(LIKE_GROUP)
-            .query_async(&mut conn)
-            .await
-            .expect("xpending");
-        total += summary.0;
-    }
-    total
 }
 
 /// A second consumer takes over once the dead one's lease lapses and drains everything.
