@@ -45,25 +45,45 @@ impl TokenKeys {
 
     /// The user id a valid token speaks for.
     pub fn verify(&self, token: &str) -> AppResult<i64> {
+        self.verify_token(token).map(|verified| verified.user_id)
+    }
+
+    /// The user a valid token speaks for, and until when.
+    pub fn verify_token(&self, token: &str) -> AppResult<VerifiedToken> {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_required_spec_claims(&["exp", "sub"]);
         validation.leeway = 5;
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation)
             .map_err(|e| AppError::Unauthenticated(format!("invalid token: {e}")))?;
-        data.claims
+        let user_id = data
+            .claims
             .sub
             .parse::<i64>()
-            .map_err(|_| AppError::Unauthenticated("invalid token: sub is not a user id".into()))
+            .map_err(|_| AppError::Unauthenticated("invalid token: sub is not a user id".into()))?;
+        Ok(VerifiedToken { user_id, expires_at: UNIX_EPOCH + Duration::from_secs(data.claims.exp) })
     }
 
     /// Reads an `Authorization` header value (`Bearer <jwt>`).
     pub fn verify_header(&self, header: &str) -> AppResult<i64> {
+        self.verify_bearer(header).map(|verified| verified.user_id)
+    }
+
+    /// `verify_token` of an `Authorization` header value (`Bearer <jwt>`).
+    pub fn verify_bearer(&self, header: &str) -> AppResult<VerifiedToken> {
         let token = header
             .strip_prefix("Bearer ")
             .or_else(|| header.strip_prefix("bearer "))
             .ok_or_else(|| AppError::Unauthenticated("Authorization must be `Bearer <token>`".into()))?;
-        self.verify(token.trim())
+        self.verify_token(token.trim())
     }
+}
+
+/// What a valid token says: its user, and its `exp` (a websocket authenticated by it is closed
+/// then).
+#[derive(Clone, Copy, Debug)]
+pub struct VerifiedToken {
+    pub user_id: i64,
+    pub expires_at: SystemTime,
 }
 
 /// Who is asking, for one request (or one websocket connection). Memberships are read from

@@ -1,6 +1,7 @@
 //! GraphQL subscriptions over websockets, speaking `graphql-transport-ws` and the legacy
 //! `graphql-ws`. The token comes in `connection_init` (`{"authorization": "Bearer …"}`); a
-//! missing or bad one closes the socket with 4403 and the reason, as the protocol says.
+//! missing or bad one closes the socket with 4403 and the reason, as the protocol says, and so
+//! does the token's expiry (`exp`) on an open socket: a connection never outlives its token.
 //! When the process shuts down, every socket is closed with 1001 (going away) so clients
 //! reconnect to another instance instead of holding the shutdown up.
 
@@ -12,6 +13,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt, future};
 use std::str::FromStr;
+use std::time::SystemTime;
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::HttpState;
@@ -27,6 +30,8 @@ const WS_MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// Marks connection_init refusals so their close code can be set to the protocol's 4403.
 const AUTH_REFUSED: &str = "authentication failed: ";
+/// graphql-transport-ws: the token was refused (missing, bad, or expired).
+const TOKEN_REFUSED: u16 = 4403;
 /// RFC 6455: the endpoint is going away (server shutdown).
 const GOING_AWAY: u16 = 1001;
 
@@ -69,21 +74,25 @@ async fn serve(socket: WebSocket, state: HttpState, protocol: WebSocketProtocols
         })
     });
     let app = state.app.clone();
-    let outgoing =
-        GqlWebSocket::new(state.schema.clone(), input, protocol)
-            .on_connection_init(move |payload| {
-                let app = app.clone();
-                async move {
-                    authenticate(&app, payload).map_err(|e| async_graphql::Error::new(format!("{AUTH_REFUSED}{e}")))
-                }
-            })
-            .map(|message| match message {
-                WsMessage::Text(text) => Message::Text(text.into()),
-                WsMessage::Close(code, reason) => {
-                    let code = if reason.starts_with(AUTH_REFUSED) { 4403 } else { code };
-                    Message::Close(Some(CloseFrame { code, reason: close_reason(&reason).into() }))
-                }
-            });
+    // The token's expiry, once connection_init has verified it.
+    let (expiry_tx, mut expiry) = watch::channel::<Option<SystemTime>>(None);
+    let outgoing = GqlWebSocket::new(state.schema.clone(), input, protocol)
+        .on_connection_init(move |payload| {
+            let app = app.clone();
+            async move {
+                let (data, expires_at) =
+                    authenticate(&app, payload).map_err(|e| async_graphql::Error::new(format!("{AUTH_REFUSED}{e}")))?;
+                let _ = expiry_tx.send(Some(expires_at));
+                Ok(data)
+            }
+        })
+        .map(|message| match message {
+            WsMessage::Text(text) => Message::Text(text.into()),
+            WsMessage::Close(code, reason) => {
+                let code = if reason.starts_with(AUTH_REFUSED) { TOKEN_REFUSED } else { code };
+                Message::Close(Some(CloseFrame { code, reason: close_reason(&reason).into() }))
+            }
+        });
     futures_util::pin_mut!(outgoing);
     let _open = OpenConnection::new();
     let mut shutdown = state.lifecycle.shutdown.clone();
@@ -95,6 +104,12 @@ async fn serve(socket: WebSocket, state: HttpState, protocol: WebSocketProtocols
                 if sink.send(message).await.is_err() || closing {
                     break;
                 }
+            }
+            () = token_expired(&mut expiry) => {
+                tracing::debug!("closing the websocket: its token expired");
+                let frame = CloseFrame { code: TOKEN_REFUSED, reason: "authentication failed: the token expired".into() };
+                let _ = sink.send(Message::Close(Some(frame))).await;
+                break;
             }
             // Also when the sender is gone: the process is going away either way.
             () = shutting_down(&mut shutdown) => {
@@ -123,6 +138,21 @@ fn close_reason(reason: &str) -> &str {
     &reason[..end]
 }
 
+/// Resolves when the connection's token expires; never before connection_init verified one.
+async fn token_expired(expiry: &mut watch::Receiver<Option<SystemTime>>) {
+    let expires_at = match expiry.wait_for(Option::is_some).await {
+        Ok(expires_at) => *expires_at,
+        // connection_init never succeeded: nothing to expire.
+        Err(_) => None,
+    };
+    match expires_at {
+        Some(expires_at) => {
+            tokio::time::sleep(expires_at.duration_since(SystemTime::now()).unwrap_or_default()).await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
 /// Resolves once the process begins to shut down (or its shutdown sender is gone).
 async fn shutting_down(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stopping| *stopping).await;
@@ -144,18 +174,20 @@ impl Drop for OpenConnection {
     }
 }
 
-/// Reads `authorization` (or `Authorization`) from the connection_init payload.
-fn authenticate(app: &crate::state::AppState, payload: serde_json::Value) -> Result<Data, AppError> {
+/// Reads `authorization` (or `Authorization`) from the connection_init payload; returns the
+/// connection's data and when its token expires.
+fn authenticate(app: &crate::state::AppState, payload: serde_json::Value) -> Result<(Data, SystemTime), AppError> {
     let header =
         payload.get("authorization").or_else(|| payload.get("Authorization")).and_then(|v| v.as_str()).ok_or_else(
             || AppError::Unauthenticated("connection_init must carry {\"authorization\": \"Bearer <token>\"}".into()),
         )?;
-    let user_id = app.tokens.verify_header(header)?;
+    let token = app.tokens.verify_bearer(header)?;
+    let user_id = token.user_id;
     let mut data = Data::default();
     data.insert(Viewer::new(user_id));
     data.insert(Loaders::new(&app.db, &app.likes, &app.views, Some(user_id)).uncached());
     data.insert(SubscriptionBudget::new(app.settings.live_max_subscriptions));
-    Ok(data)
+    Ok((data, token.expires_at))
 }
 
 #[cfg(test)]
