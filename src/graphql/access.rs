@@ -16,17 +16,17 @@ use crate::likes::Membership;
 pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(CourseRow, Role)> {
     let viewer = viewer(ctx)?;
     let db = &state(ctx)?.db;
-    let row = if viewer.memberships_read() {
-        courses::find(db, id).await?
-    } else {
-        // Usually a request's first look at the database (a course page): read the course and
-        // the viewer's memberships in one statement.
-        let (row, memberships) = courses::find_with_roles_of_user(db, id, viewer.user_id).await?;
-        viewer.remember_memberships(memberships);
-        row
-    };
+    if viewer.memberships_read() {
+        let row = courses::find(db, id).await?.ok_or_else(|| AppError::not_found("course"))?;
+        let role = viewer.require_member(db, row.id).await?;
+        return Ok((row, role));
+    }
+    // Usually a request's first look at the database (a course page): read the course and the
+    // viewer's memberships in one statement.
+    let (row, memberships) = courses::find_with_roles_of_user(db, id, viewer.user_id).await?;
     let row = row.ok_or_else(|| AppError::not_found("course"))?;
-    let role = viewer.require_member(db, row.id).await?;
+    let role = crate::auth::role_in(&memberships, row.id)?;
+    viewer.remember_memberships(memberships);
     Ok((row, role))
 }
 
