@@ -1,4 +1,4 @@
--- The home feed's transactional outbox (DESIGN §6). Creating a post inserts its row here in the
+-- The home feed's transactional outbox. Creating a post inserts its row here in the
 -- same statement, so a committed post always has one; the fan-out job claims rows with
 -- FOR UPDATE SKIP LOCKED, pushes the post ids to timelines (or to a celebrity course's list),
 -- and deletes the rows in the same transaction. A process that dies between COMMIT and the

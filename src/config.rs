@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 
 use crate::error::AppError;
 
-/// How a like reaches PostgreSQL (DESIGN §2).
+/// How a like reaches PostgreSQL (`crate::likes` describes the three levels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LikeMode {
     /// Level 1: one statement per like, insert-on-conflict feeding the counter.

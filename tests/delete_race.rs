@@ -16,8 +16,8 @@
 mod common;
 
 use common::{TestApp, World, error_code, gid, raw_id};
-use course_forum::likes::LikeTarget;
 use course_forum::like_event::LikeEvent;
+use course_forum::likes::LikeTarget;
 use course_forum::likes::apply::apply;
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, join_all};

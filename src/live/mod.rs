@@ -1,4 +1,4 @@
-//! Live updates after commit (DESIGN §4). Whoever commits a change — the like worker after a
+//! Live updates after commit. Whoever commits a change — the like worker after a
 //! batch, the sync and recount paths, the content mutations — publishes it to ONE Redis
 //! Pub/Sub channel; every server process holds ONE subscription to it (`hub::run_relay`)
 //! and fans messages out in-process to its websocket subscribers (`hub::Hub`). Nothing is

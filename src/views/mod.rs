@@ -1,4 +1,4 @@
-//! Post views that bots cannot inflate (DESIGN §5, seed 004).
+//! Post views that bots cannot inflate (README, "Post views").
 //!
 //! 1. `startPostView(postId)` (access-checked: live post, viewer a member of its course) stores
 //!    a ticket in Redis (`lua/view_start.lua`) with the start time of the Redis clock, the user,
