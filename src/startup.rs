@@ -250,9 +250,8 @@ pub async fn settle_like_mode_switch(state: &AppState) -> AppResult<()> {
     }
     // Back in buffered mode after another, the sets are dropped too: one a buffered instance
     // loaded during a rolling switch may predate a direct write.
-    if previous.as_deref().is_some_and(|previous| previous != mode)
-        || (previous.is_none() && state.settings.like_mode != LikeMode::Buffered)
-    {
+    let first_start_in_buffered = previous.is_none() && state.settings.like_mode == LikeMode::Buffered;
+    if previous.as_deref() != Some(mode) && !first_start_in_buffered {
         let dropped = state.likes.liked_sets().drop_all().await?;
         tracing::info!(dropped, previous = ?previous, mode, "dropped the liked-sets of the previous like mode");
     }

@@ -7,6 +7,7 @@
 //! these tests step by hand (`Fixture::apply_likes`). In buffered mode a refused like must also
 //! leave the like stream and the liked-sets alone.
 
+#[macro_use]
 mod common;
 
 use base64::Engine;
@@ -15,23 +16,6 @@ use common::{TestApp, World, error_code, gid, raw_id};
 use course_forum::config::LikeMode;
 use course_forum::worker::LikeWorker;
 use serde_json::{Value as Json, json};
-
-/// Turns `async fn $name(mode: LikeMode)` into two tests, `$name::sync` and `$name::buffered`.
-macro_rules! in_each_like_mode {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test]
-            async fn sync() {
-                super::$name(course_forum::config::LikeMode::Sync).await
-            }
-
-            #[tokio::test]
-            async fn buffered() {
-                super::$name(course_forum::config::LikeMode::Buffered).await
-            }
-        }
-    };
-}
 
 // ---------------------------------------------------------------------------------------------
 // Fixture and helpers

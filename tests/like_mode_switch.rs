@@ -10,18 +10,9 @@ use course_forum::config::LikeMode;
 use course_forum::startup::Application;
 use serde_json::{Value as Json, json};
 
-async fn gql_at(app: &TestApp, addr: std::net::SocketAddr, user: i64, query: &str, variables: Json) -> Json {
-    let response: Json = app
-        .http
-        .post(format!("http://{addr}/graphql"))
-        .header("Authorization", format!("Bearer {}", app.token(user)))
-        .json(&json!({ "query": query, "variables": variables }))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+/// `gql_ok` against another instance, as `user`.
+async fn gql_ok_at(app: &TestApp, addr: std::net::SocketAddr, user: i64, query: &str, variables: Json) -> Json {
+    let response = app.gql_at(addr, Some(&app.token(user)), query, variables).await;
     assert!(response.get("errors").is_none(), "unexpected errors: {response}");
     response["data"].clone()
 }
@@ -42,7 +33,7 @@ async fn starting_in_sync_or_recount_applies_what_buffered_mode_left_in_the_stre
         assert!(has_row(&app, world.alice, Target::Post(post)).await);
         assert!(!has_row(&app, world.bob, Target::Post(post)).await, "{mode:?}: bob's last action was an unlike");
         assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (1, 1));
-        let seen = gql_at(
+        let seen = gql_ok_at(
             &app,
             peer.addr,
             world.alice,
@@ -96,7 +87,7 @@ async fn liked_sets_left_by_buffered_mode_never_swallow_a_toggle() {
 
     // The operator switches to sync; alice unlikes there.
     let sync = app.spawn_peer(|s| s.like_mode = LikeMode::Sync).await;
-    gql_at(
+    gql_ok_at(
         &app,
         sync.addr,
         world.alice,
@@ -109,7 +100,7 @@ async fn liked_sets_left_by_buffered_mode_never_swallow_a_toggle() {
 
     // Back in buffered mode, alice likes again: the toggle must count.
     let buffered = app.spawn_peer(|s| s.like_mode = LikeMode::Buffered).await;
-    gql_at(
+    gql_ok_at(
         &app,
         buffered.addr,
         world.alice,

@@ -135,28 +135,48 @@ pub async fn load_scripts(redis: &Redis, scripts: &[&Script]) -> AppResult<()> {
     Ok(())
 }
 
-/// Drops every key matching a SCAN pattern (SCAN + UNLINK, in steps of 1,000, so Redis is never
-/// blocked); returns how many were dropped.
-pub async fn unlink_matching(redis: &Redis, pattern: &str) -> AppResult<u64> {
-    let mut conn = redis.clone();
-    let mut cursor: u64 = 0;
-    let mut dropped = 0;
-    loop {
+/// The keys matching a SCAN pattern, a page (`COUNT 1000`) at a time, so Redis is never
+/// blocked and the caller never holds more than it needs.
+pub struct KeyScan {
+    redis: Redis,
+    pattern: String,
+    /// The next cursor; `None` once the scan is complete.
+    cursor: Option<u64>,
+}
+
+impl KeyScan {
+    pub fn new(redis: &Redis, pattern: &str) -> Self {
+        Self { redis: redis.clone(), pattern: pattern.to_owned(), cursor: Some(0) }
+    }
+
+    /// The next page of matching keys (possibly empty), or `None` when the scan is complete.
+    pub async fn next_page(&mut self) -> AppResult<Option<Vec<String>>> {
+        let Some(cursor) = self.cursor else { return Ok(None) };
+        let mut conn = self.redis.clone();
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(pattern)
+            .arg(&self.pattern)
             .arg("COUNT")
             .arg(1000)
             .query_async(&mut conn)
             .await?;
+        self.cursor = (next != 0).then_some(next);
+        Ok(Some(keys))
+    }
+}
+
+/// Drops every key matching a SCAN pattern (SCAN + UNLINK, a page at a time); returns how many
+/// were dropped.
+pub async fn unlink_matching(redis: &Redis, pattern: &str) -> AppResult<u64> {
+    let mut scan = KeyScan::new(redis, pattern);
+    let mut conn = redis.clone();
+    let mut dropped = 0;
+    while let Some(keys) = scan.next_page().await? {
         if !keys.is_empty() {
             let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
             dropped += n;
         }
-        if next == 0 {
-            return Ok(dropped);
-        }
-        cursor = next;
     }
+    Ok(dropped)
 }

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use sea_orm::{DatabaseConnection, FromQueryResult};
 
 use crate::db::stmt;
-use crate::error::AppResult;
-use crate::kv::Redis;
+use crate::error::{AppError, AppResult};
 use crate::kv::keys::Keys;
+use crate::kv::{KeyScan, Redis};
 use crate::likes::buffered::SENTINEL;
 
 /// Sets audited at most per run: the audit is a sample bounded in time, not a full scan of a
@@ -74,25 +74,16 @@ async fn loaded_sets(redis: &Redis, keys: &Keys) -> AppResult<Vec<Pair>> {
 
 /// (user, course) of up to `AUDITED_AT_MOST` keys matching `pattern`, named `…<kind><user>:<course>`.
 async fn scan_pairs(redis: &Redis, pattern: &str, kind: &str) -> AppResult<Vec<Pair>> {
-    let mut conn = redis.clone();
-    let mut cursor: u64 = 0;
+    let mut scan = KeyScan::new(redis, pattern);
     let mut pairs = Vec::new();
-    loop {
-        let (next, names): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await?;
+    while let Some(names) = scan.next_page().await? {
         pairs.extend(names.iter().filter_map(|name| parse_pair(name, kind)));
-        if next == 0 || pairs.len() >= AUDITED_AT_MOST {
-            pairs.truncate(AUDITED_AT_MOST);
-            return Ok(pairs);
+        if pairs.len() >= AUDITED_AT_MOST {
+            break;
         }
-        cursor = next;
     }
+    pairs.truncate(AUDITED_AT_MOST);
+    Ok(pairs)
 }
 
 /// `…<kind><user>:<course>` → (user, course), `kind` being `:liked:` or `:pending:`.
@@ -122,8 +113,9 @@ async fn compare(
         let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
         let mut settled: BTreeMap<Pair, BTreeSet<String>> = BTreeMap::new();
         for (pair, reply) in chunk.iter().zip(replies.chunks(2)) {
-            let members: Vec<String> = redis::from_redis_value(reply[0].clone()).unwrap_or_default();
-            let pending: i64 = redis::from_redis_value(reply[1].clone()).unwrap_or(0);
+            let unexpected = |e: redis::ParsingError| AppError::Internal(format!("unexpected liked-set reply: {e}"));
+            let members: Vec<String> = redis::from_redis_value(reply[0].clone()).map_err(unexpected)?;
+            let pending: i64 = redis::from_redis_value(reply[1].clone()).map_err(unexpected)?;
             if !members.iter().any(|m| m == SENTINEL) {
                 continue; // expired or dropped since the scan: nothing loaded to compare
             }

@@ -142,6 +142,15 @@ pub struct BatchTimings {
     pub ack: Duration,
 }
 
+/// What one step on every shard did.
+#[derive(Default)]
+struct ShardRound {
+    read: usize,
+    acked: usize,
+    /// Each shard stepped, and whether this worker held its lease.
+    leaders: Vec<(u32, bool)>,
+}
+
 /// What a read as the lease owner found.
 enum Read {
     /// The lease is someone else's now: nothing was read.
@@ -345,13 +354,9 @@ impl LikeWorker {
     pub async fn drain(&self) -> AppResult<usize> {
         let mut acked = 0;
         loop {
-            let mut read = 0;
-            for shard in 0..self.keys.shards() {
-                let report = self.process_one_batch(shard).await?;
-                read += report.read;
-                acked += report.acked;
-            }
-            if read == 0 {
+            let round = self.step_every_shard(None).await?;
+            acked += round.acked;
+            if round.read == 0 {
                 return Ok(acked);
             }
         }
@@ -369,20 +374,15 @@ impl LikeWorker {
         // Shards whose last step found their lease held by another worker.
         let mut held_elsewhere = std::collections::BTreeSet::new();
         loop {
-            // Shard by shard, checking the deadline between steps: a stream that keeps growing
-            // (buffered instances still running) must not hold this up forever.
-            let mut read = 0;
-            for shard in 0..self.keys.shards() {
-                let report = self.process_one_batch(shard).await?;
-                read += report.read;
-                acked += report.acked;
-                if report.leader {
-                    held_elsewhere.remove(&shard);
+            // The deadline is checked between steps: a stream that keeps growing (buffered
+            // instances still running) must not hold this up forever.
+            let round = self.step_every_shard(Some(deadline)).await?;
+            acked += round.acked;
+            for (shard, leader) in &round.leaders {
+                if *leader {
+                    held_elsewhere.remove(shard);
                 } else {
-                    held_elsewhere.insert(shard);
-                }
-                if Instant::now() >= deadline {
-                    break;
+                    held_elsewhere.insert(*shard);
                 }
             }
             let left = self.unapplied().await?;
@@ -400,10 +400,25 @@ impl LikeWorker {
                 };
                 return Err(AppError::Config(format!("{left} like event(s) are still in the like streams; {why}")));
             }
-            if read == 0 {
+            if round.read == 0 {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+    }
+
+    /// One step on every shard in turn, stopping early once `deadline` has passed.
+    async fn step_every_shard(&self, deadline: Option<Instant>) -> AppResult<ShardRound> {
+        let mut round = ShardRound::default();
+        for shard in 0..self.keys.shards() {
+            let report = self.process_one_batch(shard).await?;
+            round.read += report.read;
+            round.acked += report.acked;
+            round.leaders.push((shard, report.leader));
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                break;
+            }
+        }
+        Ok(round)
     }
 
     async fn step(&self, shard: u32, block: Option<Duration>) -> AppResult<BatchReport> {

@@ -20,6 +20,25 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, FromQueryResult, S
 use serde_json::{Value as Json, json};
 use tokio::sync::oneshot;
 
+/// Turns `async fn $name(mode: LikeMode)` into two tests, `$name::sync` and `$name::buffered`
+/// (`#[macro_use] mod common;` brings it in).
+#[allow(unused_macros)]
+macro_rules! in_each_like_mode {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test]
+            async fn sync() {
+                super::$name(course_forum::config::LikeMode::Sync).await
+            }
+
+            #[tokio::test]
+            async fn buffered() {
+                super::$name(course_forum::config::LikeMode::Buffered).await
+            }
+        }
+    };
+}
+
 pub const JWT_SECRET: &str = "test-secret-0123456789abcdef";
 
 /// Where the tests find PostgreSQL (an admin database to create test databases from) and Redis.
@@ -175,7 +194,13 @@ impl TestApp {
 
     /// Posts a GraphQL request and returns the whole JSON response (`data` and `errors`).
     pub async fn gql(&self, token: Option<&str>, query: &str, variables: Json) -> Json {
-        let mut request = self.http.post(self.url("/graphql")).json(&json!({ "query": query, "variables": variables }));
+        self.gql_at(self.addr, token, query, variables).await
+    }
+
+    /// `gql` against another instance (a `Peer`) on the same database and prefix.
+    pub async fn gql_at(&self, addr: std::net::SocketAddr, token: Option<&str>, query: &str, variables: Json) -> Json {
+        let mut request =
+            self.http.post(format!("http://{addr}/graphql")).json(&json!({ "query": query, "variables": variables }));
         if let Some(token) = token {
             request = request.header("Authorization", format!("Bearer {token}"));
         }
