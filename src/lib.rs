@@ -10,7 +10,10 @@
 //! - `state`     — the one context every handler and resolver receives.
 //! - `http`      — axum routes: `POST /graphql`, GraphiQL at `/`, `/healthz`, `/readyz`,
 //!                 `/metrics`; authentication; a request id on every request.
-//! - `auth`      — HS256 tokens and the per-request `Viewer` with its memberships.
+//! - `auth`      — bearer tokens and the per-request `Viewer` with its memberships.
+//! - `membership` — course membership as a live fact: kept in memory per instance, told of
+//!                 every change by a LISTEN on the `course_members` trigger's notifications;
+//!                 open subscriptions watch it to end when access is lost.
 //! - `graphql`   — the schema apart from transport: types, queries, mutations, loaders,
 //!                 global ids, cursors, access checks, error codes.
 //! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging.
@@ -102,6 +105,7 @@ pub mod kv;
 pub mod like_event;
 pub mod likes;
 pub mod live;
+pub mod membership;
 pub mod ops;
 pub mod seed;
 pub mod startup;

@@ -31,6 +31,7 @@ use crate::likes::Likes;
 use crate::likes::committed::AfterCommit;
 use crate::live::Publisher;
 use crate::live::hub::{Hub, run_relay};
+use crate::membership::{self, Memberships};
 use crate::state::AppState;
 use crate::views::aggregator::ViewAggregator;
 use crate::views::{ViewConfig, Views};
@@ -43,6 +44,8 @@ pub struct Application {
     schema: AppSchema,
     /// The process's one Redis subscription for live updates.
     relay: tokio::task::JoinHandle<()>,
+    /// The process's one LISTEN for membership changes.
+    membership_listener: tokio::task::JoinHandle<()>,
 }
 
 impl Application {
@@ -58,7 +61,8 @@ impl Application {
             .map_err(|e| AppError::Config(format!("cannot listen on {bind} ({e}); set BIND to a free address")))?;
         let schema = build_schema(state.clone());
         let relay = start_relay(&state).await?;
-        Ok(Self { listener, state, schema, relay })
+        let membership_listener = start_membership_listener(&state).await;
+        Ok(Self { listener, state, schema, relay, membership_listener })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -120,6 +124,7 @@ impl Application {
         };
         jobs.stop(deadline).await;
         self.relay.abort();
+        self.membership_listener.abort();
         tracing::info!("stopped");
         match ended {
             Ok(served) => served.map_err(|e| AppError::Internal(format!("server error: {e}"))),
@@ -229,6 +234,20 @@ async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>>
             Err(AppError::Config("cannot subscribe to Redis for live updates (timed out)".into()))
         }
     }
+}
+
+/// Starts the membership listener and waits (up to `CONNECT_TIMEOUT`) until it listens. If it
+/// cannot, the server starts anyway: memberships come from PostgreSQL until it can.
+async fn start_membership_listener(state: &AppState) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::spawn(membership::listener::run(state.db.clone(), state.memberships.clone()));
+    let deadline = Instant::now() + state.settings.connect_timeout;
+    while !state.memberships.listening() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if !state.memberships.listening() {
+        tracing::warn!("not listening for membership changes yet: memberships come from PostgreSQL until then");
+    }
+    listener
 }
 
 /// Makes a switch away from `buffered` safe before anything is served. Events left in the like
@@ -363,6 +382,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         views,
         post_cache,
         feed,
+        memberships: Memberships::new(),
     })
 }
 

@@ -14,6 +14,7 @@ use crate::kv::keys::Keys;
 use crate::likes::Likes;
 use crate::live::Publisher;
 use crate::live::hub::Hub;
+use crate::membership::Memberships;
 use crate::views::Views;
 
 #[derive(Clone)]
@@ -41,6 +42,8 @@ pub struct AppState {
     pub post_cache: PostCache,
     /// Home feed pages (timelines, celebrity lists, PostgreSQL below them).
     pub feed: Feed,
+    /// Who belongs to which course, kept in memory while this process hears every change.
+    pub memberships: Memberships,
 }
 
 impl AppState {

@@ -70,6 +70,10 @@ pub mod names {
     pub const SQL_STATEMENTS: &str = "sql_statements_total";
     pub const REDIS_EVICTED_KEYS: &str = "redis_evicted_keys_total";
     pub const REDIS_USED_MEMORY: &str = "redis_used_memory_bytes";
+    pub const MEMBERSHIP_CACHE_LOOKUPS: &str = "membership_cache_lookups_total";
+    pub const MEMBERSHIP_NOTIFICATIONS: &str = "membership_notifications_total";
+    pub const MEMBERSHIP_LISTENER_CONNECTED: &str = "membership_listener_connected";
+    pub const SUBSCRIPTIONS_REVOKED: &str = "subscriptions_revoked_total";
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +158,20 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
         (SQL_STATEMENTS, Counter, "role", "SQL statements run (api: requests; background: worker and jobs)"),
         (REDIS_EVICTED_KEYS, Counter, "", "keys Redis evicted since it started (INFO stats; must stay 0 for streams)"),
         (REDIS_USED_MEMORY, Gauge, "", "memory Redis uses (INFO memory)"),
+        (
+            MEMBERSHIP_CACHE_LOOKUPS,
+            Counter,
+            "result",
+            "in-memory membership lookups: hit, or miss (read from PostgreSQL)",
+        ),
+        (MEMBERSHIP_NOTIFICATIONS, Counter, "", "course_members_changed notifications this process heard"),
+        (
+            MEMBERSHIP_LISTENER_CONNECTED,
+            Gauge,
+            "",
+            "1 while this process LISTENs for membership changes (else memberships come from PostgreSQL)",
+        ),
+        (SUBSCRIPTIONS_REVOKED, Counter, "", "subscriptions ended with FORBIDDEN because their access was lost"),
     ]
 };
 

@@ -39,6 +39,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("0004_feed_outbox"),
             sql_migration!("0005_likes_membership_fence"),
             sql_migration!("0006_like_shard_epochs"),
+            sql_migration!("0007_membership_notify"),
+            sql_migration!("0008_roster_and_identity"),
         ]
     }
 }

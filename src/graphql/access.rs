@@ -1,6 +1,7 @@
 //! The access rule in one place: load what an id names and prove the viewer belongs to its
 //! course. Every entry point (queries, `node`, mutations) goes through these. Posts come
-//! through the post cache; memberships always from PostgreSQL, once per request.
+//! through the post cache; memberships from the instance's `Memberships` (memory, or
+//! PostgreSQL when it cannot vouch for it), at most once per HTTP request.
 
 use async_graphql::{Context, ID};
 
@@ -16,17 +17,18 @@ use crate::likes::Membership;
 pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(CourseRow, Role)> {
     let viewer = viewer(ctx)?;
     let db = &state(ctx)?.db;
-    if viewer.memberships_read() {
+    if let Some(memberships) = viewer.known_memberships() {
         let row = courses::find(db, id).await?.ok_or_else(|| AppError::not_found("course"))?;
-        let role = viewer.require_member(db, row.id).await?;
+        let role = crate::auth::role_in(&memberships, row.id)?;
         return Ok((row, role));
     }
-    // Usually a request's first look at the database (a course page): read the course and the
-    // viewer's memberships in one statement.
+    // Memberships not in memory: read the course and the viewer's memberships in one
+    // statement.
+    let read_at = viewer.reading_starts();
     let (row, memberships) = courses::find_with_roles_of_user(db, id, viewer.user_id).await?;
+    let memberships = viewer.remember_memberships(memberships, read_at);
     let row = row.ok_or_else(|| AppError::not_found("course"))?;
     let role = crate::auth::role_in(&memberships, row.id)?;
-    viewer.remember_memberships(memberships);
     Ok((row, role))
 }
 

@@ -154,7 +154,7 @@ async fn graphql(
     let ip = crate::views::client_ip(peer, &headers, state.app.settings.trusted_proxy);
     request = request.data(crate::views::ClientIp(ip));
     if let Some(user_id) = viewer {
-        request = request.data(Viewer::new(user_id));
+        request = request.data(Viewer::new(user_id, state.app.memberships.clone()));
     }
     state.schema.execute(request).await.into()
 }

@@ -184,7 +184,7 @@ fn authenticate(app: &crate::state::AppState, payload: serde_json::Value) -> Res
     let token = app.tokens.verify_bearer(header)?;
     let user_id = token.user_id;
     let mut data = Data::default();
-    data.insert(Viewer::for_connection(user_id));
+    data.insert(Viewer::for_connection(user_id, app.memberships.clone()));
     data.insert(Loaders::new(&app.db, &app.likes, &app.views, Some(user_id)).uncached());
     data.insert(SubscriptionBudget::new(app.settings.live_max_subscriptions));
     Ok((data, token.expires_at))

@@ -1,17 +1,12 @@
-//! Authentication: HS256 bearer tokens (`sub` = user id, `exp` required) and the `Viewer`, the
-//! authenticated user of one request with their course memberships loaded once, lazily.
+//! Bearer tokens: minting and verifying the server's own HS256 tokens (`sub` = user id, `exp`
+//! required), and what a verified token says.
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use sea_orm::DatabaseConnection;
 use serde::{Deserialize, Serialize};
-use tokio::sync::OnceCell;
 
 use crate::error::{AppError, AppResult};
-use crate::forum::courses::{self, Role};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
@@ -85,67 +80,4 @@ impl TokenKeys {
 pub struct VerifiedToken {
     pub user_id: i64,
     pub expires_at: SystemTime,
-}
-
-/// Who is asking, for one request (or one websocket connection). Over HTTP, memberships are
-/// read from PostgreSQL at most once per request and never kept longer, so a member removed
-/// from a course loses access with the next request. A websocket's viewer lives as long as the
-/// connection and serves every operation on it, so it keeps nothing: each access check reads
-/// the memberships as they are now.
-pub struct Viewer {
-    pub user_id: i64,
-    memberships: OnceCell<Arc<HashMap<i64, Role>>>,
-    /// A connection's viewer: memberships are never kept.
-    read_every_time: bool,
-}
-
-impl Viewer {
-    /// The viewer of one HTTP request.
-    pub fn new(user_id: i64) -> Self {
-        Self { user_id, memberships: OnceCell::new(), read_every_time: false }
-    }
-
-    /// The viewer of a websocket connection, shared by all its operations.
-    pub fn for_connection(user_id: i64) -> Self {
-        Self { user_id, memberships: OnceCell::new(), read_every_time: true }
-    }
-
-    /// The viewer's role in every course they belong to: read once per request, or every time
-    /// for a connection.
-    pub async fn memberships(&self, db: &DatabaseConnection) -> AppResult<Arc<HashMap<i64, Role>>> {
-        if self.read_every_time {
-            return Ok(Arc::new(courses::roles_of_user(db, self.user_id).await?));
-        }
-        self.memberships
-            .get_or_try_init(|| async { courses::roles_of_user(db, self.user_id).await.map(Arc::new) })
-            .await
-            .cloned()
-    }
-
-    /// Whether this request has read the memberships already (never, for a connection).
-    pub fn memberships_read(&self) -> bool {
-        self.memberships.initialized()
-    }
-
-    /// Keeps memberships this request read together with something else (one statement
-    /// instead of two, e.g. `forum::courses::find_with_roles_of_user`); a request that had
-    /// already read them keeps its first reading, and a connection keeps nothing.
-    pub fn remember_memberships(&self, memberships: HashMap<i64, Role>) {
-        if !self.read_every_time {
-            let _ = self.memberships.set(Arc::new(memberships));
-        }
-    }
-
-    /// The viewer's role in `course_id`, or FORBIDDEN.
-    pub async fn require_member(&self, db: &DatabaseConnection, course_id: i64) -> AppResult<Role> {
-        role_in(&*self.memberships(db).await?, course_id)
-    }
-}
-
-/// The role in `course_id` among `memberships`, or FORBIDDEN.
-pub fn role_in(memberships: &HashMap<i64, Role>, course_id: i64) -> AppResult<Role> {
-    memberships
-        .get(&course_id)
-        .copied()
-        .ok_or_else(|| AppError::Forbidden("you are not a member of this course".into()))
 }

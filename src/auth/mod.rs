@@ -1,0 +1,95 @@
+//! Authentication: bearer tokens (`tokens`) and the `Viewer`, the authenticated user of one
+//! request or websocket connection, with their course memberships.
+
+mod tokens;
+
+pub use tokens::{TokenKeys, VerifiedToken};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sea_orm::DatabaseConnection;
+use tokio::sync::OnceCell;
+
+use crate::error::{AppError, AppResult};
+use crate::forum::courses::Role;
+use crate::membership::{Memberships, Roles};
+
+/// Who is asking, for one request (or one websocket connection). Memberships come from the
+/// instance's `Memberships`, which forgets a user's the moment it hears of a change (and reads
+/// PostgreSQL while it cannot hear). An HTTP request reads them at most once and keeps that
+/// reading for its whole execution, so one response is consistent with itself. A websocket's
+/// viewer lives as long as the connection and serves every operation on it, so it keeps
+/// nothing: each operation asks `Memberships` again.
+pub struct Viewer {
+    pub user_id: i64,
+    shared: Memberships,
+    memberships: OnceCell<Roles>,
+    /// A connection's viewer: memberships are never kept.
+    read_every_time: bool,
+}
+
+impl Viewer {
+    /// The viewer of one HTTP request.
+    pub fn new(user_id: i64, shared: Memberships) -> Self {
+        Self { user_id, shared, memberships: OnceCell::new(), read_every_time: false }
+    }
+
+    /// The viewer of a websocket connection, shared by all its operations.
+    pub fn for_connection(user_id: i64, shared: Memberships) -> Self {
+        Self { user_id, shared, memberships: OnceCell::new(), read_every_time: true }
+    }
+
+    /// The viewer's role in every course they belong to: read once per request, or every time
+    /// for a connection.
+    pub async fn memberships(&self, db: &DatabaseConnection) -> AppResult<Roles> {
+        if self.read_every_time {
+            return self.shared.roles_of_user(db, self.user_id).await;
+        }
+        self.memberships.get_or_try_init(|| self.shared.roles_of_user(db, self.user_id)).await.cloned()
+    }
+
+    /// The memberships, if this request has them without a statement: read already, or in
+    /// the instance's memory.
+    pub fn known_memberships(&self) -> Option<Roles> {
+        if let Some(roles) = self.memberships.get() {
+            return Some(roles.clone());
+        }
+        let roles = self.shared.cached(self.user_id)?;
+        if !self.read_every_time {
+            let _ = self.memberships.set(roles.clone());
+        }
+        Some(roles)
+    }
+
+    /// The generation to pass to `remember_memberships` for a reading about to start.
+    pub fn reading_starts(&self) -> u64 {
+        self.shared.generation()
+    }
+
+    /// Keeps memberships this request read together with something else (one statement
+    /// instead of two, e.g. `forum::courses::find_with_roles_of_user`), started at
+    /// generation `read_at`: for this request, and in the instance's memory unless a change
+    /// was heard meanwhile.
+    pub fn remember_memberships(&self, memberships: HashMap<i64, Role>, read_at: u64) -> Roles {
+        let roles = Arc::new(memberships);
+        self.shared.keep(self.user_id, roles.clone(), read_at);
+        if !self.read_every_time {
+            let _ = self.memberships.set(roles.clone());
+        }
+        roles
+    }
+
+    /// The viewer's role in `course_id`, or FORBIDDEN.
+    pub async fn require_member(&self, db: &DatabaseConnection, course_id: i64) -> AppResult<Role> {
+        role_in(&*self.memberships(db).await?, course_id)
+    }
+}
+
+/// The role in `course_id` among `memberships`, or FORBIDDEN.
+pub fn role_in(memberships: &HashMap<i64, Role>, course_id: i64) -> AppResult<Role> {
+    memberships
+        .get(&course_id)
+        .copied()
+        .ok_or_else(|| AppError::Forbidden("you are not a member of this course".into()))
+}

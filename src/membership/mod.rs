@@ -1,0 +1,188 @@
+//! Course membership as a live fact: who belongs to which course, with what role, as it is now.
+//!
+//! `Memberships` keeps each user's roles in memory so most requests run no membership statement,
+//! and it is told of every change by `listener`, which LISTENs to the `course_members_changed`
+//! notifications that a trigger on `course_members` sends after every commit (migration 0007),
+//! whoever wrote the rows: the roster API, a roster import, or another system's SQL.
+//!
+//! The cache is trusted only while the listener is connected: a notification sent while it is
+//! not is lost, so until it has listened again every read goes to PostgreSQL, and when it has,
+//! everything is treated as changed (the cache is emptied and every open subscription checks
+//! its access again).
+//!
+//! A read that raced a change is not kept: every change bumps a generation, and a reading is
+//! stored only if the generation did not move while it was read.
+//!
+//! `watch(user)` gives an open subscription a way to hear of its user's changes, so it can end
+//! with FORBIDDEN when access is lost (`graphql::subscription`).
+
+pub mod listener;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use sea_orm::ConnectionTrait;
+use tokio::sync::watch;
+
+use crate::error::AppResult;
+use crate::forum::courses::{self, Role};
+
+/// A user's role in each course they belong to.
+pub type Roles = Arc<HashMap<i64, Role>>;
+
+/// Users whose roles one instance keeps; past this the cache starts over (a user's entry is a
+/// few dozen bytes, so this bounds it to a few megabytes).
+const MAX_CACHED_USERS: usize = 100_000;
+
+/// Every instance's view of course membership (cheap to clone).
+#[derive(Clone, Default)]
+pub struct Memberships {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    roles: Mutex<HashMap<i64, Roles>>,
+    /// Bumped by every change heard, before the cache forgets it.
+    generation: AtomicU64,
+    /// Whether the listener is connected: only then may a reading be kept.
+    listening: AtomicBool,
+    /// Per user with an open subscription: bumped when that user's membership changes.
+    watchers: Mutex<HashMap<i64, watch::Sender<u64>>>,
+    /// Bumped when everything may have changed (a TRUNCATE, or the listener reconnected).
+    everything: EverythingChanged,
+    listener_hooks: Arc<listener::ListenerHooks>,
+}
+
+struct EverythingChanged(watch::Sender<u64>);
+
+impl Default for EverythingChanged {
+    fn default() -> Self {
+        Self(watch::channel(0).0)
+    }
+}
+
+impl Memberships {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The user's roles: from memory when the listener vouches for it, else from PostgreSQL
+    /// (and kept, when nothing changed meanwhile).
+    pub async fn roles_of_user(&self, db: &impl ConnectionTrait, user_id: i64) -> AppResult<Roles> {
+        if let Some(roles) = self.cached(user_id) {
+            return Ok(roles);
+        }
+        let generation = self.generation();
+        let roles = Arc::new(courses::roles_of_user(db, user_id).await?);
+        self.keep(user_id, roles.clone(), generation);
+        Ok(roles)
+    }
+
+    /// The user's roles if memory holds a trusted copy.
+    pub fn cached(&self, user_id: i64) -> Option<Roles> {
+        if !self.inner.listening.load(Ordering::Acquire) {
+            return None;
+        }
+        let roles = lock(&self.inner.roles).get(&user_id).cloned();
+        metrics::counter!(crate::telemetry::names::MEMBERSHIP_CACHE_LOOKUPS, "result" => if roles.is_some() { "hit" } else { "miss" })
+            .increment(1);
+        roles
+    }
+
+    /// The generation to pass to `keep` for a reading about to start.
+    pub fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+
+    /// Keeps a reading of the user's roles taken when the generation was `read_at`, unless a
+    /// change was heard since (or the listener is not connected).
+    pub fn keep(&self, user_id: i64, roles: Roles, read_at: u64) {
+        if !self.inner.listening.load(Ordering::Acquire) {
+            return;
+        }
+        let mut cache = lock(&self.inner.roles);
+        // Checked under the lock that `changed` takes after bumping: a change is either seen
+        // here, or it removes this entry after it was inserted.
+        if self.generation() != read_at {
+            return;
+        }
+        if cache.len() >= MAX_CACHED_USERS {
+            cache.clear();
+        }
+        cache.insert(user_id, roles);
+    }
+
+    /// The user's membership changed (a notification, or a roster change this instance made):
+    /// forget it and wake their open subscriptions.
+    pub fn changed(&self, user_id: i64) {
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        lock(&self.inner.roles).remove(&user_id);
+        if let Some(sender) = lock(&self.inner.watchers).get(&user_id) {
+            sender.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Anything may have changed: forget everything and wake every subscription.
+    pub fn everything_changed(&self) {
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        lock(&self.inner.roles).clear();
+        self.inner.everything.0.send_modify(|n| *n += 1);
+    }
+
+    /// Where a test can hold this instance's listener.
+    pub fn listener_hooks(&self) -> Arc<listener::ListenerHooks> {
+        self.inner.listener_hooks.clone()
+    }
+
+    /// Whether the listener is connected (the cache is trusted only then).
+    pub fn listening(&self) -> bool {
+        self.inner.listening.load(Ordering::Acquire)
+    }
+
+    /// The listener lost its connection: stop trusting memory until it is back.
+    pub(crate) fn stop_trusting(&self) {
+        self.inner.listening.store(false, Ordering::Release);
+        self.everything_changed();
+    }
+
+    /// The listener is connected again: whatever happened meanwhile was not heard, so everything
+    /// counts as changed, and memory is trusted again from here.
+    pub(crate) fn start_trusting(&self) {
+        self.everything_changed();
+        self.inner.listening.store(true, Ordering::Release);
+    }
+
+    /// A way for an open subscription to hear that the user's membership may have changed.
+    pub fn watch(&self, user_id: i64) -> MembershipWatch {
+        let mut watchers = lock(&self.inner.watchers);
+        // Forget users whose subscriptions have all ended.
+        if watchers.len() > 64 && watchers.len().is_power_of_two() {
+            watchers.retain(|_, sender| sender.receiver_count() > 0);
+        }
+        let user = watchers.entry(user_id).or_insert_with(|| watch::channel(0).0).subscribe();
+        MembershipWatch { user, everything: self.inner.everything.0.subscribe() }
+    }
+}
+
+/// Wakes when one user's membership may have changed.
+pub struct MembershipWatch {
+    user: watch::Receiver<u64>,
+    everything: watch::Receiver<u64>,
+}
+
+impl MembershipWatch {
+    /// Resolves at the next change heard since the last call (or since the watch was made).
+    pub async fn changed(&mut self) {
+        tokio::select! {
+            result = self.user.changed() => if result.is_err() { std::future::pending::<()>().await },
+            result = self.everything.changed() => if result.is_err() { std::future::pending::<()>().await },
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind: keep using it.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
