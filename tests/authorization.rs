@@ -137,6 +137,7 @@ async fn liked_by_me_as_a_member(f: &Fixture, user: i64) -> Json {
             [f.w.course.into(), user.into()],
         )
         .await;
+    f.app.memberships_settled().await;
     f.app
         .gql_ok(
             Some(&f.token(user)),
@@ -902,6 +903,7 @@ async fn a_member_removed_from_the_course_loses_access_at_once(mode: LikeMode) {
             [f.w.course.into(), f.w.bob.into()],
         )
         .await;
+    f.app.memberships_settled().await;
     // The same, still valid, token.
     let response = f.app.gql(Some(&bob), query, json!({ "id": f.post })).await;
     assert_eq!(refusal_problem(&response, "FORBIDDEN"), None);

@@ -400,6 +400,7 @@ async fn a_like_by_a_user_who_left_before_it_applied_is_refused_and_the_set_relo
         ))
         .await
         .expect("alice leaves");
+    app.memberships_settled().await;
     let set = app.state.keys.liked_set(world.alice, world.course);
     let mut conn = app.state.redis.clone();
     let exists: bool = redis::cmd("EXISTS").arg(&set).query_async(&mut conn).await.expect("exists");

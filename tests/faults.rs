@@ -537,6 +537,7 @@ async fn postgres_unreachable_for_30_s_reads_fail_buffered_likes_go_on_and_nothi
         vec![world.course.into(), leaver.into()],
     )
     .await;
+    app.memberships_settled().await;
     let entries = async || {
         let status = course_forum::ops::streams::status(&app.state.redis, &app.state.keys).await.expect("status");
         status.shards.iter().map(|s| s.entries).sum::<u64>()

@@ -236,6 +236,7 @@ async fn the_feed_merges_a_small_and_a_celebrity_course_newest_first_across_page
         [w.leaving.into(), w.alice.into()],
     )
     .await;
+    app.memberships_settled().await;
     let expected = expected_feed(&app, &[w.small, w.celebrity]).await;
     let pages = walk(&app, &alice, 5).await;
     for page in &pages[..pages.len() - 1] {
@@ -328,6 +329,7 @@ async fn memberships_changed_without_any_api_call_change_the_feed_at_once() {
         [w.foreign.into(), w.alice.into()],
     )
     .await;
+    app.memberships_settled().await;
     assert!(feed_page(&app, &alice, 20, None).await.ids.is_empty(), "a left course is gone at once");
 }
 

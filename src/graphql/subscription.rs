@@ -1,5 +1,6 @@
 //! Subscription roots: live like counts for what a client shows, and new activity in a
-//! course. Both check access at subscribe time and stream from the process's `live::Hub`.
+//! course. Both check access at subscribe time, stream from the process's `live::Hub`, and end
+//! with FORBIDDEN when the viewer loses access (`revocation`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -16,12 +17,14 @@ use tokio_stream::wrappers::BroadcastStream;
 use super::access;
 use super::context::{state, viewer};
 use super::ids::{self, NodeKind, encode};
+use super::revocation::{AccessScope, until_access_lost};
 use super::types::{Comment, Post, Reply};
 use crate::error::AppError;
 use crate::forum::comments;
 use crate::likes::LikeTarget;
 use crate::live::hub::CountWatch;
 use crate::live::{Activity, ActivityKind};
+use crate::state::AppState;
 
 /// Most targets one `likeCounts` subscription may watch.
 pub const MAX_WATCHED_TARGETS: usize = 100;
@@ -83,31 +86,32 @@ impl Subscription {
         &self,
         ctx: &Context<'_>,
         ids: Vec<ID>,
-    ) -> async_graphql::Result<impl Stream<Item = LikeCountUpdate> + use<>> {
-        viewer(ctx)?;
+    ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<LikeCountUpdate>> + use<>> {
+        let viewer = viewer(ctx)?;
+        // Watching before the access checks: a change during them is not missed.
+        let access_watch = state(ctx)?.memberships.watch(viewer.user_id);
         if ids.is_empty() || ids.len() > MAX_WATCHED_TARGETS {
             return Err(AppError::bad_input(format!("watch between 1 and {MAX_WATCHED_TARGETS} ids")).into());
         }
         let mut targets = HashMap::new();
+        let mut courses = Vec::new();
         for id in &ids {
             let (kind, raw) = ids::decode_as(id, &[NodeKind::Post, NodeKind::Comment, NodeKind::Reply])?;
-            let target = match kind {
-                NodeKind::Post => {
-                    access::post(ctx, raw).await?;
-                    LikeTarget::Post(raw)
-                }
-                _ => {
-                    access::comment(ctx, kind, raw).await?;
-                    LikeTarget::Comment(raw)
-                }
+            let (target, course_id) = match kind {
+                NodeKind::Post => (LikeTarget::Post(raw), access::post(ctx, raw).await?.0.course_id),
+                _ => (LikeTarget::Comment(raw), access::comment(ctx, kind, raw).await?.0.course_id),
             };
             targets.insert(target, id.clone());
+            if !courses.contains(&course_id) {
+                courses.push(course_id);
+            }
         }
         let permit = permit(ctx)?;
         let state = state(ctx)?;
         let list: Vec<LikeTarget> = targets.keys().copied().collect();
         let watch = state.live.watch_counts(&list);
-        Ok(coalesced(watch, targets, state.settings.live_coalesce, permit))
+        let updates = coalesced(watch, targets, state.settings.live_coalesce, permit);
+        Ok(until_access_lost(updates, access_watch, access_scope(state, viewer.user_id, courses)))
     }
 
     /// New posts, comments and replies in a course as they commit, and deletions.
@@ -115,18 +119,26 @@ impl Subscription {
         &self,
         ctx: &Context<'_>,
         course_id: ID,
-    ) -> async_graphql::Result<impl Stream<Item = CourseActivity> + use<>> {
-        viewer(ctx)?;
+    ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<CourseActivity>> + use<>> {
+        let viewer = viewer(ctx)?;
+        let state = state(ctx)?;
+        // Watching before the access check: a change during it is not missed.
+        let access_watch = state.memberships.watch(viewer.user_id);
         let (course, _) = access::course(ctx, ids::decode_one(&course_id, NodeKind::Course)?).await?;
         let permit = permit(ctx)?;
-        let (receiver, guard) = state(ctx)?.live.watch_activity(course.id);
+        let (receiver, guard) = state.live.watch_activity(course.id);
         let held = Arc::new((guard, permit));
-        Ok(BroadcastStream::new(receiver).filter_map(move |item| {
+        let activity = BroadcastStream::new(receiver).filter_map(move |item| {
             let _held = held.clone();
             // A subscriber too far behind skips what it missed rather than stalling the channel.
             async move { item.ok().map(CourseActivity) }
-        }))
+        });
+        Ok(until_access_lost(activity, access_watch, access_scope(state, viewer.user_id, vec![course.id])))
     }
+}
+
+fn access_scope(state: &AppState, user_id: i64, courses: Vec<i64>) -> AccessScope {
+    AccessScope { memberships: state.memberships.clone(), db: state.db.clone(), user_id, courses }
 }
 
 struct Coalescer {

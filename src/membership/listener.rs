@@ -73,11 +73,13 @@ async fn listen(db: &DatabaseConnection) -> Result<PgListener, sea_orm::sqlx::Er
     Ok(listener)
 }
 
-/// One notification: `<user_id>:<course_id>`, or `*` for "anything may have changed".
+/// One notification: `<user_id>:<course_id>`, `*` for "anything may have changed", or
+/// `barrier:<n>`, which changes nothing (see `Memberships::barrier_passed`).
 fn apply(memberships: &Memberships, payload: &str) {
     match parse(payload) {
         Some(Change::User(user_id)) => memberships.changed(user_id),
         Some(Change::Everything) => memberships.everything_changed(),
+        Some(Change::Barrier(n)) => memberships.pass_barrier(n),
         None => {
             tracing::warn!(payload, "unreadable membership notification: treating everything as changed");
             memberships.everything_changed();
@@ -89,11 +91,15 @@ fn apply(memberships: &Memberships, payload: &str) {
 enum Change {
     User(i64),
     Everything,
+    Barrier(u64),
 }
 
 fn parse(payload: &str) -> Option<Change> {
     if payload == "*" {
         return Some(Change::Everything);
+    }
+    if let Some(n) = payload.strip_prefix("barrier:") {
+        return n.parse().ok().map(Change::Barrier);
     }
     let (user, course) = payload.split_once(':')?;
     course.parse::<i64>().ok()?;
@@ -108,6 +114,8 @@ mod tests {
     fn payloads_name_a_user_or_everything() {
         assert_eq!(parse("12:7"), Some(Change::User(12)));
         assert_eq!(parse("*"), Some(Change::Everything));
+        assert_eq!(parse("barrier:42"), Some(Change::Barrier(42)));
+        assert_eq!(parse("barrier:x"), None);
         assert_eq!(parse("12"), None);
         assert_eq!(parse("x:7"), None);
         assert_eq!(parse("12:y"), None);

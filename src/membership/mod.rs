@@ -53,6 +53,8 @@ struct Inner {
     /// Bumped when everything may have changed (a TRUNCATE, or the listener reconnected).
     everything: EverythingChanged,
     listener_hooks: Arc<listener::ListenerHooks>,
+    /// The last `barrier:<n>` notification heard.
+    barrier: AtomicU64,
 }
 
 struct EverythingChanged(watch::Sender<u64>);
@@ -129,6 +131,19 @@ impl Memberships {
         self.inner.generation.fetch_add(1, Ordering::AcqRel);
         lock(&self.inner.roles).clear();
         self.inner.everything.0.send_modify(|n| *n += 1);
+    }
+
+    /// A `barrier:<n>` notification was heard. PostgreSQL delivers notifications in commit
+    /// order, so every change committed before the barrier was sent has been heard too: a
+    /// caller that sends one after its own change (`pg_notify('course_members_changed',
+    /// 'barrier:<n>')`) and waits for `barrier_passed(n)` knows this instance acts on it.
+    pub(crate) fn pass_barrier(&self, n: u64) {
+        self.inner.barrier.store(n, Ordering::Release);
+    }
+
+    /// Whether the last barrier heard is `n`.
+    pub fn barrier_passed(&self, n: u64) -> bool {
+        self.inner.barrier.load(Ordering::Acquire) == n
     }
 
     /// Where a test can hold this instance's listener.

@@ -252,6 +252,49 @@ impl TestApp {
             ))
             .await
             .expect("enroll");
+        self.memberships_settled().await;
+    }
+
+    /// Removes a member with a direct SQL delete (as another system would), and waits until
+    /// this instance has heard of it.
+    pub async fn unenroll(&self, course_id: i64, user_id: i64) {
+        let gone = self
+            .scalar_i64(
+                "WITH gone AS (DELETE FROM course_members WHERE course_id = $1 AND user_id = $2 RETURNING 1) \
+             SELECT count(*) AS v FROM gone",
+                [course_id.into(), user_id.into()],
+            )
+            .await;
+        assert_eq!(gone, 1, "user {user_id} was not a member of course {course_id}");
+        self.memberships_settled().await;
+    }
+
+    /// Waits until this instance has heard every membership change committed so far (a
+    /// direct SQL write reaches its in-memory memberships through a notification).
+    pub async fn memberships_settled(&self) {
+        self.memberships_heard_by(&[&self.state]).await;
+    }
+
+    /// Waits until every instance in `states` has heard every membership change committed so
+    /// far: sends a barrier notification after them and waits for each to hear it
+    /// (notifications arrive in commit order).
+    pub async fn memberships_heard_by(&self, states: &[&course_forum::state::AppState]) {
+        let barrier = rand::random::<u64>() >> 1;
+        self.db
+            .execute_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT pg_notify('course_members_changed', 'barrier:' || $1::bigint)",
+                [(barrier as i64).into()],
+            ))
+            .await
+            .expect("send a membership barrier");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        for state in states {
+            while !state.memberships.barrier_passed(barrier) {
+                assert!(tokio::time::Instant::now() < deadline, "an instance did not hear the membership barrier");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
     }
 
     /// Runs a statement returning one row with a bigint column named `v`
