@@ -90,6 +90,12 @@ pub struct Settings {
     #[arg(long, env = "WORKER_IN_SERVE", default_value_t = true, action = clap::ArgAction::Set, global = true)]
     pub worker_in_serve: bool,
 
+    /// Keep course memberships in memory, forgotten when a change is heard (false: every
+    /// request reads them from PostgreSQL; for a PostgreSQL reached through a pooler that
+    /// cannot LISTEN, such as PgBouncer in transaction mode, and for measuring the difference).
+    #[arg(long, env = "MEMBERSHIP_CACHE", default_value_t = true, action = clap::ArgAction::Set, global = true)]
+    pub membership_cache: bool,
+
     /// Start buffered mode even though Redis may evict keys (allkeys-* policy). Loses likes.
     #[arg(long, env = "ALLOW_EVICTING_REDIS", default_value_t = false, action = clap::ArgAction::Set, global = true)]
     pub allow_evicting_redis: bool,

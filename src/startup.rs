@@ -368,6 +368,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         AfterCommit::new(post_cache.clone(), publisher.clone()),
     );
     let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
+    let memberships = Memberships::new(settings.membership_cache);
     Ok(AppState {
         settings,
         db,
@@ -382,7 +383,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         views,
         post_cache,
         feed,
-        memberships: Memberships::new(),
+        memberships,
     })
 }
 

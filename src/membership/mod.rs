@@ -36,7 +36,7 @@ pub type Roles = Arc<HashMap<i64, Role>>;
 const MAX_CACHED_USERS: usize = 100_000;
 
 /// Every instance's view of course membership (cheap to clone).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Memberships {
     inner: Arc<Inner>,
 }
@@ -48,6 +48,9 @@ struct Inner {
     generation: AtomicU64,
     /// Whether the listener is connected: only then may a reading be kept.
     listening: AtomicBool,
+    /// `MEMBERSHIP_CACHE=false`: nothing is ever kept (changes are still heard, for the open
+    /// subscriptions).
+    keep_nothing: bool,
     /// Per user with an open subscription: bumped when that user's membership changes.
     watchers: Mutex<HashMap<i64, watch::Sender<u64>>>,
     /// Bumped when everything may have changed (a TRUNCATE, or the listener reconnected).
@@ -66,8 +69,9 @@ impl Default for EverythingChanged {
 }
 
 impl Memberships {
-    pub fn new() -> Self {
-        Self::default()
+    /// `keep`: whether readings may be kept in memory (`MEMBERSHIP_CACHE`).
+    pub fn new(keep: bool) -> Self {
+        Self { inner: Arc::new(Inner { keep_nothing: !keep, ..Inner::default() }) }
     }
 
     /// The user's roles: from memory when the listener vouches for it, else from PostgreSQL
@@ -101,7 +105,7 @@ impl Memberships {
     /// Keeps a reading of the user's roles taken when the generation was `read_at`, unless a
     /// change was heard since (or the listener is not connected).
     pub fn keep(&self, user_id: i64, roles: Roles, read_at: u64) {
-        if !self.inner.listening.load(Ordering::Acquire) {
+        if self.inner.keep_nothing || !self.inner.listening.load(Ordering::Acquire) {
             return;
         }
         let mut cache = lock(&self.inner.roles);

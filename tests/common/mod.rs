@@ -75,6 +75,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         recount_interval: Duration::from_millis(100),
         // Tests step the worker by hand (`TestApp::worker`) unless they ask otherwise.
         worker_in_serve: false,
+        membership_cache: true,
         live_coalesce: Duration::from_millis(100),
         live_max_subscriptions: 50,
         allow_evicting_redis: false,

@@ -11,12 +11,15 @@
 //! - `live`: websocket subscribers on one post during a storm; commit→client latency.
 //! - `worker-apply`: likes/s ONE worker applies to PostgreSQL at batch sizes 500 and 5,000.
 //! - `views`: start + complete a post view per user; rate and the aggregator's flush lag.
+//! - `revoke`: members with an open subscription removed by SQL `DELETE`, one at a time; the
+//!   time until each one's subscription ends with FORBIDDEN.
 
 mod feed;
 mod fixture;
 mod live;
 mod load;
 mod page;
+mod revoke;
 mod server;
 mod storm;
 mod suite;
@@ -50,6 +53,11 @@ pub struct Cli {
     /// `TOKIO_WORKER_THREADS=1` or `DB_MAX_CONNECTIONS=8`.
     #[arg(long = "server-env", global = true, value_parser = parse_env)]
     pub server_env: Vec<(String, String)>,
+    /// Runs every server binary a second time with this environment added, `NAME=VALUE`
+    /// (repeatable: all of them in that second run), for a side-by-side comparison of a
+    /// setting, e.g. `MEMBERSHIP_CACHE=false` (`storm` and `page`).
+    #[arg(long = "variant-env", global = true, value_parser = parse_env)]
+    pub variant_env: Vec<(String, String)>,
     #[command(subcommand)]
     command: Scenario,
 }
@@ -125,6 +133,12 @@ enum Scenario {
         #[arg(long, default_value_t = 32)]
         connections: usize,
     },
+    /// Membership revocation: SQL DELETE → the removed member's open subscription ends.
+    Revoke {
+        /// Members removed, one at a time, each holding a subscription open.
+        #[arg(long, default_value_t = 200)]
+        removals: usize,
+    },
     /// Home feed: read latency with a celebrity course, and fan-out of one post to 2,000 members.
     Feed(feed::FeedBench),
 }
@@ -156,6 +170,10 @@ async fn main() -> std::process::ExitCode {
             show(live::run(&cli, *subscribers, *likes, *concurrency, *open_rate).await)
         }
         Scenario::Views { viewers, connections } => show(views::run(&cli, *viewers, *connections).await),
+        Scenario::Revoke { removals } => revoke::run(&cli, *removals).await.map(|result| {
+            revoke::print(&result);
+            true
+        }),
         Scenario::Feed(bench) => feed::run(&cli, bench).await.map(|result| {
             feed::print(&result);
             true
@@ -179,15 +197,23 @@ fn parse_env(raw: &str) -> Result<(String, String), String> {
 }
 
 impl Cli {
-    /// The server binaries to run, in order (at least one).
-    pub fn servers(&self) -> AppResult<Vec<std::path::PathBuf>> {
-        if !self.server_bins.is_empty() {
-            return Ok(self.server_bins.clone());
+    /// The servers to run, in order (at least one): every binary, then every binary again
+    /// with `--variant-env` when it is given.
+    pub fn servers(&self) -> AppResult<Vec<server::ServerBin>> {
+        let exes = if self.server_bins.is_empty() {
+            let next_to_bench = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join("course-forum")));
+            vec![next_to_bench.ok_or_else(|| {
+                course_forum::error::AppError::Internal("cannot locate the course-forum binary".into())
+            })?]
+        } else {
+            self.server_bins.clone()
+        };
+        let mut servers: Vec<server::ServerBin> =
+            exes.iter().map(|exe| server::ServerBin { exe: exe.clone(), env: Vec::new() }).collect();
+        if !self.variant_env.is_empty() {
+            servers.extend(exes.into_iter().map(|exe| server::ServerBin { exe, env: self.variant_env.clone() }));
         }
-        let next_to_bench = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join("course-forum")));
-        next_to_bench
-            .map(|p| vec![p])
-            .ok_or_else(|| course_forum::error::AppError::Internal("cannot locate the course-forum binary".into()))
+        Ok(servers)
     }
 }
 

@@ -72,7 +72,7 @@ pub async fn prepare(fixture: &Fixture, readers: usize) -> AppResult<Vec<i64>> {
 #[allow(clippy::too_many_arguments)]
 pub async fn run_on(
     cli: &crate::Cli,
-    exe: &std::path::Path,
+    exe: &crate::server::ServerBin,
     fixture: &Fixture,
     posts: &[i64],
     readers: usize,

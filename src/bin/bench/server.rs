@@ -11,14 +11,26 @@ use course_forum::db::stmt;
 use course_forum::error::{AppError, AppResult};
 use sea_orm::{DatabaseConnection, FromQueryResult};
 
-/// A short name for a server binary in tables: its file name and, for `course-forum` itself, the
-/// profile directory (`release/course-forum`).
-pub fn label(exe: &std::path::Path) -> String {
+/// One server to run: a binary, and environment of its own (`--variant-env`).
+#[derive(Clone, Debug)]
+pub struct ServerBin {
+    pub exe: std::path::PathBuf,
+    pub env: Vec<(String, String)>,
+}
+
+/// A short name for a server in tables: its file name and, for `course-forum` itself, the
+/// profile directory (`release/course-forum`), then its own environment.
+pub fn label(server: &ServerBin) -> String {
+    let exe = &server.exe;
     let name = exe.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    match exe.parent().and_then(|d| d.file_name()) {
+    let mut label = match exe.parent().and_then(|d| d.file_name()) {
         Some(dir) if name == "course-forum" => format!("{}/{name}", dir.to_string_lossy()),
         _ => name,
+    };
+    for (name, value) in &server.env {
+        label.push_str(&format!(" {name}={value}"));
     }
+    label
 }
 
 /// The signing secret every bench server and its load share.
@@ -41,7 +53,7 @@ impl Server {
     /// overrides settings (the defaults are production's, except the secret and the address).
     pub async fn start(
         cli: &crate::Cli,
-        exe: &std::path::Path,
+        server: &ServerBin,
         database_url: &str,
         mode: LikeMode,
         env: &[(&str, String)],
@@ -61,7 +73,7 @@ impl Server {
             LikeMode::Recount => "recount",
             LikeMode::Buffered => "buffered",
         };
-        let mut command = tokio::process::Command::new(exe);
+        let mut command = tokio::process::Command::new(&server.exe);
         command
             .arg("serve")
             .env("DATABASE_URL", &database_url)
@@ -75,7 +87,7 @@ impl Server {
         for (name, value) in env {
             command.env(name, value);
         }
-        for (name, value) in &cli.server_env {
+        for (name, value) in cli.server_env.iter().chain(&server.env) {
             command.env(name, value);
         }
         let child = command

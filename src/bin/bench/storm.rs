@@ -74,7 +74,7 @@ pub fn tokens(first: i64, count: usize) -> AppResult<Vec<String>> {
 #[allow(clippy::too_many_arguments)]
 pub async fn run_mode(
     cli: &crate::Cli,
-    exe: &std::path::Path,
+    exe: &crate::server::ServerBin,
     fixture: &Fixture,
     mode: LikeMode,
     warm_sets: bool,
