@@ -7,20 +7,27 @@ use async_graphql::{Context, ID};
 
 use super::context::{state, viewer};
 use super::ids::{self, NodeKind};
+use super::types::Course;
 use crate::config::LikeMode;
 use crate::error::{AppError, AppResult, Service};
 use crate::forum::comments::{self, CommentRow};
-use crate::forum::courses::{self, CourseRow, Role};
+use crate::forum::courses::{self, Role};
 use crate::forum::posts::PostRow;
 use crate::likes::Membership;
 
-pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(CourseRow, Role)> {
+/// The course `id` names and the viewer's role in it. With the viewer's memberships in memory,
+/// a member costs no statement (the row loads only if a field asks for it); anyone else costs
+/// one, to tell NOT_FOUND from FORBIDDEN.
+pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(Course, Role)> {
     let viewer = viewer(ctx)?;
     let db = &state(ctx)?.db;
     if let Some(memberships) = viewer.known_memberships() {
+        if let Some(role) = memberships.get(&id) {
+            return Ok((Course::known(id), *role));
+        }
         let row = courses::find(db, id).await?.ok_or_else(|| AppError::not_found("course"))?;
         let role = crate::auth::role_in(&memberships, row.id)?;
-        return Ok((row, role));
+        return Ok((Course::from_row(row), role));
     }
     // Memberships not in memory: read the course and the viewer's memberships in one
     // statement.
@@ -29,7 +36,7 @@ pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(CourseRow, Role)> 
     let memberships = viewer.remember_memberships(memberships, read_at);
     let row = row.ok_or_else(|| AppError::not_found("course"))?;
     let role = crate::auth::role_in(&memberships, row.id)?;
-    Ok((row, role))
+    Ok((Course::from_row(row), role))
 }
 
 pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {

@@ -31,7 +31,7 @@ impl PostMutations {
         let title = validate_text("title", &title, MAX_TITLE_CHARS)?;
         let body = validate_text("body", &body, MAX_BODY_CHARS)?;
         let (course, _) = access::course(ctx, course_id).await?;
-        let row = posts::create(&state(ctx)?.db, course.id, viewer.user_id, &title, &body).await?;
+        let row = posts::create(&state(ctx)?.db, course.course_id, viewer.user_id, &title, &body).await?;
         // Its id may have been asked for before it existed: drop any "missing" marker.
         state(ctx)?.post_cache.invalidate(row.id).await;
         publish(ctx, row.course_id, ActivityKind::PostCreated, row.id, row.id).await?;

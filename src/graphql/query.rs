@@ -30,7 +30,7 @@ impl Query {
     async fn my_courses(&self, ctx: &Context<'_>) -> Result<Vec<Course>> {
         let viewer = viewer(ctx)?;
         let rows = courses::of_user(&state(ctx)?.db, viewer.user_id).await?;
-        Ok(rows.into_iter().map(Course).collect())
+        Ok(rows.into_iter().map(Course::from_row).collect())
     }
 
     /// Posts from all the signed-in user's courses, newest first: the home feed. Pages forward
@@ -54,8 +54,8 @@ impl Query {
 
     async fn course(&self, ctx: &Context<'_>, id: ID) -> Result<Course> {
         viewer(ctx)?;
-        let (row, _) = access::course(ctx, ids::decode_one(&id, NodeKind::Course)?).await?;
-        Ok(Course(row))
+        let (course, _) = access::course(ctx, ids::decode_one(&id, NodeKind::Course)?).await?;
+        Ok(course)
     }
 
     async fn post(&self, ctx: &Context<'_>, id: ID) -> Result<Post> {
@@ -73,7 +73,7 @@ impl Query {
                 let row = users::find(&state(ctx)?.db, raw_id).await?;
                 Node::User(User(row.ok_or_else(|| AppError::not_found("user"))?))
             }
-            NodeKind::Course => Node::Course(Course(access::course(ctx, raw_id).await?.0)),
+            NodeKind::Course => Node::Course(access::course(ctx, raw_id).await?.0),
             NodeKind::Post => Node::Post(Post(access::post(ctx, raw_id).await?.0)),
             NodeKind::Comment => Node::Comment(Comment(access::comment(ctx, kind, raw_id).await?.0)),
             NodeKind::Reply => Node::Reply(Reply(access::comment(ctx, kind, raw_id).await?.0)),

@@ -126,14 +126,14 @@ impl Subscription {
         let access_watch = state.memberships.watch(viewer.user_id);
         let (course, _) = access::course(ctx, ids::decode_one(&course_id, NodeKind::Course)?).await?;
         let permit = permit(ctx)?;
-        let (receiver, guard) = state.live.watch_activity(course.id);
+        let (receiver, guard) = state.live.watch_activity(course.course_id);
         let held = Arc::new((guard, permit));
         let activity = BroadcastStream::new(receiver).filter_map(move |item| {
             let _held = held.clone();
             // A subscriber too far behind skips what it missed rather than stalling the channel.
             async move { item.ok().map(CourseActivity) }
         });
-        Ok(until_access_lost(activity, access_watch, access_scope(state, viewer.user_id, vec![course.id])))
+        Ok(until_access_lost(activity, access_watch, access_scope(state, viewer.user_id, vec![course.course_id])))
     }
 }
 

@@ -98,29 +98,54 @@ impl User {
     }
 }
 
-pub struct Course(pub CourseRow);
+/// A course: its id always; its row (code, title, createdAt) as read, or loaded on first ask
+/// through the request's `CourseLoader`, so a page that shows only a course's posts never
+/// reads it.
+pub struct Course {
+    pub course_id: i64,
+    row: Option<CourseRow>,
+}
+
+impl Course {
+    pub fn from_row(row: CourseRow) -> Self {
+        Self { course_id: row.id, row: Some(row) }
+    }
+
+    /// A course known to exist without reading it (the viewer is one of its members, and
+    /// `course_members` references `courses`).
+    pub fn known(course_id: i64) -> Self {
+        Self { course_id, row: None }
+    }
+
+    async fn row(&self, ctx: &Context<'_>) -> Result<CourseRow> {
+        if let Some(row) = &self.row {
+            return Ok(row.clone());
+        }
+        loaders(ctx)?.courses.load_one(self.course_id).await?.ok_or_else(|| AppError::not_found("course").into())
+    }
+}
 
 #[Object]
 impl Course {
     async fn id(&self) -> ID {
-        encode(NodeKind::Course, self.0.id)
+        encode(NodeKind::Course, self.course_id)
     }
     /// Short code, e.g. `CS101`.
-    async fn code(&self) -> &String {
-        &self.0.code
+    async fn code(&self, ctx: &Context<'_>) -> Result<String> {
+        Ok(self.row(ctx).await?.code)
     }
-    async fn title(&self) -> &String {
-        &self.0.title
+    async fn title(&self, ctx: &Context<'_>) -> Result<String> {
+        Ok(self.row(ctx).await?.title)
     }
-    async fn created_at(&self) -> DateTime<Utc> {
-        self.0.created_at
+    async fn created_at(&self, ctx: &Context<'_>) -> Result<DateTime<Utc>> {
+        Ok(self.row(ctx).await?.created_at)
     }
     async fn member_count(&self, ctx: &Context<'_>) -> Result<i64> {
-        Ok(courses::member_count(&state(ctx)?.db, self.0.id).await?)
+        Ok(courses::member_count(&state(ctx)?.db, self.course_id).await?)
     }
     /// The viewer's role in this course.
     async fn my_role(&self, ctx: &Context<'_>) -> Result<Role> {
-        Ok(viewer(ctx)?.require_member(&state(ctx)?.db, self.0.id).await?)
+        Ok(viewer(ctx)?.require_member(&state(ctx)?.db, self.course_id).await?)
     }
     /// The course's posts, newest first.
     #[graphql(complexity = "page_cost(first, last, child_complexity)")]
@@ -133,7 +158,7 @@ impl Course {
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Post>> {
         let page = page_request(first, after, last, before)?;
-        let rows = posts::page_in_course(&state(ctx)?.db, self.0.id, &page).await?;
+        let rows = posts::page_in_course(&state(ctx)?.db, self.course_id, &page).await?;
         prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
         Ok(connection(rows, |r| r.id, Post))
     }
@@ -148,7 +173,7 @@ impl Post {
     }
     async fn course(&self, ctx: &Context<'_>) -> Result<Course> {
         let row = loaders(ctx)?.courses.load_one(self.0.course_id).await?;
-        row.map(Course).ok_or_else(|| AppError::Internal("post without course".into()).into())
+        row.map(Course::from_row).ok_or_else(|| AppError::Internal("post without course".into()).into())
     }
     async fn author(&self, ctx: &Context<'_>) -> Result<User> {
         Ok(User(user(ctx, self.0.user_id).await?))
