@@ -52,12 +52,20 @@ struct Inner {
     /// subscriptions).
     keep_nothing: bool,
     /// Per user with an open subscription: bumped when that user's membership changes.
-    watchers: Mutex<HashMap<i64, watch::Sender<u64>>>,
+    watchers: Mutex<Watchers>,
     /// Bumped when everything may have changed (a TRUNCATE, or the listener reconnected).
     everything: EverythingChanged,
     listener_hooks: Arc<listener::ListenerHooks>,
     /// The last `barrier:<n>` notification heard.
     barrier: AtomicU64,
+}
+
+#[derive(Default)]
+struct Watchers {
+    by_user: HashMap<i64, watch::Sender<u64>>,
+    /// Users whose subscriptions have all ended are forgotten when the map grows past this
+    /// (twice what was left after the last sweep): amortised O(1) per subscription.
+    sweep_at: usize,
 }
 
 struct EverythingChanged(watch::Sender<u64>);
@@ -125,7 +133,7 @@ impl Memberships {
     pub fn changed(&self, user_id: i64) {
         self.inner.generation.fetch_add(1, Ordering::AcqRel);
         lock(&self.inner.roles).remove(&user_id);
-        if let Some(sender) = lock(&self.inner.watchers).get(&user_id) {
+        if let Some(sender) = lock(&self.inner.watchers).by_user.get(&user_id) {
             sender.send_modify(|n| *n += 1);
         }
     }
@@ -176,11 +184,11 @@ impl Memberships {
     /// A way for an open subscription to hear that the user's membership may have changed.
     pub fn watch(&self, user_id: i64) -> MembershipWatch {
         let mut watchers = lock(&self.inner.watchers);
-        // Forget users whose subscriptions have all ended.
-        if watchers.len() > 64 && watchers.len().is_power_of_two() {
-            watchers.retain(|_, sender| sender.receiver_count() > 0);
+        if watchers.by_user.len() >= watchers.sweep_at {
+            watchers.by_user.retain(|_, sender| sender.receiver_count() > 0);
+            watchers.sweep_at = (watchers.by_user.len() * 2).max(64);
         }
-        let user = watchers.entry(user_id).or_insert_with(|| watch::channel(0).0).subscribe();
+        let user = watchers.by_user.entry(user_id).or_insert_with(|| watch::channel(0).0).subscribe();
         MembershipWatch { user, everything: self.inner.everything.0.subscribe() }
     }
 }
@@ -204,4 +212,83 @@ impl MembershipWatch {
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding the lock leaves plain data behind: keep using it.
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{Memberships, Roles};
+    use crate::forum::courses::Role;
+
+    fn roles(course: i64) -> Roles {
+        Arc::new(HashMap::from([(course, Role::Student)]))
+    }
+
+    fn trusted() -> Memberships {
+        let memberships = Memberships::new(true);
+        memberships.start_trusting();
+        memberships
+    }
+
+    #[test]
+    fn a_reading_is_kept_only_while_the_listener_vouches_for_it() {
+        let memberships = Memberships::new(true);
+        memberships.keep(1, roles(7), memberships.generation());
+        assert!(memberships.cached(1).is_none(), "not listening: nothing kept");
+        memberships.start_trusting();
+        memberships.keep(1, roles(7), memberships.generation());
+        assert!(memberships.cached(1).is_some());
+        memberships.stop_trusting();
+        assert!(memberships.cached(1).is_none(), "the connection dropped: memory is not trusted");
+        memberships.start_trusting();
+        assert!(memberships.cached(1).is_none(), "back: everything counts as changed");
+    }
+
+    #[test]
+    fn a_reading_that_raced_a_change_is_not_kept() {
+        let memberships = trusted();
+        let read_at = memberships.generation();
+        // The change is heard while the reading is in flight (about another user, even).
+        memberships.changed(2);
+        memberships.keep(1, roles(7), read_at);
+        assert!(memberships.cached(1).is_none());
+        memberships.keep(1, roles(7), memberships.generation());
+        memberships.changed(1);
+        assert!(memberships.cached(1).is_none(), "forgotten when heard");
+    }
+
+    #[test]
+    fn turned_off_it_keeps_nothing() {
+        let memberships = Memberships::new(false);
+        memberships.start_trusting();
+        memberships.keep(1, roles(7), memberships.generation());
+        assert!(memberships.cached(1).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_watch_wakes_for_its_user_and_for_everything() {
+        let memberships = trusted();
+        let mut alice = memberships.watch(1);
+        let timeout = Duration::from_millis(100);
+        memberships.changed(2);
+        assert!(tokio::time::timeout(timeout, alice.changed()).await.is_err(), "another user's change");
+        memberships.changed(1);
+        assert!(tokio::time::timeout(timeout, alice.changed()).await.is_ok());
+        memberships.everything_changed();
+        assert!(tokio::time::timeout(timeout, alice.changed()).await.is_ok());
+        assert!(tokio::time::timeout(timeout, alice.changed()).await.is_err(), "each change wakes once");
+    }
+
+    #[test]
+    fn users_without_open_subscriptions_are_forgotten() {
+        let memberships = trusted();
+        for user in 0..1_000 {
+            drop(memberships.watch(user));
+        }
+        let _kept = memberships.watch(5_000);
+        assert!(super::lock(&memberships.inner.watchers).by_user.len() <= 129);
+    }
 }
