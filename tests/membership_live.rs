@@ -288,6 +288,9 @@ async fn a_listener_that_reconnects_treats_everything_as_changed() {
         [world.course.into(), world.alice.into()],
     )
     .await;
+    // Still ready (it serves from PostgreSQL), and says it does not hear changes.
+    let ready: Value = app.http.get(app.url("/readyz")).send().await.expect("readyz").json().await.expect("json");
+    assert_eq!((ready["ready"].clone(), ready["membership_listener"].clone()), (json!(true), json!(false)), "{ready}");
     // Memory is not trusted meanwhile: the removal is enforced from PostgreSQL.
     let refused = app.gql(Some(&alice), READ_COURSE, course.clone()).await;
     assert_eq!(error_code(&refused).as_deref(), Some("FORBIDDEN"), "{refused}");

@@ -43,6 +43,7 @@ async fn readyz_reports_both_services_and_the_workers_leases() {
     assert_eq!(report["redis"]["ok"], true);
     assert_eq!(report["worker"]["mode"], "buffered");
     assert_eq!(report["worker"]["in_process"], true);
+    assert_eq!(report["membership_listener"], true, "{report}");
     let consumer = report["worker"]["consumer"].as_str().expect("consumer name");
     for shard in report["worker"]["shards"].as_array().expect("shards") {
         assert_eq!(shard["holder"], consumer, "{report}");

@@ -3,7 +3,8 @@
 //! worker's lease state per shard (who holds it, and whether that is this process), so an
 //! operator sees at once whether likes are being applied; a lease held elsewhere, or by
 //! nobody for a moment, does not make this process unready (another instance may run the
-//! worker, and a lapsed lease is taken over within `WORKER_LEASE_TTL`).
+//! worker, and a lapsed lease is taken over within `WORKER_LEASE_TTL`). It also says whether the
+//! process hears membership changes (`membership_listener`).
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,9 @@ pub struct Readiness {
     pub postgres: Probe,
     pub redis: Probe,
     pub worker: WorkerState,
+    /// Whether this process hears membership changes (its `LISTEN` is connected). When it does
+    /// not, it still serves, reading memberships from PostgreSQL, so this is not part of `ready`.
+    pub membership_listener: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -100,6 +104,7 @@ pub async fn readiness(state: &AppState, consumer: Option<&str>) -> Readiness {
             consumer: consumer.map(str::to_owned),
             shards,
         },
+        membership_listener: state.memberships.listening(),
     }
 }
 
