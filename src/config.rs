@@ -46,6 +46,29 @@ pub struct Settings {
     #[arg(long, env = "JWT_SECRET", global = true, hide_env_values = true)]
     pub jwt_secret: Option<String>,
 
+    /// Tokens from an identity provider (RS256, ES256) are verified against this JWKS: a file
+    /// path, or an http(s) URL (the provider's `jwks_uri`). Unset: only HS256 tokens.
+    #[arg(long, env = "JWKS", global = true)]
+    pub jwks: Option<String>,
+
+    /// The `iss` every JWKS-verified token must carry (the provider's issuer URL). Required with JWKS.
+    #[arg(long, env = "JWT_ISSUER", global = true)]
+    pub jwt_issuer: Option<String>,
+
+    /// The `aud` every JWKS-verified token must carry (this server's client id at the provider).
+    /// Required with JWKS.
+    #[arg(long, env = "JWT_AUDIENCE", global = true)]
+    pub jwt_audience: Option<String>,
+
+    /// The claim a first sign-in takes the new user's handle from (lowercased, reduced to
+    /// a-z, 0-9 and _).
+    #[arg(long, env = "JWT_HANDLE_CLAIM", default_value = "preferred_username", global = true)]
+    pub jwt_handle_claim: String,
+
+    /// The claim a first sign-in takes the new user's display name from (else the handle).
+    #[arg(long, env = "JWT_NAME_CLAIM", default_value = "name", global = true)]
+    pub jwt_name_claim: String,
+
     /// Address the HTTP server listens on.
     #[arg(long, env = "BIND", default_value = "127.0.0.1:8000", global = true)]
     pub bind: SocketAddr,
@@ -242,6 +265,52 @@ impl Settings {
         }
     }
 
+    /// Where the JWKS comes from and what its tokens must say, when one is configured. JWKS
+    /// without JWT_ISSUER and JWT_AUDIENCE is refused: a provider signs tokens for many
+    /// applications, and only `iss` and `aud` say a token was meant for this one.
+    pub fn jwks(&self) -> Result<Option<JwksSettings>, AppError> {
+        let given =
+            |value: &Option<String>| value.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
+        let (issuer, audience) = (given(&self.jwt_issuer), given(&self.jwt_audience));
+        let Some(location) = given(&self.jwks) else {
+            if issuer.is_some() || audience.is_some() {
+                return Err(AppError::Config(
+                    "JWT_ISSUER and JWT_AUDIENCE only apply to JWKS tokens: set JWKS to the provider's key set (a file or URL)"
+                        .into(),
+                ));
+            }
+            return Ok(None);
+        };
+        let (Some(issuer), Some(audience)) = (issuer, audience) else {
+            return Err(AppError::Config(
+                "JWKS is set, so JWT_ISSUER and JWT_AUDIENCE must be too: the `iss` and `aud` the provider's tokens carry for this server"
+                    .into(),
+            ));
+        };
+        let source = if location.starts_with("https://") || location.starts_with("http://") {
+            let url = url::Url::parse(&location).map_err(|e| {
+                AppError::Config(format!("JWKS is not a valid URL ({e}): give an https:// URL or a file path"))
+            })?;
+            JwksSource::Url(url)
+        } else if location.contains("://") {
+            return Err(AppError::Config("JWKS must be an http(s):// URL or a file path".into()));
+        } else {
+            JwksSource::File(location.into())
+        };
+        for (name, claim) in [("JWT_HANDLE_CLAIM", &self.jwt_handle_claim), ("JWT_NAME_CLAIM", &self.jwt_name_claim)] {
+            if claim.trim().is_empty() {
+                return Err(AppError::Config(format!("{name} must name a claim, e.g. preferred_username")));
+            }
+        }
+        Ok(Some(JwksSettings {
+            source,
+            issuer,
+            audience,
+            handle_claim: self.jwt_handle_claim.trim().to_owned(),
+            name_claim: self.jwt_name_claim.trim().to_owned(),
+        }))
+    }
+
     pub fn redis_url(&self) -> Result<&str, AppError> {
         if self.redis_url.starts_with("redis://") || self.redis_url.starts_with("rediss://") {
             Ok(&self.redis_url)
@@ -255,6 +324,7 @@ impl Settings {
         self.database_url()?;
         self.redis_url()?;
         self.jwt_secret()?;
+        self.jwks()?;
         if self.redis_key_prefix.is_empty() || self.redis_key_prefix.contains(['{', '}', ' ']) {
             return Err(AppError::Config("REDIS_KEY_PREFIX must be non-empty and contain no braces or spaces".into()));
         }
@@ -311,4 +381,21 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// Where a JWKS is read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JwksSource {
+    File(std::path::PathBuf),
+    Url(url::Url),
+}
+
+/// The settings of JWKS tokens, checked (`Settings::jwks`).
+#[derive(Clone, Debug)]
+pub struct JwksSettings {
+    pub source: JwksSource,
+    pub issuer: String,
+    pub audience: String,
+    pub handle_claim: String,
+    pub name_claim: String,
 }

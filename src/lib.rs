@@ -10,7 +10,9 @@
 //! - `state`     — the one context every handler and resolver receives.
 //! - `http`      — axum routes: `POST /graphql`, GraphiQL at `/`, `/healthz`, `/readyz`,
 //!                 `/metrics`; authentication; a request id on every request.
-//! - `auth`      — bearer tokens and the per-request `Viewer` with its memberships.
+//! - `auth`      — bearer tokens (the server's HS256 ones, and RS256/ES256 ones from an identity
+//!                 provider's JWKS, whose first sign-in provisions the user) and the per-request
+//!                 `Viewer` with its memberships.
 //! - `membership` — course membership as a live fact: kept in memory per instance, told of
 //!                 every change by a LISTEN on the `course_members` trigger's notifications;
 //!                 open subscriptions watch it to end when access is lost.
@@ -44,6 +46,7 @@
 //! - `backoff`   — retry pacing of the background loops (doubling delay, shutdown-aware pause).
 //! - `hooks`     — test hooks: a `Gate` that holds a running step at a chosen point.
 //! - `telemetry` — tracing subscriber (text or JSON); the metrics recorder and its catalog.
+//! - `tls`       — the rustls provider (`ring`) behind outgoing HTTPS.
 //! - `ops`       — what operators ask: stream lag, pending and leases read from Redis, the
 //!                 `/readyz` report, the invariants of `course-forum check`.
 //!
@@ -111,5 +114,6 @@ pub mod seed;
 pub mod startup;
 pub mod state;
 pub mod telemetry;
+pub mod tls;
 pub mod views;
 pub mod worker;

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::auth::TokenKeys;
+use crate::auth::{Authenticator, TokenKeys};
 use crate::cache::{CacheConfig, PostCache};
 use crate::config::{LikeMode, Settings};
 use crate::error::{AppError, AppResult};
@@ -351,6 +351,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     }
     let keys = Keys::new(settings.redis_key_prefix.clone(), settings.like_stream_shards);
     let tokens = TokenKeys::new(settings.jwt_secret()?)?;
+    let auth = Authenticator::from_settings(&settings, db.clone()).await?;
     let limiter = RateLimiter::new(redis.clone(), settings.like_rate_per_minute, Duration::from_secs(60));
     let post_cache = PostCache::new(db.clone(), redis.clone(), keys.clone(), CacheConfig::from_settings(&settings));
     post_cache.load_scripts().await?;
@@ -377,6 +378,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         redis,
         keys,
         tokens,
+        auth,
         likes,
         publisher,
         live: Hub::new(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::kv::Redis;
 use sea_orm::DatabaseConnection;
 
-use crate::auth::TokenKeys;
+use crate::auth::{Authenticator, TokenKeys};
 use crate::cache::PostCache;
 use crate::config::Settings;
 use crate::db::StatementCounter;
@@ -30,7 +30,10 @@ pub struct AppState {
     /// Multiplexed, self-reconnecting; clone it per use.
     pub redis: Redis,
     pub keys: Keys,
+    /// Mints the server's own (development) tokens.
     pub tokens: TokenKeys,
+    /// Turns a bearer token of either kind (HS256, or RS256/ES256 from the JWKS) into a user.
+    pub auth: Authenticator,
     pub likes: Likes,
     /// Publishes committed changes to every instance.
     pub publisher: Publisher,

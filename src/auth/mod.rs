@@ -1,9 +1,15 @@
-//! Authentication: bearer tokens (`tokens`) and the `Viewer`, the authenticated user of one
-//! request or websocket connection, with their course memberships.
+//! Authentication: bearer tokens (`tokens`: the server's own HS256 ones; `jwks` and
+//! `identity`: an identity provider's, and who their subject is; `verifier`: which is which)
+//! and the `Viewer`, the authenticated user of one request or websocket connection, with their
+//! course memberships.
 
+pub mod identity;
+pub mod jwks;
 mod tokens;
+mod verifier;
 
-pub use tokens::{TokenKeys, VerifiedToken};
+pub use tokens::{DEV_AUDIENCE, DEV_ISSUER, TokenKeys, VerifiedToken};
+pub use verifier::Authenticator;
 
 use std::collections::HashMap;
 use std::sync::Arc;

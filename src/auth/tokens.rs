@@ -1,5 +1,6 @@
-//! Bearer tokens: minting and verifying the server's own HS256 tokens (`sub` = user id, `exp`
-//! required), and what a verified token says.
+//! Bearer tokens: minting and verifying the server's own HS256 development tokens (`sub` = user
+//! id; `exp`, `iss` and `aud` required), and what a verified token says. Tokens from a real
+//! identity provider (RS256, ES256) are `jwks`'s; `verifier` tells the two apart.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -8,11 +9,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{AppError, AppResult};
 
+/// `iss` of the server's own tokens. A token is only good for what it was minted for: the
+/// same rule as for a provider's tokens, so both kinds carry and require `iss` and `aud`.
+pub const DEV_ISSUER: &str = "course-forum";
+/// `aud` of the server's own tokens.
+pub const DEV_AUDIENCE: &str = "course-forum";
+
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
     sub: String,
     exp: u64,
     iat: u64,
+    iss: String,
+    aud: String,
 }
 
 /// Mints and checks tokens with one secret.
@@ -34,7 +43,13 @@ impl TokenKeys {
     /// A token for `user_id` valid for `ttl`.
     pub fn mint(&self, user_id: i64, ttl: Duration) -> AppResult<String> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-        let claims = Claims { sub: user_id.to_string(), iat: now, exp: now + ttl.as_secs() };
+        let claims = Claims {
+            sub: user_id.to_string(),
+            iat: now,
+            exp: now + ttl.as_secs(),
+            iss: DEV_ISSUER.to_owned(),
+            aud: DEV_AUDIENCE.to_owned(),
+        };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| AppError::Internal(format!("cannot sign token: {e}")))
     }
@@ -47,7 +62,9 @@ impl TokenKeys {
     /// The user a valid token speaks for, and until when.
     pub fn verify_token(&self, token: &str) -> AppResult<VerifiedToken> {
         let mut validation = Validation::new(Algorithm::HS256);
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
+        validation.set_issuer(&[DEV_ISSUER]);
+        validation.set_audience(&[DEV_AUDIENCE]);
         validation.leeway = 5;
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation)
             .map_err(|e| AppError::Unauthenticated(format!("invalid token: {e}")))?;

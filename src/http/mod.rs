@@ -132,12 +132,12 @@ async fn graphql(
     let viewer = match headers.get(header::AUTHORIZATION) {
         None => None,
         Some(value) => {
-            let verified = value
-                .to_str()
-                .map_err(|_| AppError::Unauthenticated("Authorization header is not text".into()))
-                .and_then(|v| state.app.tokens.verify_header(v));
+            let verified = match value.to_str() {
+                Ok(value) => state.app.auth.verify_bearer(value).await,
+                Err(_) => Err(AppError::Unauthenticated("Authorization header is not text".into())),
+            };
             match verified {
-                Ok(user_id) => Some(user_id),
+                Ok(token) => Some(token.user_id),
                 Err(err) => {
                     let response = error_response(err);
                     crate::graphql::metrics::record(

@@ -80,8 +80,9 @@ async fn serve(socket: WebSocket, state: HttpState, protocol: WebSocketProtocols
         .on_connection_init(move |payload| {
             let app = app.clone();
             async move {
-                let (data, expires_at) =
-                    authenticate(&app, payload).map_err(|e| async_graphql::Error::new(format!("{AUTH_REFUSED}{e}")))?;
+                let (data, expires_at) = authenticate(&app, payload)
+                    .await
+                    .map_err(|e| async_graphql::Error::new(format!("{AUTH_REFUSED}{e}")))?;
                 let _ = expiry_tx.send(Some(expires_at));
                 Ok(data)
             }
@@ -175,13 +176,17 @@ impl Drop for OpenConnection {
 }
 
 /// Reads `authorization` (or `Authorization`) from the connection_init payload; returns the
-/// connection's data and when its token expires.
-fn authenticate(app: &crate::state::AppState, payload: serde_json::Value) -> Result<(Data, SystemTime), AppError> {
+/// connection's data and when its token expires. A token from the identity provider may
+/// provision its user here, as on HTTP.
+async fn authenticate(
+    app: &crate::state::AppState,
+    payload: serde_json::Value,
+) -> Result<(Data, SystemTime), AppError> {
     let header =
         payload.get("authorization").or_else(|| payload.get("Authorization")).and_then(|v| v.as_str()).ok_or_else(
             || AppError::Unauthenticated("connection_init must carry {\"authorization\": \"Bearer <token>\"}".into()),
         )?;
-    let token = app.tokens.verify_bearer(header)?;
+    let token = app.auth.verify_bearer(header).await?;
     let user_id = token.user_id;
     let mut data = Data::default();
     data.insert(Viewer::for_connection(user_id, app.memberships.clone()));

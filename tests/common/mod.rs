@@ -65,6 +65,11 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         redis_url: redis_url(),
         redis_key_prefix: redis_prefix.to_owned(),
         jwt_secret: Some(JWT_SECRET.to_owned()),
+        jwks: None,
+        jwt_issuer: None,
+        jwt_audience: None,
+        jwt_handle_claim: "preferred_username".into(),
+        jwt_name_claim: "name".into(),
         bind: "127.0.0.1:0".parse().expect("loopback address"),
         like_mode: LikeMode::Sync,
         like_stream_shards: 4,
@@ -132,6 +137,8 @@ impl TestApp {
         if std::env::var("TEST_LOG").is_ok() {
             course_forum::telemetry::init(LogFormat::Text);
         }
+        // Before the test builds any HTTP client (reqwest brings no TLS provider of its own).
+        course_forum::tls::install_crypto_provider();
         let id = uuid::Uuid::new_v4().simple().to_string();
         let database = format!("cf_test_{id}");
         let redis_prefix = format!("cft{id}");

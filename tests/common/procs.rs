@@ -153,6 +153,7 @@ impl ServeProcess {
 
     /// Waits until `/healthz` answers (or panics with the log after `timeout`).
     pub async fn wait_healthy(&mut self, timeout: Duration) {
+        course_forum::tls::install_crypto_provider();
         let client = reqwest::Client::new();
         let deadline = Instant::now() + timeout;
         loop {

@@ -153,6 +153,8 @@ fn show<T: serde::Serialize>(result: AppResult<T>) -> AppResult<bool> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Before any HTTP client is built (reqwest has no TLS provider of its own here).
+    course_forum::tls::install_crypto_provider();
     let secs = Duration::from_secs;
     let result = match &cli.command {
         Scenario::Suite(config) => suite::run(&cli, config).await,
