@@ -11,6 +11,7 @@ pub mod loaders;
 pub mod metrics;
 pub mod mutation;
 pub mod query;
+pub mod roster;
 pub mod subscription;
 pub mod types;
 
