@@ -116,15 +116,18 @@ pub fn parse(input: impl Read) -> Result<RosterFile, Vec<LineError>> {
         };
         let line = line_of(&record, last_line + 1);
         last_line = line;
-        match columns.entry(&record, line) {
-            Ok(entry) => {
-                let before = errors.len();
-                checker.check(&entry, &mut errors);
-                if errors.len() == before && !checker.is_repeat(&entry) {
-                    entries.push(entry);
-                }
-            }
-            Err(problems) => errors.extend(problems.into_iter().map(|message| LineError { line, message })),
+        let Some((fields, problems)) = columns.fields(&record, line, &mut errors) else { continue };
+        // Also a line with problems of its own is held against the others, by its good fields:
+        // every contradiction is reported in the same run.
+        let before = errors.len();
+        errors.extend(problems.into_iter().map(|message| LineError { line, message }));
+        let repeat = checker.check(&fields, &mut errors);
+        if errors.len() == before
+            && !repeat
+            && let Some(role) = fields.role
+        {
+            let Fields { course_code, course_title, handle, display_name, identity, .. } = fields;
+            entries.push(Entry { line, course_code, course_title, handle, display_name, role, identity });
         }
     }
     if errors.is_empty() { Ok(RosterFile { entries }) } else { Err(errors) }
@@ -204,10 +207,17 @@ impl Columns {
         })
     }
 
-    /// One line on its own: every problem it has, or the entry.
-    fn entry(&self, record: &csv::StringRecord, line: u64) -> Result<Entry, Vec<String>> {
+    /// One line on its own: its fields (each empty, or `None`, when bad) and every problem it
+    /// has. None, with the problem noted, when it has the wrong number of fields.
+    fn fields(
+        &self,
+        record: &csv::StringRecord,
+        line: u64,
+        errors: &mut Vec<LineError>,
+    ) -> Option<(Fields, Vec<String>)> {
         if record.len() != self.count {
-            return Err(vec![format!("expected {} fields, found {}", self.count, record.len())]);
+            errors.push(LineError { line, message: format!("expected {} fields, found {}", self.count, record.len()) });
+            return None;
         }
         let field = |i: usize| record.get(i).unwrap_or_default();
         let mut problems = Vec::new();
@@ -227,10 +237,12 @@ impl Columns {
                 checked(&mut problems, "subject", subject, MAX_SUBJECT_CHARS),
             )),
         };
+        let mut handle = handle;
         if !handle.is_empty()
             && let Err(problem) = check_handle(&handle)
         {
             problems.push(problem);
+            handle.clear();
         }
         let role = match role_text.to_ascii_lowercase().as_str() {
             "student" => Some(Role::Student),
@@ -241,13 +253,19 @@ impl Columns {
                 None
             }
         };
-        match role {
-            Some(role) if problems.is_empty() => {
-                Ok(Entry { line, course_code, course_title, handle, display_name, role, identity })
-            }
-            _ => Err(problems),
-        }
+        Some((Fields { line, course_code, course_title, handle, display_name, role, identity }, problems))
     }
+}
+
+/// One line's fields; a bad one is empty (`None` for the role).
+struct Fields {
+    line: u64,
+    course_code: String,
+    course_title: String,
+    handle: String,
+    display_name: String,
+    role: Option<Role>,
+    identity: Option<(String, String)>,
 }
 
 /// The field trimmed, or "" with its problem noted.
@@ -272,33 +290,59 @@ struct Consistency {
 }
 
 impl Consistency {
-    fn check(&mut self, e: &Entry, errors: &mut Vec<LineError>) {
+    /// Notes every contradiction between this line's good fields and earlier lines', and
+    /// records them. True when an earlier line listed exactly this person in this course with
+    /// this role (a harmless repeat, kept once).
+    fn check(&mut self, e: &Fields, errors: &mut Vec<LineError>) -> bool {
         let mut problem = |message: String| errors.push(LineError { line: e.line, message });
-        if let Some((title, line)) = self.titles.get(&e.course_code)
-            && *title != e.course_title
-        {
-            problem(format!(
-                "course {} is titled `{}` here but `{title}` on line {line}",
-                e.course_code, e.course_title
-            ));
+        let (has_course, has_handle) = (!e.course_code.is_empty(), !e.handle.is_empty());
+        if has_course && !e.course_title.is_empty() {
+            match self.titles.get(&e.course_code) {
+                Some((title, line)) if *title != e.course_title => problem(format!(
+                    "course {} is titled `{}` here but `{title}` on line {line}",
+                    e.course_code, e.course_title
+                )),
+                Some(_) => {}
+                None => {
+                    self.titles.insert(e.course_code.clone(), (e.course_title.clone(), e.line));
+                }
+            }
         }
-        if let Some((name, line)) = self.names.get(&e.handle)
-            && *name != e.display_name
-        {
-            problem(format!("@{} is named `{}` here but `{name}` on line {line}", e.handle, e.display_name));
+        if has_handle && !e.display_name.is_empty() {
+            match self.names.get(&e.handle) {
+                Some((name, line)) if *name != e.display_name => {
+                    problem(format!("@{} is named `{}` here but `{name}` on line {line}", e.handle, e.display_name))
+                }
+                Some(_) => {}
+                None => {
+                    self.names.insert(e.handle.clone(), (e.display_name.clone(), e.line));
+                }
+            }
         }
-        if let Some((role, line)) = self.roles.get(&(e.course_code.clone(), e.handle.clone()))
-            && *role != e.role
+        let mut repeat = false;
+        if has_course
+            && has_handle
+            && let Some(role) = e.role
         {
-            problem(format!(
-                "@{} is listed in {} as {} here but as {} on line {line}",
-                e.handle,
-                e.course_code,
-                e.role.as_str(),
-                role.as_str()
-            ));
+            match self.roles.get(&(e.course_code.clone(), e.handle.clone())) {
+                Some((earlier, line)) if *earlier != role => problem(format!(
+                    "@{} is listed in {} as {} here but as {} on line {line}",
+                    e.handle,
+                    e.course_code,
+                    role.as_str(),
+                    earlier.as_str()
+                )),
+                Some(_) => repeat = true,
+                None => {
+                    self.roles.insert((e.course_code.clone(), e.handle.clone()), (role, e.line));
+                }
+            }
         }
-        if let Some(identity) = &e.identity {
+        if has_handle
+            && let Some(identity) = &e.identity
+            && !identity.0.is_empty()
+            && !identity.1.is_empty()
+        {
             if let Some((other, line)) = self.identity_of.get(&e.handle)
                 && other != identity
             {
@@ -315,24 +359,10 @@ impl Consistency {
                     identity.0, identity.1, e.handle
                 ));
             }
-        }
-        self.titles.entry(e.course_code.clone()).or_insert((e.course_title.clone(), e.line));
-        self.names.entry(e.handle.clone()).or_insert((e.display_name.clone(), e.line));
-        if let Some(identity) = &e.identity {
             self.identity_of.entry(e.handle.clone()).or_insert((identity.clone(), e.line));
             self.owner_of.entry(identity.clone()).or_insert((e.handle.clone(), e.line));
         }
-    }
-
-    /// Records the person-in-course; true when an earlier line said exactly this already (a
-    /// harmless repeat, kept once).
-    fn is_repeat(&mut self, e: &Entry) -> bool {
-        let key = (e.course_code.clone(), e.handle.clone());
-        if self.roles.contains_key(&key) {
-            return true;
-        }
-        self.roles.insert(key, (e.role, e.line));
-        false
+        repeat
     }
 }
 
@@ -703,6 +733,13 @@ mod tests {
         );
         let errors = parse(text.as_bytes()).expect_err("bad lines");
         assert_eq!(lines(&errors), vec![3, 4, 5, 6, 7, 8], "{errors:?}");
+    }
+
+    #[test]
+    fn a_line_with_problems_is_still_held_against_the_others() {
+        let text = format!("{HEADER}CS101,Intro,Bad Handle,X,student\nCS101,Other,alice,Alice,student\n");
+        let errors = parse(text.as_bytes()).expect_err("bad lines");
+        assert_eq!(lines(&errors), vec![2, 3], "{errors:?}");
     }
 
     #[test]
