@@ -1,12 +1,16 @@
 //! The command line: subcommands and what each one runs.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use sea_orm::TransactionTrait;
 
 use crate::auth::TokenKeys;
 use crate::config::{Settings, parse_duration};
 use crate::error::{AppError, AppResult};
+use crate::forum::roster::{self, import};
+use crate::forum::users::{self, UserRow};
 use crate::graphql::ids::{self, NodeKind};
 use crate::kv::keys::Keys;
 use crate::likes::recount;
@@ -60,6 +64,49 @@ pub enum Command {
         #[arg(long, default_value = "60s", value_parser = parse_duration)]
         max_lag: Duration,
     },
+    /// Course rosters from a file (an LMS export).
+    Roster {
+        #[command(subcommand)]
+        command: RosterCommand,
+    },
+    /// Administrators: who may create courses and manage every course's roster.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RosterCommand {
+    /// Make the database match a roster CSV (header
+    /// `course_code,course_title,handle,display_name,role[,issuer,subject]`): every course the
+    /// file names gets exactly the members it lists, with their roles; missing courses and users
+    /// are created. Idempotent. A file with bad lines is refused whole, every bad line listed.
+    Import {
+        /// The CSV file.
+        file: PathBuf,
+        /// Print the difference and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Make a user an administrator.
+    Grant {
+        /// A user id (number or User global id), or a handle (`alice` or `@alice`).
+        #[arg(long)]
+        user: String,
+    },
+    /// Take the administrator role away from a user.
+    Revoke {
+        /// A user id (number or User global id), or a handle (`alice` or `@alice`).
+        #[arg(long)]
+        user: String,
+    },
+    /// List the administrators.
+    List,
 }
 
 pub async fn run(cli: Cli) -> AppResult<()> {
@@ -162,9 +209,94 @@ pub async fn run(cli: Cli) -> AppResult<()> {
                 failed => Err(AppError::CheckFailed { failed }),
             }
         }
+        Command::Roster { command: RosterCommand::Import { file, dry_run } } => {
+            telemetry::init(settings.log_format);
+            roster_import(&settings, &file, dry_run).await
+        }
+        Command::Admin { command } => {
+            telemetry::init(settings.log_format);
+            let db = db::connect(&settings).await?;
+            admin(&db, command).await
+        }
         Command::ExportSchema => {
             print!("{}", graphql::sdl());
             Ok(())
         }
     }
+}
+
+/// `roster import`: check the whole file first (every bad line reported, nothing applied), then
+/// plan and apply in one transaction; `--dry-run` prints the same difference and rolls back.
+async fn roster_import(settings: &crate::config::Settings, path: &Path, dry_run: bool) -> AppResult<()> {
+    let name = path.display().to_string();
+    let reader =
+        std::fs::File::open(path).map_err(|e| AppError::Config(format!("cannot open the roster file {name}: {e}")))?;
+    let file = import::parse(std::io::BufReader::new(reader)).map_err(|errors| import::bad_file(&name, errors))?;
+    let db = db::connect(settings).await?;
+    let txn = db.begin().await?;
+    let plan = match import::plan(&txn, &file).await {
+        Ok(plan) => plan,
+        Err(import::ImportError::Lines(errors)) => return Err(import::bad_file(&name, errors)),
+        Err(import::ImportError::Failed(err)) => return Err(err),
+    };
+    print!("{plan}");
+    if dry_run {
+        txn.rollback().await?;
+        println!("roster import --dry-run: nothing was written; {}", plan.summary());
+        return Ok(());
+    }
+    import::apply(&txn, &plan).await?;
+    txn.commit().await?;
+    // Serving instances hear of every membership change from the trigger on course_members.
+    println!("roster import: {}", plan.summary());
+    Ok(())
+}
+
+async fn admin(db: &sea_orm::DatabaseConnection, command: AdminCommand) -> AppResult<()> {
+    match command {
+        AdminCommand::Grant { user } => {
+            let user = find_user(db, &user).await?;
+            if roster::grant_admin(db, user.id).await? {
+                println!("admin grant: {} is now an administrator", describe(&user));
+            } else {
+                println!("admin grant: {} was an administrator already; nothing changed", describe(&user));
+            }
+        }
+        AdminCommand::Revoke { user } => {
+            let user = find_user(db, &user).await?;
+            if roster::revoke_admin(db, user.id).await? {
+                println!("admin revoke: {} is no longer an administrator", describe(&user));
+            } else {
+                println!("admin revoke: {} was not an administrator; nothing changed", describe(&user));
+            }
+        }
+        AdminCommand::List => {
+            let admins = roster::admins(db).await?;
+            for user in &admins {
+                println!("{}", describe(user));
+            }
+            println!("admin list: {} administrator(s)", admins.len());
+        }
+    }
+    Ok(())
+}
+
+/// `--user`: `@handle` or a handle, a number (an id), or a User global id. A handle made only
+/// of digits needs its `@`, since the bare number is taken as an id.
+async fn find_user(db: &sea_orm::DatabaseConnection, raw: &str) -> AppResult<UserRow> {
+    let raw = raw.trim();
+    let row = if let Some(handle) = raw.strip_prefix('@') {
+        users::find_by_handle(db, handle).await?
+    } else if let Ok(id) = raw.parse::<i64>() {
+        users::find(db, id).await?
+    } else if let Ok(id) = ids::decode_one(&async_graphql::ID(raw.to_owned()), NodeKind::User) {
+        users::find(db, id).await?
+    } else {
+        users::find_by_handle(db, raw).await?
+    };
+    row.ok_or_else(|| AppError::NotFound(format!("--user `{raw}`: no such user")))
+}
+
+fn describe(user: &UserRow) -> String {
+    format!("@{} ({}, id {}, {})", user.handle, user.display_name, user.id, ids::encode(NodeKind::User, user.id).0)
 }

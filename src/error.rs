@@ -15,6 +15,9 @@ pub enum AppError {
     NotFound(String),
     #[error("{0}")]
     BadUserInput(String),
+    /// The request would make a second of something that must be unique (a course code).
+    #[error("{0}")]
+    Conflict(String),
     #[error("too many requests: try again in {retry_after_ms} ms")]
     RateLimited { retry_after_ms: u64 },
     /// A setting is missing or malformed; the message is the sentence printed at start-up.
@@ -46,6 +49,7 @@ impl AppError {
             AppError::Forbidden(_) => "FORBIDDEN",
             AppError::NotFound(_) => "NOT_FOUND",
             AppError::BadUserInput(_) => "BAD_USER_INPUT",
+            AppError::Conflict(_) => "CONFLICT",
             AppError::RateLimited { .. } => "RATE_LIMITED",
             _ if self.unreachable().is_some() => "UNAVAILABLE",
             AppError::Config(_)

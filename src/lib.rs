@@ -3,7 +3,7 @@
 //! # Layout
 //!
 //! - `cli`       — subcommands: `serve`, `worker`, `migrate`, `seed --demo`, `token`,
-//!                 `export-schema`, `reconcile`, `reset-like-cache`, `check`.
+//!                 `export-schema`, `reconcile`, `reset-*-cache`, `check`, `roster import`, `admin`.
 //! - `config`    — settings from flags and env, validated once with one clear sentence.
 //! - `startup`   — connect, assemble `AppState`, bind, serve until a shutdown future resolves;
 //!                 shutdown of the server, websockets and `BackgroundJobs` in bounded time.
@@ -18,7 +18,7 @@
 //!                 open subscriptions watch it to end when access is lost.
 //! - `graphql`   — the schema apart from transport: types, queries, mutations, loaders,
 //!                 global ids, cursors, access checks, error codes.
-//! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging.
+//! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging; rosters.
 //! - `like_event` — the vocabulary every step of a like shares: `LikeTarget`, the typed
 //!                 `LikeEvent` and its one codec (stream fields, pending record, dead letter),
 //!                 `CountChange`. A leaf: `likes`, `worker`, `cache`, `live` import it.
@@ -41,7 +41,7 @@
 //! - `kv`        — Redis: connection, key layout (`kv::keys`, the key table), owner-token locks
 //!                 (`kv::lock`), rate limits.
 //! - `db`        — PostgreSQL pool with bounded timeouts; migrations from `migrations/`.
-//! - `seed`      — the demo forum.
+//! - `seed`      — the demo forum, its people and courses written through `forum::roster`.
 //! - `error`     — the one error type and its machine-readable codes.
 //! - `backoff`   — retry pacing of the background loops (doubling delay, shutdown-aware pause).
 //! - `hooks`     — test hooks: a `Gate` that holds a running step at a chosen point.

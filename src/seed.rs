@@ -2,6 +2,7 @@
 //! members, students and an instructor, posts, comments, replies, likes), written in one
 //! transaction and only once: a second run finds it and changes nothing.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult, TransactionTrait};
@@ -9,8 +10,9 @@ use serde::Serialize;
 
 use crate::auth::TokenKeys;
 use crate::db::stmt;
-use crate::error::AppResult;
-use crate::forum::{comments, posts};
+use crate::error::{AppError, AppResult};
+use crate::forum::courses::Role;
+use crate::forum::{comments, posts, roster};
 use crate::graphql::ids::{NodeKind, encode};
 use crate::likes::{LikeTarget, sync};
 
@@ -25,12 +27,12 @@ const COURSES: &[(&str, &str)] = &[
 ];
 
 /// (handle, display name, role, course codes)
-const PEOPLE: &[(&str, &str, &str, &[&str])] = &[
-    ("dr_tran", "Dr. Minh Tran", "instructor", &["CS101", "MATH201", "WRIT100"]),
-    ("alice", "Alice Nguyen", "student", &["CS101", "MATH201", "WRIT100"]),
-    ("bob", "Bob Le", "student", &["CS101", "HIST110", "WRIT100"]),
-    ("carol", "Carol Pham", "student", &["MATH201", "HIST110", "WRIT100"]),
-    ("dave", "Dave Hoang", "student", &["HIST110"]),
+const PEOPLE: &[(&str, &str, Role, &[&str])] = &[
+    ("dr_tran", "Dr. Minh Tran", Role::Instructor, &["CS101", "MATH201", "WRIT100"]),
+    ("alice", "Alice Nguyen", Role::Student, &["CS101", "MATH201", "WRIT100"]),
+    ("bob", "Bob Le", Role::Student, &["CS101", "HIST110", "WRIT100"]),
+    ("carol", "Carol Pham", Role::Student, &["MATH201", "HIST110", "WRIT100"]),
+    ("dave", "Dave Hoang", Role::Student, &["HIST110"]),
 ];
 
 #[derive(Serialize)]
@@ -70,43 +72,35 @@ pub async fn seed_demo(db: &DatabaseConnection, tokens: &TokenKeys, graphql_url:
     let txn = db.begin().await?;
     // Serialise concurrent seeders: the second waits, then finds the data.
     txn.execute_unprepared("SELECT pg_advisory_xact_lock(4242001)").await?;
+    // Courses, people and memberships through the roster service, as an operator would: it
+    // creates what is missing and leaves what exists as it is.
+    let mut course_ids = HashMap::new();
     for (code, title) in COURSES {
-        txn.execute_raw(stmt(
-            "INSERT INTO courses (code, title) VALUES ($1, $2) ON CONFLICT (code) DO NOTHING",
-            [(*code).into(), (*title).into()],
-        ))
-        .await?;
+        let (course, _) = roster::ensure_course(&txn, code, title).await?;
+        course_ids.insert(*code, course.id);
     }
-    for (handle, name, role, codes) in PEOPLE {
-        txn.execute_raw(stmt(
-            "INSERT INTO users (handle, display_name) VALUES ($1, $2) ON CONFLICT (handle) DO NOTHING",
-            [(*handle).into(), (*name).into()],
-        ))
-        .await?;
+    // The named people first (they get the low ids the README's examples show), then the mass
+    // course's thousands of students, all in one set-wise call.
+    let mut people: Vec<(String, String)> =
+        PEOPLE.iter().map(|(handle, name, _, _)| (handle.to_string(), name.to_string())).collect();
+    people.extend((1..=MASS_COURSE_EXTRA_MEMBERS).map(|n| (format!("student{n:04}"), format!("Student {n}"))));
+    let users = roster::ensure_users(&txn, &people).await?;
+    let id_of = |handle: &str| {
+        users.ids.get(handle).copied().ok_or_else(|| AppError::Internal(format!("demo user {handle} missing")))
+    };
+    let mut members: HashMap<&str, Vec<(i64, Role)>> = HashMap::new();
+    for (handle, _, role, codes) in PEOPLE {
         for code in *codes {
-            txn.execute_raw(stmt(
-                "INSERT INTO course_members (course_id, user_id, role) \
-                 SELECT c.id, u.id, $3 FROM courses c, users u WHERE c.code = $1 AND u.handle = $2 \
-                 ON CONFLICT DO NOTHING",
-                [(*code).into(), (*handle).into(), (*role).into()],
-            ))
-            .await?;
+            members.entry(code).or_default().push((id_of(handle)?, *role));
         }
     }
-    // The mass course: thousands of students, created set-wise.
-    txn.execute_raw(stmt(
-        "INSERT INTO users (handle, display_name) \
-         SELECT format('student%s', lpad(n::text, 4, '0')), format('Student %s', n) FROM generate_series(1, $1) n \
-         ON CONFLICT (handle) DO NOTHING",
-        [MASS_COURSE_EXTRA_MEMBERS.into()],
-    ))
-    .await?;
-    txn.execute_unprepared(
-        "INSERT INTO course_members (course_id, user_id, role) \
-         SELECT c.id, u.id, 'student' FROM courses c, users u \
-         WHERE c.code = 'WRIT100' AND u.handle LIKE 'student%' ON CONFLICT DO NOTHING",
-    )
-    .await?;
+    for (handle, _) in &people[PEOPLE.len()..] {
+        members.entry("WRIT100").or_default().push((id_of(handle)?, Role::Student));
+    }
+    for (code, _) in COURSES {
+        let course_id = course_ids[code];
+        roster::enroll(&txn, course_id, members.get(code).map_or(&[][..], Vec::as_slice)).await?;
+    }
 
     let has_posts = IdRow::find_by_statement(stmt("SELECT id FROM posts LIMIT 1", [])).one(&txn).await?.is_some();
     if !has_posts {
@@ -118,12 +112,12 @@ pub async fn seed_demo(db: &DatabaseConnection, tokens: &TokenKeys, graphql_url:
 
 async fn user_id(db: &impl ConnectionTrait, handle: &str) -> AppResult<i64> {
     let row = IdRow::find_by_statement(stmt("SELECT id FROM users WHERE handle = $1", [handle.into()])).one(db).await?;
-    row.map(|r| r.id).ok_or_else(|| crate::error::AppError::Internal(format!("demo user {handle} missing")))
+    row.map(|r| r.id).ok_or_else(|| AppError::Internal(format!("demo user {handle} missing")))
 }
 
 async fn course_id(db: &impl ConnectionTrait, code: &str) -> AppResult<i64> {
     let row = IdRow::find_by_statement(stmt("SELECT id FROM courses WHERE code = $1", [code.into()])).one(db).await?;
-    row.map(|r| r.id).ok_or_else(|| crate::error::AppError::Internal(format!("demo course {code} missing")))
+    row.map(|r| r.id).ok_or_else(|| AppError::Internal(format!("demo course {code} missing")))
 }
 
 async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppResult<()> {

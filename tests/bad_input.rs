@@ -225,6 +225,21 @@ const ID_SLOTS: &[(&str, &str, &[&str])] = &[
     ("unlikePost", "mutation($id: ID!) { unlikePost(postId: $id) { id } }", &["Post"]),
     ("likeComment", "mutation($id: ID!) { likeComment(commentId: $id) { id } }", &["Comment", "Reply"]),
     ("unlikeComment", "mutation($id: ID!) { unlikeComment(commentId: $id) { id } }", &["Comment", "Reply"]),
+    (
+        "addCourseMember",
+        "mutation($id: ID!) { addCourseMember(courseId: $id, userId: \"VXNlcjox\", role: STUDENT) { changed } }",
+        &["Course"],
+    ),
+    (
+        "removeCourseMember",
+        "mutation($id: ID!) { removeCourseMember(courseId: $id, userId: \"VXNlcjox\") { changed } }",
+        &["Course"],
+    ),
+    (
+        "setCourseMemberRole",
+        "mutation($id: ID!) { setCourseMemberRole(courseId: $id, userId: \"VXNlcjox\", role: STUDENT) { changed } }",
+        &["Course"],
+    ),
     ("node", "query($id: ID!) { node(id: $id) { id } }", &KINDS),
 ];
 

@@ -86,6 +86,7 @@ async fn migrate_and_seed_twice_change_nothing_the_second_time() {
             app.scalar_i64("SELECT count(*) AS v FROM posts", []).await,
             app.scalar_i64("SELECT count(*) AS v FROM comments", []).await,
             app.scalar_i64("SELECT count(*) AS v FROM post_likes", []).await,
+            app.scalar_i64("SELECT count(*) AS v FROM course_members", []).await,
         )
     };
     let after_first = counts().await;

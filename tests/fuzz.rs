@@ -28,7 +28,8 @@ const DEFAULT_HTTP_CASES: usize = 4_000;
 const WS_CASES: usize = 1_000;
 
 /// The codes a client may ever see (README's error table); INTERNAL never, for any input.
-const CODES: &[&str] = &["UNAUTHENTICATED", "FORBIDDEN", "NOT_FOUND", "BAD_USER_INPUT", "RATE_LIMITED", "UNAVAILABLE"];
+const CODES: &[&str] =
+    &["UNAUTHENTICATED", "FORBIDDEN", "NOT_FOUND", "BAD_USER_INPUT", "CONFLICT", "RATE_LIMITED", "UNAVAILABLE"];
 
 /// Valid documents over the whole schema: the seeds every mutation starts from.
 const CORPUS: &[&str] = &[
@@ -56,6 +57,10 @@ const CORPUS: &[&str] = &[
     "mutation($comment: ID!) { unlikeComment(commentId: $comment) { id likeCount } }",
     "mutation($post: ID!) { startPostView(postId: $post) { ticket minDwellMs } }",
     "mutation($ticket: String!) { completePostView(ticket: $ticket) { counted reason } }",
+    "mutation($title: String!) { createCourse(code: \"FUZZ1\", title: $title) { id code title createdAt } }",
+    "mutation($course: ID!) { addCourseMember(courseId: $course, userId: \"VXNlcjox\", role: STUDENT) { course { code } user { handle } role changed } }",
+    "mutation($course: ID!) { setCourseMemberRole(courseId: $course, userId: \"VXNlcjox\", role: INSTRUCTOR) { role changed } }",
+    "mutation($course: ID!) { removeCourseMember(courseId: $course, userId: \"VXNlcjox\") { role changed } }",
     "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount } }",
     "subscription($course: ID!) { courseActivity(courseId: $course) { kind nodeId postId post { title } comment { body } reply { body } } }",
 ];

@@ -22,6 +22,14 @@ impl Role {
             other => Err(AppError::Internal(format!("unknown role `{other}` in course_members"))),
         }
     }
+
+    /// The spelling `course_members.role` stores.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Student => "student",
+            Role::Instructor => "instructor",
+        }
+    }
 }
 
 #[derive(Clone, Debug, FromQueryResult)]

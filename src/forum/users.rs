@@ -30,3 +30,12 @@ pub async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<
     .all(db)
     .await?)
 }
+
+pub async fn find_by_handle(db: &impl ConnectionTrait, handle: &str) -> AppResult<Option<UserRow>> {
+    Ok(UserRow::find_by_statement(stmt(
+        "SELECT id, handle, display_name, created_at FROM users WHERE handle = $1",
+        [handle.into()],
+    ))
+    .one(db)
+    .await?)
+}

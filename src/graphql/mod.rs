@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod mutation;
 pub mod query;
 pub mod revocation;
+pub mod roster;
 pub mod subscription;
 pub mod types;
 

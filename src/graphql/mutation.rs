@@ -18,7 +18,7 @@ use crate::live::{Activity, ActivityKind};
 use crate::views::{ClientIp, ViewOutcome};
 
 #[derive(MergedObject, Default)]
-pub struct Mutation(PostMutations, CommentMutations, LikeMutations, ViewMutations);
+pub struct Mutation(PostMutations, CommentMutations, LikeMutations, ViewMutations, super::roster::RosterMutations);
 
 #[derive(Default)]
 pub struct PostMutations;
