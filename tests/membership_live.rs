@@ -301,3 +301,51 @@ async fn a_listener_that_reconnects_treats_everything_as_changed() {
     assert!(app.state.memberships.listening(), "listening again");
     assert!(took < Duration::from_secs(5), "ended {took:?} after the listener was let go");
 }
+
+const REMOVE_MEMBER: &str =
+    "mutation($c: ID!, $u: ID!) { removeCourseMember(courseId: $c, userId: $u) { role changed } }";
+
+/// An instructor removes a member through the roster API: on this instance (which learns it
+/// at commit) and on another (which hears the notification), the member's open subscriptions
+/// end with FORBIDDEN within a second and their next operation on the open socket is refused.
+#[tokio::test]
+async fn a_removal_through_the_roster_api_reaches_open_sockets_on_every_instance() {
+    let app = TestApp::spawn().await;
+    let peer = app.spawn_peer(|_| {}).await;
+    let world = World::create(&app).await;
+    let course = json!({ "c": gid("Course", world.course) });
+    let mut here = GqlSocket::connect(app.addr, Some(&app.token(world.alice))).await.expect("ws here");
+    let mut there = GqlSocket::connect(peer.addr, Some(&app.token(world.alice))).await.expect("ws there");
+    for socket in [&mut here, &mut there] {
+        socket.subscribe("activity", COURSE_ACTIVITY, course.clone()).await;
+        // Memberships into both instances' memory.
+        let read = operate(socket, "read", READ_COURSE, course.clone()).await;
+        assert!(read.get("errors").is_none(), "{read}");
+    }
+    assert!(peer.state.memberships.cached(world.alice).is_some());
+
+    let removed_at = Instant::now();
+    let removed = app
+        .gql_ok(
+            Some(&app.token(world.instructor)),
+            REMOVE_MEMBER,
+            json!({ "c": gid("Course", world.course), "u": gid("User", world.alice) }),
+        )
+        .await;
+    assert_eq!(removed["removeCourseMember"]["changed"], true);
+    for (name, socket) in [("this instance", &mut here), ("the other instance", &mut there)] {
+        wait_revoked(socket, &["activity"], Duration::from_secs(5)).await;
+        assert!(removed_at.elapsed() < REVOCATION_BOUND, "{name}: ended {:?} after the removal", removed_at.elapsed());
+        let refused = operate(socket, "post", CREATE_POST, course.clone()).await;
+        assert_eq!(refused["errors"][0]["extensions"]["code"], "FORBIDDEN", "{name}: {refused}");
+    }
+    // Her posts stay; she is simply no longer a member.
+    assert_eq!(
+        app.scalar_i64(
+            "SELECT count(*) AS v FROM course_members WHERE course_id = $1 AND user_id = $2",
+            [world.course.into(), world.alice.into()]
+        )
+        .await,
+        0
+    );
+}
