@@ -161,21 +161,7 @@ async fn subscriber(
     mut final_count: watch::Receiver<i64>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> AppResult<Vec<Update>> {
-    let ws_error = internal("websocket");
-    let mut request = url.into_client_request().map_err(|e| ws_error(e.to_string()))?;
-    request.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        "graphql-transport-ws".parse().map_err(|_| AppError::Internal("header".into()))?,
-    );
-    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| ws_error(e.to_string()))?;
-    let send = |v: Value| Message::Text(v.to_string().into());
-    ws.send(send(json!({ "type": "connection_init", "payload": { "authorization": token } })))
-        .await
-        .map_err(|e| ws_error(e.to_string()))?;
-    ws.send(send(json!({ "id": "1", "type": "subscribe", "payload": {
-        "query": LIKE_COUNTS, "variables": { "ids": [post] } } })))
-        .await
-        .map_err(|e| ws_error(e.to_string()))?;
+    let mut ws = open_subscription(url, token, LIKE_COUNTS, json!({ "ids": [post] })).await?;
     drop(permit);
     let _ = ready.send(()).await;
     let mut updates: Vec<Update> = Vec::new();
@@ -212,6 +198,31 @@ async fn subscriber(
     }
     let _ = ws.close(None).await;
     Ok(updates)
+}
+
+/// A websocket (graphql-transport-ws) that has sent `connection_init` with `authorization` and
+/// subscribed (id `1`) to `query` with `variables`.
+pub async fn open_subscription(
+    url: String,
+    authorization: String,
+    query: &str,
+    variables: Value,
+) -> AppResult<tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>> {
+    let ws_error = internal("websocket");
+    let mut request = url.into_client_request().map_err(|e| ws_error(e.to_string()))?;
+    request.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "graphql-transport-ws".parse().map_err(|_| AppError::Internal("header".into()))?,
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| ws_error(e.to_string()))?;
+    let send = |v: Value| Message::Text(v.to_string().into());
+    ws.send(send(json!({ "type": "connection_init", "payload": { "authorization": authorization } })))
+        .await
+        .map_err(|e| ws_error(e.to_string()))?;
+    ws.send(send(json!({ "id": "1", "type": "subscribe", "payload": { "query": query, "variables": variables } })))
+        .await
+        .map_err(|e| ws_error(e.to_string()))?;
+    Ok(ws)
 }
 
 /// Resident memory of a process in KiB (Linux).

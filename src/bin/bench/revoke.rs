@@ -11,15 +11,15 @@ use course_forum::config::LikeMode;
 use course_forum::db::stmt;
 use course_forum::error::{AppError, AppResult};
 use course_forum::graphql::ids::{NodeKind, encode};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use sea_orm::ConnectionTrait;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::Message;
 
 use crate::fixture::Fixture;
+use crate::live::open_subscription;
 use crate::percentile;
 use crate::server::{Server, internal, label};
 use crate::storm::tokens;
@@ -131,21 +131,7 @@ async fn measure(fixture: &Fixture, server: &Server, removals: usize) -> AppResu
 /// Subscribes; reports `ready` at the first activity; returns when its FORBIDDEN error arrived
 /// and whether `complete` followed within a second.
 async fn subscriber(url: String, token: String, course: String, ready: mpsc::Sender<()>) -> AppResult<(Instant, bool)> {
-    let ws_error = internal("websocket");
-    let mut request = url.into_client_request().map_err(|e| ws_error(e.to_string()))?;
-    request.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        "graphql-transport-ws".parse().map_err(|_| AppError::Internal("header".into()))?,
-    );
-    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| ws_error(e.to_string()))?;
-    let send = |v: Value| Message::Text(v.to_string().into());
-    ws.send(send(json!({ "type": "connection_init", "payload": { "authorization": token } })))
-        .await
-        .map_err(|e| ws_error(e.to_string()))?;
-    ws.send(send(json!({ "id": "1", "type": "subscribe", "payload": {
-        "query": COURSE_ACTIVITY, "variables": { "c": course } } })))
-        .await
-        .map_err(|e| ws_error(e.to_string()))?;
+    let mut ws = open_subscription(url, token, COURSE_ACTIVITY, json!({ "c": course })).await?;
     let mut announced = false;
     let mut forbidden_at = None;
     loop {
