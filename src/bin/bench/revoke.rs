@@ -150,11 +150,9 @@ async fn subscriber(url: String, token: String, course: String, ready: mpsc::Sen
             Some("next") if value["payload"]["errors"].is_array() => {
                 return Err(AppError::Internal(format!("unexpected error: {value}")));
             }
-            Some("next") => {
-                if !announced {
-                    announced = true;
-                    let _ = ready.send(()).await;
-                }
+            Some("next") if !announced => {
+                announced = true;
+                let _ = ready.send(()).await;
             }
             Some("complete") => {
                 let _ = ws.close(None).await;
