@@ -131,9 +131,26 @@ pub struct Settings {
     #[arg(long, env = "CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]
     pub connect_timeout: Duration,
 
-    /// Size of the PostgreSQL connection pool.
+    /// Size of the PostgreSQL connection pool of requests (one of its connections is the
+    /// membership listener's).
     #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 20, global = true)]
     pub db_max_connections: u32,
+
+    /// Size of the background jobs' own PostgreSQL pool (like worker, view aggregator, feed
+    /// fan-out): requests cannot starve the jobs of connections, nor the jobs the requests.
+    #[arg(long, env = "JOBS_DB_MAX_CONNECTIONS", default_value_t = 4, global = true)]
+    pub jobs_db_max_connections: u32,
+
+    /// Longest one SQL statement of a request may run before PostgreSQL cancels it (its
+    /// transaction rolls back and the request fails with TIMEOUT). Jobs and commands have none.
+    #[arg(long, env = "STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]
+    pub statement_timeout: Duration,
+
+    /// Longest a GraphQL query or mutation over HTTP may take; past it the request is
+    /// abandoned and answered with TIMEOUT. Longer than STATEMENT_TIMEOUT, so a statement in
+    /// flight is cancelled by PostgreSQL (and rolled back) rather than left behind.
+    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "15s", value_parser = parse_duration, global = true)]
+    pub request_timeout: Duration,
 
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 64 * 1024, global = true)]
@@ -349,8 +366,23 @@ impl Settings {
         if self.view_cap_window < Duration::from_secs(1) {
             return Err(AppError::Config("VIEW_CAP_WINDOW must be at least 1s".into()));
         }
-        if self.db_max_connections == 0 {
-            return Err(AppError::Config("DB_MAX_CONNECTIONS must be at least 1".into()));
+        if self.db_max_connections < 2 {
+            return Err(AppError::Config(
+                "DB_MAX_CONNECTIONS must be at least 2 (one connection is the membership listener's)".into(),
+            ));
+        }
+        if self.jobs_db_max_connections == 0 {
+            return Err(AppError::Config("JOBS_DB_MAX_CONNECTIONS must be at least 1".into()));
+        }
+        if self.statement_timeout < Duration::from_millis(10) {
+            return Err(AppError::Config("STATEMENT_TIMEOUT must be at least 10ms".into()));
+        }
+        if self.request_timeout <= self.statement_timeout {
+            return Err(AppError::Config(
+                "REQUEST_TIMEOUT must be longer than STATEMENT_TIMEOUT (a statement in flight is cancelled by \
+                 PostgreSQL, not left behind)"
+                    .into(),
+            ));
         }
         if self.feed_fanout_max_members == 0 {
             return Err(AppError::Config("FEED_FANOUT_MAX_MEMBERS must be at least 1".into()));

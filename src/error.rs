@@ -18,6 +18,10 @@ pub enum AppError {
     /// The request would make a second of something that must be unique (a course code).
     #[error("{0}")]
     Conflict(String),
+    /// The request ran past `REQUEST_TIMEOUT`, or one of its statements past
+    /// `STATEMENT_TIMEOUT` (then PostgreSQL cancelled it and rolled its transaction back).
+    #[error("{0}")]
+    Timeout(String),
     #[error("too many requests: try again in {retry_after_ms} ms")]
     RateLimited { retry_after_ms: u64 },
     /// A setting is missing or malformed; the message is the sentence printed at start-up.
@@ -51,7 +55,10 @@ impl AppError {
             AppError::BadUserInput(_) => "BAD_USER_INPUT",
             AppError::Conflict(_) => "CONFLICT",
             AppError::RateLimited { .. } => "RATE_LIMITED",
+            AppError::Timeout(_) => "TIMEOUT",
             _ if self.unreachable().is_some() => "UNAVAILABLE",
+            // 57014: query_canceled, what STATEMENT_TIMEOUT raises.
+            AppError::Database(_) if self.sqlstate().as_deref() == Some("57014") => "TIMEOUT",
             AppError::Config(_)
             | AppError::Database(_)
             | AppError::Redis(_)

@@ -340,9 +340,10 @@ pub async fn build_feed_fanout(state: &AppState) -> AppResult<FanoutJob> {
 /// Opens every client and assembles the shared state.
 pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let settings = Arc::new(settings);
-    let mut db = db::connect(&settings).await?;
-    // One pool; the jobs' handle labels its statements apart from the requests'.
-    let mut jobs_db = db.clone();
+    // Two pools: requests (with STATEMENT_TIMEOUT) and background jobs, so neither can take
+    // the other's connections.
+    let mut db = db::connect_api(&settings).await?;
+    let mut jobs_db = db::connect_jobs(&settings).await?;
     let sql_statements = db::StatementCounter::attach(&mut db, "api");
     sql_statements.attach_also(&mut jobs_db, "background");
     let redis = kv::connect(settings.redis_url()?, settings.connect_timeout, "api").await?;

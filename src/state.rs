@@ -21,8 +21,9 @@ use crate::views::Views;
 pub struct AppState {
     pub settings: Arc<Settings>,
     pub db: DatabaseConnection,
-    /// The same pool for the like worker, the view aggregator and the feed fan-out: their
-    /// statements count as `role="background"` in `sql_statements_total`.
+    /// The background jobs' own pool (like worker, view aggregator, feed fan-out), apart from
+    /// the requests' `db`: their statements count as `role="background"` in
+    /// `sql_statements_total`.
     pub jobs_db: DatabaseConnection,
     /// How many SQL statements `db` and `jobs_db` have run, for statements-per-request
     /// measurements.

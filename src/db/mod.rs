@@ -18,7 +18,30 @@ pub async fn connect(settings: &Settings) -> AppResult<DatabaseConnection> {
     connect_url(url, settings.connect_timeout, settings.db_max_connections).await
 }
 
+/// The requests' pool: every statement under `STATEMENT_TIMEOUT`.
+pub async fn connect_api(settings: &Settings) -> AppResult<DatabaseConnection> {
+    let url = settings.database_url()?;
+    connect_with(url, settings.connect_timeout, settings.db_max_connections, Some(settings.statement_timeout)).await
+}
+
+/// The background jobs' own pool (`JOBS_DB_MAX_CONNECTIONS`), apart from the requests'.
+pub async fn connect_jobs(settings: &Settings) -> AppResult<DatabaseConnection> {
+    let url = settings.database_url()?;
+    connect_with(url, settings.connect_timeout, settings.jobs_db_max_connections, None).await
+}
+
 pub async fn connect_url(url: &str, timeout: Duration, max_connections: u32) -> AppResult<DatabaseConnection> {
+    connect_with(url, timeout, max_connections, None).await
+}
+
+/// A pool of at most `max_connections`, each connection's statements cancelled by PostgreSQL
+/// after `statement_timeout` when one is given.
+async fn connect_with(
+    url: &str,
+    timeout: Duration,
+    max_connections: u32,
+    statement_timeout: Option<Duration>,
+) -> AppResult<DatabaseConnection> {
     let url = &without_tls_on_loopback(url);
     let mut options = ConnectOptions::new(url.to_owned());
     options
@@ -27,6 +50,11 @@ pub async fn connect_url(url: &str, timeout: Duration, max_connections: u32) -> 
         .max_connections(max_connections)
         .min_connections(0)
         .sqlx_logging(false);
+    if let Some(limit) = statement_timeout {
+        // Sent with the connection's start-up parameters: no extra round trip per connection.
+        let millis = limit.as_millis().to_string();
+        options.map_sqlx_postgres_opts(move |pg| pg.options([("statement_timeout", millis.as_str())]));
+    }
     let db = tokio::time::timeout(timeout + Duration::from_millis(500), Database::connect(options))
         .await
         .map_err(|_| unreachable_db(url, "timed out"))?

@@ -58,6 +58,11 @@ pub fn assign_code(err: &mut ServerError) {
             err.message = AppError::unreachable_message(service).to_owned();
             "UNAVAILABLE"
         }
+        Some(app @ AppError::Database(_)) if app.code() == "TIMEOUT" => {
+            tracing::warn!(error = %app, path = ?err.path, "a statement ran past STATEMENT_TIMEOUT and was cancelled");
+            err.message = "a statement ran too long and was cancelled; its transaction was rolled back".to_owned();
+            "TIMEOUT"
+        }
         Some(app) if app.is_internal() => {
             tracing::error!(error = %app, path = ?err.path, "internal error while resolving");
             err.message = "internal error".to_owned();

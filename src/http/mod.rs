@@ -156,7 +156,23 @@ async fn graphql(
     if let Some(user_id) = viewer {
         request = request.data(Viewer::new(user_id, state.app.memberships.clone()));
     }
-    state.schema.execute(request).await.into()
+    let deadline = state.app.settings.request_timeout;
+    match tokio::time::timeout(deadline, state.schema.execute(request)).await {
+        Ok(response) => response.into(),
+        Err(_) => {
+            // Abandoned: a statement still in flight is cancelled by PostgreSQL at
+            // STATEMENT_TIMEOUT (shorter than this deadline), which rolls its transaction back.
+            tracing::warn!(?deadline, "a request ran past REQUEST_TIMEOUT and was abandoned");
+            let err = AppError::Timeout(format!("the request ran past its deadline of {deadline:?} and was stopped"));
+            let response = error_response(err);
+            crate::graphql::metrics::record(
+                crate::graphql::metrics::UNPARSED,
+                Some(started.elapsed()),
+                &response.errors,
+            );
+            response.into()
+        }
+    }
 }
 
 /// A GraphQL response carrying one error, for failures before execution.
