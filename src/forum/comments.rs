@@ -69,6 +69,67 @@ pub async fn page_replies(
     page_of(db, &select, scope, [root_id, course_id], page).await
 }
 
+/// Whose comments a page lists: a post's top-level comments, or a root comment's replies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Thread {
+    Post { post_id: i64, course_id: i64 },
+    Replies { root_id: i64, course_id: i64 },
+}
+
+/// The same page (`page`) of many threads of one kind in ONE statement: every parent's page
+/// through a LATERAL join on the same index as `page_top_level` / `page_replies`, so a list of
+/// posts with their comments costs one statement per level, not one per post.
+pub async fn pages_of_threads(
+    db: &impl ConnectionTrait,
+    threads: &[Thread],
+    page: &PageRequest,
+) -> AppResult<std::collections::HashMap<Thread, Page<CommentRow>>> {
+    let Some(first) = threads.first() else { return Ok(Default::default()) };
+    let (parent_column, scope) = match first {
+        Thread::Post { .. } => ("post_id", "post_id = parent.id AND parent_id IS NULL AND deleted_at IS NULL"),
+        Thread::Replies { .. } => ("parent_id", "parent_id = parent.id AND deleted_at IS NULL"),
+    };
+    let (ids, courses): (Vec<i64>, Vec<i64>) = threads
+        .iter()
+        .map(|thread| match *thread {
+            Thread::Post { post_id, course_id } => (post_id, course_id),
+            Thread::Replies { root_id, course_id } => (root_id, course_id),
+        })
+        .unzip();
+    let inner = page_sql(&format!("SELECT {COMMENT_COLUMNS} FROM comments"), scope, 2, page, Order::OldestFirst);
+    let sql = format!(
+        "SELECT c.*, parent.course_id FROM unnest($1::bigint[], $2::bigint[]) AS parent(id, course_id) \
+         CROSS JOIN LATERAL ({inner}) c"
+    );
+    let mut values: Vec<sea_orm::Value> = vec![ids.into(), courses.into()];
+    values.extend(page.values());
+    let rows = CommentRow::find_by_statement(stmt(&sql, values)).all(db).await?;
+    let mut by_parent: std::collections::HashMap<i64, Vec<CommentRow>> = Default::default();
+    for row in rows {
+        let parent = if parent_column == "post_id" { row.post_id } else { row.parent_id.unwrap_or_default() };
+        by_parent.entry(parent).or_default().push(row);
+    }
+    Ok(threads
+        .iter()
+        .map(|thread| {
+            let parent = match *thread {
+                Thread::Post { post_id, .. } => post_id,
+                Thread::Replies { root_id, .. } => root_id,
+            };
+            (*thread, page.finish(by_parent.remove(&parent).unwrap_or_default()))
+        })
+        .collect())
+}
+
+/// Live comments (or replies) by id, with their post's course, in one statement.
+pub async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<CommentRow>> {
+    let sql = "SELECT c.id, c.post_id, p.course_id, c.parent_id, c.reply_to_user_id, c.user_id, c.body, \
+               c.like_count, c.reply_count, c.created_at, c.edited_at \
+               FROM comments c JOIN posts p ON p.id = c.post_id \
+               WHERE c.id = ANY($1) AND c.deleted_at IS NULL AND p.deleted_at IS NULL";
+    Ok(CommentRow::find_by_statement(stmt(sql, [ids.to_vec().into()])).all(db).await?)
+}
+
 async fn page_of(
     db: &impl ConnectionTrait,
     select: &str,

@@ -119,16 +119,18 @@ pub async fn find_with_roles_of_user(
 }
 
 #[derive(FromQueryResult)]
-struct CountRow {
+struct CourseCountRow {
+    course_id: i64,
     n: i64,
 }
 
-pub async fn member_count(db: &impl ConnectionTrait, course_id: i64) -> AppResult<i64> {
-    let row = CountRow::find_by_statement(stmt(
-        "SELECT count(*) AS n FROM course_members WHERE course_id = $1",
-        [course_id.into()],
+/// Members of each of `course_ids` in one statement (courses without members are absent).
+pub async fn member_counts(db: &impl ConnectionTrait, course_ids: &[i64]) -> AppResult<HashMap<i64, i64>> {
+    let rows = CourseCountRow::find_by_statement(stmt(
+        "SELECT course_id, count(*) AS n FROM course_members WHERE course_id = ANY($1) GROUP BY course_id",
+        [course_ids.to_vec().into()],
     ))
-    .one(db)
+    .all(db)
     .await?;
-    Ok(row.map_or(0, |r| r.n))
+    Ok(rows.into_iter().map(|row| (row.course_id, row.n)).collect())
 }

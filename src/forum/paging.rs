@@ -17,7 +17,7 @@ pub enum Order {
 }
 
 /// A validated page request: `first/after` walks forward, `last/before` walks backward.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PageRequest {
     pub limit: i64,
     pub cursor: Option<i64>,

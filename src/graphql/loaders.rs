@@ -11,8 +11,12 @@ use async_graphql::Context;
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 use sea_orm::DatabaseConnection;
 
+use crate::cache::PostCache;
 use crate::error::{AppError, AppResult};
+use crate::forum::comments::{self, CommentRow, Thread};
 use crate::forum::courses::{self, CourseRow};
+use crate::forum::paging::{Page, PageRequest};
+use crate::forum::posts::PostRow;
 use crate::forum::users::{self, UserRow};
 use crate::likes::{LikeTarget, Likes};
 use crate::views::{LiveViews, Views};
@@ -61,6 +65,70 @@ impl Loader<(i64, LikeTarget)> for LikedLoader {
     }
 }
 
+/// Member counts of every course a request shows, in one statement.
+pub struct MemberCountLoader(DatabaseConnection);
+
+impl Loader<i64> for MemberCountLoader {
+    type Value = i64;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[i64]) -> Result<HashMap<i64, i64>, LoadError> {
+        let counts = courses::member_counts(&self.0, keys).await.map_err(Arc::new)?;
+        Ok(keys.iter().map(|id| (*id, counts.get(id).copied().unwrap_or(0))).collect())
+    }
+}
+
+/// Comments and replies by id (a reply's root comment), in one statement.
+pub struct CommentLoader(DatabaseConnection);
+
+impl Loader<i64> for CommentLoader {
+    type Value = CommentRow;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[i64]) -> Result<HashMap<i64, CommentRow>, LoadError> {
+        let rows = comments::find_many(&self.0, keys).await.map_err(Arc::new)?;
+        Ok(rows.into_iter().map(|c| (c.id, c)).collect())
+    }
+}
+
+/// Pages of comments (or replies) of every post (or root comment) at one level of a request:
+/// one statement per kind of thread and page request, however many parents the level has.
+pub struct ThreadPageLoader(DatabaseConnection);
+
+impl Loader<(Thread, PageRequest)> for ThreadPageLoader {
+    type Value = Arc<Page<CommentRow>>;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[(Thread, PageRequest)],
+    ) -> Result<HashMap<(Thread, PageRequest), Arc<Page<CommentRow>>>, LoadError> {
+        // One statement per (kind, page): a level asks the same page of all its parents.
+        let mut groups: HashMap<(bool, PageRequest), Vec<Thread>> = HashMap::new();
+        for (thread, page) in keys {
+            groups.entry((matches!(thread, Thread::Post { .. }), *page)).or_default().push(*thread);
+        }
+        let mut pages = HashMap::new();
+        for ((_, page), threads) in groups {
+            let found = comments::pages_of_threads(&self.0, &threads, &page).await.map_err(Arc::new)?;
+            pages.extend(found.into_iter().map(|(thread, rows)| ((thread, page), Arc::new(rows))));
+        }
+        Ok(pages)
+    }
+}
+
+/// Posts by id through the post cache (one pipelined read, the misses in one statement).
+pub struct PostLoader(PostCache);
+
+impl Loader<i64> for PostLoader {
+    type Value = PostRow;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[i64]) -> Result<HashMap<i64, PostRow>, LoadError> {
+        self.0.get_many(keys).await.map_err(Arc::new)
+    }
+}
+
 /// Unflushed views and unique viewers of every post a request shows, in one Redis round trip.
 pub struct ViewLoader(Views);
 
@@ -81,12 +149,22 @@ pub struct Loaders {
     /// (`prime_liked`), and a like or unlike records its outcome in it (`record_liked`).
     pub liked: Option<DataLoader<LikedLoader, HashMapCache>>,
     pub views: DataLoader<ViewLoader>,
+    pub member_counts: DataLoader<MemberCountLoader>,
+    pub comments: DataLoader<CommentLoader>,
+    pub thread_pages: DataLoader<ThreadPageLoader>,
+    pub posts: DataLoader<PostLoader>,
     /// False for loaders that outlive a request (a websocket connection's): nothing is cached.
     liked_cached: bool,
 }
 
 impl Loaders {
-    pub fn new(db: &DatabaseConnection, likes: &Likes, views: &Views, viewer: Option<i64>) -> Self {
+    pub fn new(
+        db: &DatabaseConnection,
+        post_cache: &PostCache,
+        likes: &Likes,
+        views: &Views,
+        viewer: Option<i64>,
+    ) -> Self {
         Self {
             users: DataLoader::new(UserLoader(db.clone()), tokio::spawn),
             courses: DataLoader::new(CourseLoader(db.clone()), tokio::spawn),
@@ -98,6 +176,10 @@ impl Loaders {
                 )
             }),
             views: DataLoader::new(ViewLoader(views.clone()), tokio::spawn),
+            member_counts: DataLoader::new(MemberCountLoader(db.clone()), tokio::spawn),
+            comments: DataLoader::new(CommentLoader(db.clone()), tokio::spawn),
+            thread_pages: DataLoader::new(ThreadPageLoader(db.clone()), tokio::spawn),
+            posts: DataLoader::new(PostLoader(post_cache.clone()), tokio::spawn),
             liked_cached: true,
         }
     }

@@ -11,8 +11,8 @@ use super::cursor::{self, KeyCursor};
 use super::ids::{NodeKind, encode};
 use super::loaders::{liked_by_me, loaders, prime_liked, user};
 use crate::error::AppError;
-use crate::forum::comments::{self, CommentRow};
-use crate::forum::courses::{self, CourseRow, Role};
+use crate::forum::comments::{CommentRow, Thread};
+use crate::forum::courses::{CourseRow, Role};
 use crate::forum::paging::{Page, PageRequest};
 use crate::forum::posts::{self, PostRow};
 use crate::forum::users::UserRow;
@@ -141,7 +141,7 @@ impl Course {
         Ok(self.row(ctx).await?.created_at)
     }
     async fn member_count(&self, ctx: &Context<'_>) -> Result<i64> {
-        Ok(courses::member_count(&state(ctx)?.db, self.course_id).await?)
+        Ok(loaders(ctx)?.member_counts.load_one(self.course_id).await?.unwrap_or(0))
     }
     /// The viewer's role in this course.
     async fn my_role(&self, ctx: &Context<'_>) -> Result<Role> {
@@ -221,16 +221,24 @@ impl Post {
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Comment>> {
         let page = page_request(first, after, last, before)?;
-        let rows = comments::page_top_level(&state(ctx)?.db, self.0.id, self.0.course_id, &page).await?;
+        let thread = Thread::Post { post_id: self.0.id, course_id: self.0.course_id };
+        let rows = thread_page(ctx, thread, page).await?;
         prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Comment(r.id)))).await?;
         Ok(connection(rows, |r| r.id, Comment))
     }
 }
 
-/// Resolves the live post a comment belongs to (through the post cache).
+/// Resolves the live post a comment belongs to (through the post cache, batched per level).
 async fn post_of(ctx: &Context<'_>, comment: &CommentRow) -> Result<Post> {
-    let row = state(ctx)?.post_cache.get(comment.post_id).await?;
+    let row = loaders(ctx)?.posts.load_one(comment.post_id).await?;
     row.map(Post).ok_or_else(|| AppError::not_found("post").into())
+}
+
+/// One thread's page, loaded with the same page of every other thread at its level.
+async fn thread_page(ctx: &Context<'_>, thread: Thread, page: PageRequest) -> Result<Page<CommentRow>> {
+    let rows = loaders(ctx)?.thread_pages.load_one((thread, page)).await?;
+    let rows = rows.ok_or_else(|| AppError::Internal("a thread page was not loaded".into()))?;
+    Ok(Page { items: rows.items.clone(), has_next: rows.has_next, has_prev: rows.has_prev })
 }
 
 pub struct Comment(pub CommentRow);
@@ -275,7 +283,7 @@ impl Comment {
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Reply>> {
         let page = page_request(first, after, last, before)?;
-        let rows = comments::page_replies(&state(ctx)?.db, self.0.id, self.0.course_id, &page).await?;
+        let rows = thread_page(ctx, Thread::Replies { root_id: self.0.id, course_id: self.0.course_id }, page).await?;
         Ok(connection(rows, |r| r.id, Reply))
     }
 }
@@ -294,7 +302,7 @@ impl Reply {
     /// The root comment this reply hangs under.
     async fn comment(&self, ctx: &Context<'_>) -> Result<Comment> {
         let root = self.0.parent_id.ok_or_else(|| AppError::Internal("reply without parent".into()))?;
-        let row = comments::find(&state(ctx)?.db, root).await?;
+        let row = loaders(ctx)?.comments.load_one(root).await?;
         row.map(Comment).ok_or_else(|| AppError::not_found("comment").into())
     }
     /// The user this reply answers (the author of the comment or reply it was written to).

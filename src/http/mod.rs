@@ -150,7 +150,8 @@ async fn graphql(
             }
         }
     };
-    request = request.data(Loaders::new(&state.app.db, &state.app.likes, &state.app.views, viewer));
+    request =
+        request.data(Loaders::new(&state.app.db, &state.app.post_cache, &state.app.likes, &state.app.views, viewer));
     let ip = crate::views::client_ip(peer, &headers, state.app.settings.trusted_proxy);
     request = request.data(crate::views::ClientIp(ip));
     if let Some(user_id) = viewer {

@@ -1,0 +1,119 @@
+//! No statement per parent: `memberCount`, `Post.comments`, `Comment.replies`, `Reply.comment`
+//! and the `post` of nested comments and replies load once per level of a request, however
+//! many parents the level has. The same nested query over 2 posts and over 6 runs the same
+//! number of SQL statements, and returns each parent its own children.
+
+mod common;
+
+use common::{TestApp, World, gid};
+use serde_json::{Value, json};
+
+const NESTED: &str = "query($c: ID!, $n: Int!) { course(id: $c) { posts(first: $n) { nodes { id \
+    course { memberCount } \
+    comments(first: 10) { pageInfo { hasNextPage } nodes { id body post { id } \
+      replies(first: 10) { nodes { id body comment { id } post { id course { memberCount } } } } } } } } } }";
+
+/// `posts` posts, each with 3 comments, each with 2 replies; returns the post ids.
+async fn threads(app: &TestApp, world: &World, posts: usize) -> Vec<i64> {
+    let alice = app.token(world.alice);
+    let mut ids = Vec::new();
+    for p in 0..posts {
+        let post = app.create_post(&alice, world.course, &format!("post {p}")).await;
+        for c in 0..3 {
+            let comment = app
+                .gql_ok(
+                    Some(&alice),
+                    "mutation($p: ID!, $b: String!) { createComment(postId: $p, body: $b) { id } }",
+                    json!({ "p": gid("Post", post), "b": format!("p{p} c{c}") }),
+                )
+                .await["createComment"]["id"]
+                .clone();
+            for r in 0..2 {
+                app.gql_ok(
+                    Some(&alice),
+                    "mutation($c: ID!, $b: String!) { createReply(commentId: $c, body: $b) { id } }",
+                    json!({ "c": comment, "b": format!("p{p} c{c} r{r}") }),
+                )
+                .await;
+            }
+        }
+        ids.push(post);
+    }
+    ids
+}
+
+/// Runs the nested query over the newest `n` posts; returns the data and its SQL statements.
+async fn nested(app: &TestApp, world: &World, n: usize) -> (Value, u64) {
+    let before = app.state.sql_statements.get();
+    let data =
+        app.gql_ok(Some(&app.token(world.bob)), NESTED, json!({ "c": gid("Course", world.course), "n": n })).await;
+    (data, app.state.sql_statements.get() - before)
+}
+
+#[tokio::test]
+async fn nested_lists_cost_one_statement_per_level_not_per_parent() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    threads(&app, &world, 6).await;
+
+    nested(&app, &world, 6).await; // the viewer's memberships and the post cache warm
+    let (few, few_statements) = nested(&app, &world, 2).await;
+    let (many, many_statements) = nested(&app, &world, 6).await;
+    // The posts page, then per level: the courses and their member counts, the comments of
+    // every post, the replies of every comment, their roots. One per parent would be 6 for the
+    // comments and 18 for the replies alone. (A loader's batch may split in two when a busy
+    // machine schedules a level's resolvers more than its 1 ms window apart: a little slack.)
+    assert!(many_statements <= 10, "{many_statements} statements for 6 posts × 3 comments × 2 replies");
+    assert!(
+        many_statements <= few_statements + 2,
+        "statements grew with the parents: {few_statements} for 2 posts, {many_statements} for 6"
+    );
+
+    // Every parent got its own children, in order.
+    let posts = many["course"]["posts"]["nodes"].as_array().expect("posts");
+    assert_eq!(posts.len(), 6);
+    for post in posts {
+        let p = post["id"].clone();
+        assert_eq!(post["course"]["memberCount"], 3, "{post}");
+        let comments = post["comments"]["nodes"].as_array().expect("comments");
+        assert_eq!(comments.len(), 3);
+        assert_eq!(post["comments"]["pageInfo"]["hasNextPage"], false);
+        let title_number = comments[0]["body"].as_str().expect("body").split(' ').next().expect("p<n>").to_owned();
+        for (c, comment) in comments.iter().enumerate() {
+            assert_eq!(comment["post"]["id"], p);
+            assert_eq!(comment["body"], format!("{title_number} c{c}"));
+            let replies = comment["replies"]["nodes"].as_array().expect("replies");
+            let bodies: Vec<&str> = replies.iter().map(|r| r["body"].as_str().expect("body")).collect();
+            assert_eq!(bodies, [format!("{title_number} c{c} r0"), format!("{title_number} c{c} r1")]);
+            for reply in replies {
+                assert_eq!(reply["comment"]["id"], comment["id"]);
+                assert_eq!(reply["post"]["id"], p);
+            }
+        }
+    }
+    assert_eq!(few["course"]["posts"]["nodes"].as_array().expect("posts").len(), 2);
+}
+
+/// A page size smaller than a thread pages each parent on its own: `first: 2` of 3 comments
+/// says `hasNextPage` for every post.
+#[tokio::test]
+async fn each_parent_gets_its_own_page_of_a_batched_level() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    threads(&app, &world, 3).await;
+    let query = "query($c: ID!) { course(id: $c) { posts(first: 3) { nodes { \
+                 comments(first: 2) { pageInfo { hasNextPage } nodes { body } } } } } }";
+    let data = app.gql_ok(Some(&app.token(world.bob)), query, json!({ "c": gid("Course", world.course) })).await;
+    for post in data["course"]["posts"]["nodes"].as_array().expect("posts") {
+        assert_eq!(post["comments"]["pageInfo"]["hasNextPage"], true, "{post}");
+        let bodies: Vec<&str> = post["comments"]["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| n["body"].as_str().expect("body"))
+            .collect();
+        assert_eq!(bodies.len(), 2);
+        assert!(bodies[0].ends_with("c0") && bodies[1].ends_with("c1"), "{bodies:?}");
+        assert_eq!(bodies[0].split(' ').next(), bodies[1].split(' ').next(), "one post's comments only");
+    }
+}
