@@ -146,6 +146,12 @@ pub struct Settings {
     #[arg(long, env = "STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]
     pub statement_timeout: Duration,
 
+    /// Most SQL statements one GraphQL request over HTTP may run; past it the request is
+    /// abandoned with STATEMENT_BUDGET_EXCEEDED (the last fence behind the cost limits and the
+    /// batched loaders: a page runs 2 or 3).
+    #[arg(long, env = "REQUEST_STATEMENT_BUDGET", default_value_t = 200, global = true)]
+    pub request_statement_budget: u64,
+
     /// Longest a GraphQL query or mutation over HTTP may take; past it the request is
     /// abandoned and answered with TIMEOUT. Longer than STATEMENT_TIMEOUT, so a statement in
     /// flight is cancelled by PostgreSQL (and rolled back) rather than left behind.
@@ -370,6 +376,9 @@ impl Settings {
             return Err(AppError::Config(
                 "DB_MAX_CONNECTIONS must be at least 2 (one connection is the membership listener's)".into(),
             ));
+        }
+        if self.request_statement_budget == 0 {
+            return Err(AppError::Config("REQUEST_STATEMENT_BUDGET must be at least 1".into()));
         }
         if self.jobs_db_max_connections == 0 {
             return Err(AppError::Config("JOBS_DB_MAX_CONNECTIONS must be at least 1".into()));

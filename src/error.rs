@@ -22,6 +22,9 @@ pub enum AppError {
     /// `STATEMENT_TIMEOUT` (then PostgreSQL cancelled it and rolled its transaction back).
     #[error("{0}")]
     Timeout(String),
+    /// The request ran more SQL statements than `REQUEST_STATEMENT_BUDGET` and was abandoned.
+    #[error("the request ran more than {limit} SQL statements and was stopped; ask for fewer objects at once")]
+    StatementBudgetExceeded { limit: u64 },
     #[error("too many requests: try again in {retry_after_ms} ms")]
     RateLimited { retry_after_ms: u64 },
     /// A setting is missing or malformed; the message is the sentence printed at start-up.
@@ -56,6 +59,7 @@ impl AppError {
             AppError::Conflict(_) => "CONFLICT",
             AppError::RateLimited { .. } => "RATE_LIMITED",
             AppError::Timeout(_) => "TIMEOUT",
+            AppError::StatementBudgetExceeded { .. } => "STATEMENT_BUDGET_EXCEEDED",
             _ if self.unreachable().is_some() => "UNAVAILABLE",
             // 57014: query_canceled, what STATEMENT_TIMEOUT raises.
             AppError::Database(_) if self.sqlstate().as_deref() == Some("57014") => "TIMEOUT",

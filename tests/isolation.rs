@@ -155,3 +155,25 @@ async fn timeouts_that_could_leave_a_statement_behind_are_refused_at_start() {
     let err = settings.validate_for_serve().expect_err("REQUEST_TIMEOUT must exceed STATEMENT_TIMEOUT");
     assert!(err.to_string().contains("REQUEST_TIMEOUT must be longer than STATEMENT_TIMEOUT"), "{err}");
 }
+
+/// The per-request statement budget is a fence: a query that would run more statements than
+/// REQUEST_STATEMENT_BUDGET is abandoned with STATEMENT_BUDGET_EXCEEDED, and the next request
+/// has a budget of its own.
+#[tokio::test]
+async fn a_request_over_its_statement_budget_is_stopped_with_its_own_code() {
+    let app = TestApp::spawn_with(|s| s.request_statement_budget = 3).await;
+    let world = World::create(&app).await;
+    let alice = app.token(world.alice);
+    let post = app.create_post(&alice, world.course, "p").await;
+    // Cold: the course with the memberships, the posts page, the authors, the member count,
+    // the comments: more than 3.
+    app.state.memberships.everything_changed();
+    let heavy = "query($c: ID!) { course(id: $c) { memberCount posts(first: 5) { nodes { author { handle } \
+                 comments(first: 5) { nodes { id } } } } } }";
+    let response = app.gql(Some(&alice), heavy, json!({ "c": gid("Course", world.course) })).await;
+    assert_eq!(error_code(&response).as_deref(), Some("STATEMENT_BUDGET_EXCEEDED"), "{response}");
+    assert!(response["errors"][0]["message"].as_str().is_some_and(|m| m.contains("more than 3")), "{response}");
+    let light =
+        app.gql(Some(&alice), "query($p: ID!) { post(id: $p) { title } }", json!({ "p": gid("Post", post) })).await;
+    assert_eq!(light["data"]["post"]["title"], "p", "{light}");
+}

@@ -1,6 +1,7 @@
 //! PostgreSQL: connecting with bounded timeouts, running migrations, and the small helpers
 //! that turn visible SQL into statements.
 
+pub mod budget;
 pub mod migrator;
 
 use std::time::Duration;
@@ -137,6 +138,7 @@ impl StatementCounter {
         let inner = self.0.clone();
         db.set_metric_callback(move |_| {
             inner.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            budget::charge_current();
             metrics::counter!(crate::telemetry::names::SQL_STATEMENTS, "role" => role).increment(1);
         });
     }

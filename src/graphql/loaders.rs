@@ -9,9 +9,11 @@ use std::sync::Arc;
 
 use async_graphql::Context;
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
+use futures_util::future::BoxFuture;
 use sea_orm::DatabaseConnection;
 
 use crate::cache::PostCache;
+use crate::db::budget::StatementBudget;
 use crate::error::{AppError, AppResult};
 use crate::forum::comments::{self, CommentRow, Thread};
 use crate::forum::courses::{self, CourseRow};
@@ -158,28 +160,37 @@ pub struct Loaders {
 }
 
 impl Loaders {
+    /// The loaders of one request; with a `budget`, their batches' statements are charged to it.
     pub fn new(
         db: &DatabaseConnection,
         post_cache: &PostCache,
         likes: &Likes,
         views: &Views,
         viewer: Option<i64>,
+        budget: Option<&Arc<StatementBudget>>,
     ) -> Self {
+        let budget = budget.cloned();
+        let spawner = || -> Box<dyn Fn(BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()> + Send + Sync> {
+            match &budget {
+                Some(budget) => Box::new(budget.spawner()),
+                None => Box::new(tokio::spawn),
+            }
+        };
         Self {
-            users: DataLoader::new(UserLoader(db.clone()), tokio::spawn),
-            courses: DataLoader::new(CourseLoader(db.clone()), tokio::spawn),
+            users: DataLoader::new(UserLoader(db.clone()), spawner()),
+            courses: DataLoader::new(CourseLoader(db.clone()), spawner()),
             liked: viewer.map(|user_id| {
                 DataLoader::with_cache(
                     LikedLoader { likes: likes.clone(), user_id },
-                    tokio::spawn,
+                    spawner(),
                     HashMapCache::default(),
                 )
             }),
-            views: DataLoader::new(ViewLoader(views.clone()), tokio::spawn),
-            member_counts: DataLoader::new(MemberCountLoader(db.clone()), tokio::spawn),
-            comments: DataLoader::new(CommentLoader(db.clone()), tokio::spawn),
-            thread_pages: DataLoader::new(ThreadPageLoader(db.clone()), tokio::spawn),
-            posts: DataLoader::new(PostLoader(post_cache.clone()), tokio::spawn),
+            views: DataLoader::new(ViewLoader(views.clone()), spawner()),
+            member_counts: DataLoader::new(MemberCountLoader(db.clone()), spawner()),
+            comments: DataLoader::new(CommentLoader(db.clone()), spawner()),
+            thread_pages: DataLoader::new(ThreadPageLoader(db.clone()), spawner()),
+            posts: DataLoader::new(PostLoader(post_cache.clone()), spawner()),
             liked_cached: true,
         }
     }

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::auth::Viewer;
+use crate::db::budget::StatementBudget;
 use crate::error::AppError;
 use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders};
 use crate::state::AppState;
@@ -150,30 +151,34 @@ async fn graphql(
             }
         }
     };
-    request =
-        request.data(Loaders::new(&state.app.db, &state.app.post_cache, &state.app.likes, &state.app.views, viewer));
+    let budget = StatementBudget::new(state.app.settings.request_statement_budget);
+    let app = &state.app;
+    request = request.data(Loaders::new(&app.db, &app.post_cache, &app.likes, &app.views, viewer, Some(&budget)));
     let ip = crate::views::client_ip(peer, &headers, state.app.settings.trusted_proxy);
     request = request.data(crate::views::ClientIp(ip));
     if let Some(user_id) = viewer {
         request = request.data(Viewer::new(user_id, state.app.memberships.clone()));
     }
     let deadline = state.app.settings.request_timeout;
-    match tokio::time::timeout(deadline, state.schema.execute(request)).await {
-        Ok(response) => response.into(),
-        Err(_) => {
-            // Abandoned: a statement still in flight is cancelled by PostgreSQL at
-            // STATEMENT_TIMEOUT (shorter than this deadline), which rolls its transaction back.
-            tracing::warn!(?deadline, "a request ran past REQUEST_TIMEOUT and was abandoned");
-            let err = AppError::Timeout(format!("the request ran past its deadline of {deadline:?} and was stopped"));
-            let response = error_response(err);
-            crate::graphql::metrics::record(
-                crate::graphql::metrics::UNPARSED,
-                Some(started.elapsed()),
-                &response.errors,
-            );
-            response.into()
+    // Abandoned past its deadline or its statement budget: a statement still in flight is
+    // cancelled by PostgreSQL at STATEMENT_TIMEOUT (shorter than the deadline), and a
+    // transaction dropped unfinished rolls back.
+    let stopped = tokio::select! {
+        response = tokio::time::timeout(deadline, budget.scope(state.schema.execute(request))) => match response {
+            Ok(response) => return response.into(),
+            Err(_) => {
+                tracing::warn!(?deadline, "a request ran past REQUEST_TIMEOUT and was abandoned");
+                AppError::Timeout(format!("the request ran past its deadline of {deadline:?} and was stopped"))
+            }
+        },
+        () = budget.exceeded() => {
+            tracing::warn!(limit = budget.limit(), "a request ran past REQUEST_STATEMENT_BUDGET and was abandoned");
+            AppError::StatementBudgetExceeded { limit: budget.limit() }
         }
-    }
+    };
+    let response = error_response(stopped);
+    crate::graphql::metrics::record(crate::graphql::metrics::UNPARSED, Some(started.elapsed()), &response.errors);
+    response.into()
 }
 
 /// A GraphQL response carrying one error, for failures before execution.

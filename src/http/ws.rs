@@ -190,7 +190,7 @@ async fn authenticate(
     let user_id = token.user_id;
     let mut data = Data::default();
     data.insert(Viewer::for_connection(user_id, app.memberships.clone()));
-    data.insert(Loaders::new(&app.db, &app.post_cache, &app.likes, &app.views, Some(user_id)).uncached());
+    data.insert(Loaders::new(&app.db, &app.post_cache, &app.likes, &app.views, Some(user_id), None).uncached());
     data.insert(SubscriptionBudget::new(app.settings.live_max_subscriptions));
     Ok((data, token.expires_at))
 }

@@ -90,6 +90,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         jobs_db_max_connections: 4,
         statement_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(30),
+        request_statement_budget: 200,
         max_body_bytes: 64 * 1024,
         log_format: LogFormat::Text,
         view_min_dwell: Duration::from_secs(30),
