@@ -8,14 +8,28 @@
 //! aliases cannot multiply: the same response key is resolved once.
 //!
 //! Directives: at most `MAX_DIRECTIVES` on one field (async-graphql's own check).
+//!
+//! Cost: every field costs 1 for each place it is resolved: a fragment's fields once per spread
+//! (async-graphql's complexity walk enters the fragment at every spread), and a connection's
+//! children multiplied by its page size (`types::page_cost`: `first` or `last`, 20 when absent,
+//! clamped to 1..=100). A document whose operation costs more than `MAX_COST` is refused after
+//! validation and before anything runs, with `COST_LIMIT_EXCEEDED` and its `cost` and `limit`
+//! in `extensions`. Lists are batched per level (`loaders`), so the cost bounds the rows a
+//! request reads; `REQUEST_STATEMENT_BUDGET` bounds its statements.
 
 use std::sync::Arc;
 
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextParseQuery};
+use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextValidation};
 use async_graphql::parser::types::{DocumentOperations, ExecutableDocument, Selection, SelectionSet};
+use async_graphql::{ErrorExtensionValues, ValidationResult};
 use async_graphql::{ServerError, ServerResult, Variables};
 
-/// Most aliases one document may hold. Clients that render a page use a handful.
+/// Highest cost accepted. A page of 20 posts with their authors and flags costs about 200;
+/// 100 posts with 100 comments each, 10,000 times their fields.
+pub const MAX_COST: usize = 20_000;
+
+/// Most aliases one document may hold, counted once per place they are resolved (a fragment's
+/// once per spread). Clients that render a page use a handful.
 pub const MAX_ALIASES: usize = 30;
 /// Most directives on one field.
 pub const MAX_DIRECTIVES: usize = 8;
@@ -50,24 +64,79 @@ impl Extension for AliasLimit {
     }
 }
 
+/// Aliases over every operation of the document, a fragment's counted at each spread.
 fn count_aliases(document: &ExecutableDocument) -> usize {
     let operations: Vec<&SelectionSet> = match &document.operations {
         DocumentOperations::Single(operation) => vec![&operation.node.selection_set.node],
         DocumentOperations::Multiple(operations) => operations.values().map(|o| &o.node.selection_set.node).collect(),
     };
-    let fragments = document.fragments.values().map(|f| &f.node.selection_set.node);
-    operations.into_iter().chain(fragments).map(aliases_in).sum()
+    operations.into_iter().map(|set| aliases_in(document, set, &mut Vec::new())).sum()
 }
 
-fn aliases_in(set: &SelectionSet) -> usize {
-    set.items
-        .iter()
-        .map(|selection| match &selection.node {
+/// `entered`: the fragments being expanded, so a cycle (refused later by validation) stops
+/// here instead of recursing forever; past `MAX_ALIASES` the count stops growing usefully.
+fn aliases_in<'a>(document: &'a ExecutableDocument, set: &'a SelectionSet, entered: &mut Vec<&'a str>) -> usize {
+    let mut total = 0;
+    for selection in &set.items {
+        total += match &selection.node {
             Selection::Field(field) => {
-                usize::from(field.node.alias.is_some()) + aliases_in(&field.node.selection_set.node)
+                usize::from(field.node.alias.is_some()) + aliases_in(document, &field.node.selection_set.node, entered)
             }
-            Selection::InlineFragment(inline) => aliases_in(&inline.node.selection_set.node),
-            Selection::FragmentSpread(_) => 0,
-        })
-        .sum()
+            Selection::InlineFragment(inline) => aliases_in(document, &inline.node.selection_set.node, entered),
+            Selection::FragmentSpread(spread) => {
+                let name = spread.node.fragment_name.node.as_str();
+                match document.fragments.get(&spread.node.fragment_name.node) {
+                    Some(fragment) if !entered.contains(&name) => {
+                        entered.push(name);
+                        let inside = aliases_in(document, &fragment.node.selection_set.node, entered);
+                        entered.pop();
+                        inside
+                    }
+                    _ => 0,
+                }
+            }
+        };
+        if total > MAX_ALIASES {
+            break;
+        }
+    }
+    total
+}
+
+/// Refuses an operation whose cost (async-graphql's complexity with `types::page_cost`) is over
+/// `MAX_COST`, with its own code and both numbers.
+pub struct CostLimit;
+
+impl ExtensionFactory for CostLimit {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(CostLimit)
+    }
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for CostLimit {
+    async fn validation(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        next: NextValidation<'_>,
+    ) -> Result<ValidationResult, Vec<ServerError>> {
+        let result = next.run(ctx).await?;
+        if result.complexity > MAX_COST {
+            let mut error = ServerError::new(
+                format!(
+                    "this request would cost {} (each field once per place it is resolved, connections times \
+                     their page size); at most {MAX_COST} is accepted: ask for smaller pages or fewer fields",
+                    result.complexity
+                ),
+                None,
+            );
+            let mut extensions = ErrorExtensionValues::default();
+            extensions.set("code", "COST_LIMIT_EXCEEDED");
+            extensions.set("cost", result.complexity as u64);
+            extensions.set("limit", MAX_COST as u64);
+            error.extensions = Some(extensions);
+            return Err(vec![error]);
+        }
+        Ok(result)
+    }
 }

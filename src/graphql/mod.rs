@@ -24,19 +24,19 @@ pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subs
 
 /// Deepest selection accepted (a post page with comments, replies and their authors fits).
 pub const MAX_DEPTH: usize = 16;
-/// Highest query cost accepted; connection fields cost their page size times their children.
-pub const MAX_COMPLEXITY: usize = 20_000;
+/// Highest query cost accepted (`limits::CostLimit`; README, "What a request may cost").
+pub const MAX_COST: usize = limits::MAX_COST;
 
 /// The schema without runtime data: for SDL export.
 pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::Mutation, subscription::Subscription> {
     Schema::build(query::Query, mutation::Mutation::default(), subscription::Subscription)
         .limit_depth(MAX_DEPTH)
-        .limit_complexity(MAX_COMPLEXITY)
         .limit_directives(limits::MAX_DIRECTIVES)
         // Outermost first: the metrics see the codes ErrorCodes assigns.
         .extension(metrics::RequestMetrics)
         .extension(errors::ErrorCodes)
         .extension(limits::AliasLimit)
+        .extension(limits::CostLimit)
 }
 
 /// The schema served, with the shared state attached.
