@@ -177,3 +177,71 @@ async fn a_request_over_its_statement_budget_is_stopped_with_its_own_code() {
         app.gql(Some(&alice), "query($p: ID!) { post(id: $p) { title } }", json!({ "p": gid("Post", post) })).await;
     assert_eq!(light["data"]["post"]["title"], "p", "{light}");
 }
+
+/// The worst query the cost model accepts, sent in a loop by 12 clients over a request pool of
+/// 3 connections, does not slow the like worker down: it applies 150 queued likes in the same
+/// few batches it needs when nothing else runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_like_worker_keeps_its_pace_while_the_api_is_flooded() {
+    let app = std::sync::Arc::new(
+        TestApp::spawn_with(|s| {
+            s.like_mode = LikeMode::Buffered;
+            s.db_max_connections = 3;
+            s.jobs_db_max_connections = 2;
+        })
+        .await,
+    );
+    let world = World::create(&app).await;
+    let post = app.create_post(&app.token(world.bob), world.course, "hot").await;
+    let users = app
+        .scalar_i64(
+            "WITH u AS (INSERT INTO users (handle, display_name) SELECT 'fan' || n, 'Fan ' || n \
+               FROM generate_series(1, 150) n RETURNING id), \
+             m AS (INSERT INTO course_members (course_id, user_id, role) SELECT $1, id, 'student' FROM u) \
+             SELECT min(id) AS v FROM u",
+            [world.course.into()],
+        )
+        .await;
+    for user in users..users + 150 {
+        app.gql_ok(Some(&app.token(user)), LIKE_POST, json!({ "p": gid("Post", post) })).await;
+    }
+    // Close to MAX_COST (about 18,300): 50 posts × 90 comments with their authors.
+    let worst = "query($c: ID!) { course(id: $c) { memberCount posts(first: 50) { nodes { title author { handle } \
+                 comments(first: 90) { nodes { body author { handle } } } } } } }";
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood: Vec<_> = (0..12)
+        .map(|_| {
+            let (app, stop, token) = (app.clone(), stop.clone(), app.token(world.alice));
+            let course = json!({ "c": gid("Course", world.course) });
+            tokio::spawn(async move {
+                let mut served = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let response = app.gql(Some(&token), worst, course.clone()).await;
+                    assert!(response.get("errors").is_none(), "the worst accepted query: {response}");
+                    served += 1;
+                }
+                served
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let worker = app.worker().await;
+    let started = Instant::now();
+    let mut applied = 0;
+    while applied < 150 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the worker fell behind: {applied} of 150 applied");
+        for shard in 0..app.state.keys.shards() {
+            applied += worker.process_one_batch(shard).await.expect("batch").acked;
+        }
+    }
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut served = 0;
+    for client in flood {
+        served += client.await.expect("flood client");
+    }
+    assert!(served > 0, "the flood ran");
+    assert_eq!(app.scalar_i64("SELECT like_count::bigint AS v FROM posts WHERE id = $1", [post.into()]).await, 150);
+    assert!(took < Duration::from_secs(8), "150 likes took {took:?} under the flood");
+}
