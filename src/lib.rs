@@ -40,7 +40,9 @@
 //!                 access checks and feed hydration.
 //! - `kv`        — Redis: connection, key layout (`kv::keys`, the key table), owner-token locks
 //!                 (`kv::lock`), rate limits.
-//! - `db`        — PostgreSQL pool with bounded timeouts; migrations from `migrations/`.
+//! - `db`        — PostgreSQL pools with bounded timeouts (requests under STATEMENT_TIMEOUT,
+//!                 background jobs apart); the per-request statement budget (`db::budget`);
+//!                 migrations from `migrations/`.
 //! - `seed`      — the demo forum, its people and courses written through `forum::roster`.
 //! - `error`     — the one error type and its machine-readable codes.
 //! - `backoff`   — retry pacing of the background loops (doubling delay, shutdown-aware pause).
