@@ -18,8 +18,10 @@ pub enum AppError {
     /// The request would make a second of something that must be unique (a course code).
     #[error("{0}")]
     Conflict(String),
-    #[error("too many requests: try again in {retry_after_ms} ms")]
-    RateLimited { retry_after_ms: u64 },
+    /// Over a limit. `what` says which one, for people (`too many new posts: at most 10 per
+    /// 1m`); `retry_after_ms` (0 when waiting alone will not help) is sent as `retryAfterMs`.
+    #[error("{what}{}", retry_hint(*retry_after_ms))]
+    RateLimited { what: String, retry_after_ms: u64 },
     /// A setting is missing or malformed; the message is the sentence printed at start-up.
     #[error("{0}")]
     Config(String),
@@ -101,6 +103,10 @@ impl AppError {
 }
 
 pub type AppResult<T> = Result<T, AppError>;
+
+fn retry_hint(retry_after_ms: u64) -> String {
+    if retry_after_ms == 0 { String::new() } else { format!("; try again in {retry_after_ms} ms") }
+}
 
 fn sqlx_error(db: &sea_orm::DbErr) -> Option<&sea_orm::sqlx::Error> {
     use sea_orm::{DbErr, RuntimeErr};
