@@ -39,8 +39,7 @@
 //!                 jitter, "missing" markers, invalidation by generation) behind `post(id)`,
 //!                 access checks and feed hydration.
 //! - `kv`        — Redis: connection, key layout (`kv::keys`, the key table), owner-token locks
-//!                 (`kv::lock`), per-user rate limits of likes and every other write
-//!                 (`kv::ratelimit`).
+//!                 (`kv::lock`), per-user rate limits of likes and writes (`kv::ratelimit`).
 //! - `db`        — PostgreSQL pool with bounded timeouts; migrations from `migrations/`.
 //! - `seed`      — the demo forum, its people and courses written through `forum::roster`.
 //! - `error`     — the one error type and its machine-readable codes.
