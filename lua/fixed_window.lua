@@ -1,5 +1,6 @@
--- Prelude of the scripts that rate-limit (rate_limit.lua, like_toggle.lua): the fixed-window
--- limit, defined once. Prepended to a script's own file when it is loaded (kv::script).
+-- Prelude of the scripts that rate-limit (rate_limit.lua, like_toggle.lua, view_admit.lua):
+-- the fixed-window limit, defined once. Prepended to a script's own file when it is loaded
+-- (kv::script).
 -- Counts one event in the window counter `key`; returns 0 when it is allowed, else the
 -- milliseconds until the window resets (the event still counts against the window).
 -- `limit` 0 means no limit (nothing is counted).

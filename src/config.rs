@@ -127,6 +127,23 @@ pub struct Settings {
     #[arg(long, env = "LIKE_RATE_PER_MINUTE", default_value_t = 60, global = true)]
     pub like_rate_per_minute: u32,
 
+    /// New posts allowed per user per minute (0 disables the limit).
+    #[arg(long, env = "POST_RATE_PER_MINUTE", default_value_t = 10, global = true)]
+    pub post_rate_per_minute: u32,
+
+    /// New comments and replies, together, allowed per user per minute (0 disables the limit).
+    #[arg(long, env = "COMMENT_RATE_PER_MINUTE", default_value_t = 30, global = true)]
+    pub comment_rate_per_minute: u32,
+
+    /// Edits of posts, comments and replies, together, allowed per user per minute (0 disables the limit).
+    #[arg(long, env = "EDIT_RATE_PER_MINUTE", default_value_t = 30, global = true)]
+    pub edit_rate_per_minute: u32,
+
+    /// Deletions of posts, comments and replies, together, allowed per user per minute (0
+    /// disables the limit). An instructor's moderation counts against the instructor's own.
+    #[arg(long, env = "DELETE_RATE_PER_MINUTE", default_value_t = 30, global = true)]
+    pub delete_rate_per_minute: u32,
+
     /// How long to wait for a PostgreSQL or Redis connection before giving up.
     #[arg(long, env = "CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]
     pub connect_timeout: Duration,
@@ -181,6 +198,15 @@ pub struct Settings {
     /// Post views: the window of both caps (fixed, from the first counted view).
     #[arg(long, env = "VIEW_CAP_WINDOW", default_value = "1h", value_parser = parse_duration, global = true)]
     pub view_cap_window: Duration,
+
+    /// Post views: `startPostView` calls allowed per user per minute (0 disables the limit).
+    #[arg(long, env = "VIEW_START_RATE_PER_MINUTE", default_value_t = 120, global = true)]
+    pub view_start_rate_per_minute: u32,
+
+    /// Post views: most view tickets one user may hold open (started, not yet completed or
+    /// expired); one more is refused until a ticket is completed or expires (0: no bound).
+    #[arg(long, env = "VIEW_MAX_OPEN_TICKETS", default_value_t = 100, global = true)]
+    pub view_max_open_tickets: u32,
 
     /// Post views: counter shards (a counted view INCRs one at random, so a viral post is not one hot key).
     #[arg(long, env = "VIEW_SHARDS", default_value_t = 10, global = true)]

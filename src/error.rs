@@ -25,8 +25,10 @@ pub enum AppError {
     /// The request ran more SQL statements than `REQUEST_STATEMENT_BUDGET` and was abandoned.
     #[error("the request ran more than {limit} SQL statements and was stopped; ask for fewer objects at once")]
     StatementBudgetExceeded { limit: u64 },
-    #[error("too many requests: try again in {retry_after_ms} ms")]
-    RateLimited { retry_after_ms: u64 },
+    /// Over a limit. `what` says which one, for people (`too many new posts: at most 10 per
+    /// 1m`); `retry_after_ms` (0 when waiting alone will not help) is sent as `retryAfterMs`.
+    #[error("{what}{}", retry_hint(*retry_after_ms))]
+    RateLimited { what: String, retry_after_ms: u64 },
     /// A setting is missing or malformed; the message is the sentence printed at start-up.
     #[error("{0}")]
     Config(String),
@@ -112,6 +114,10 @@ impl AppError {
 }
 
 pub type AppResult<T> = Result<T, AppError>;
+
+fn retry_hint(retry_after_ms: u64) -> String {
+    if retry_after_ms == 0 { String::new() } else { format!("; try again in {retry_after_ms} ms") }
+}
 
 fn sqlx_error(db: &sea_orm::DbErr) -> Option<&sea_orm::sqlx::Error> {
     use sea_orm::{DbErr, RuntimeErr};

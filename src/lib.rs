@@ -39,7 +39,7 @@
 //!                 jitter, "missing" markers, invalidation by generation) behind `post(id)`,
 //!                 access checks and feed hydration.
 //! - `kv`        — Redis: connection, key layout (`kv::keys`, the key table), owner-token locks
-//!                 (`kv::lock`), rate limits.
+//!                 (`kv::lock`), per-user rate limits of likes and writes (`kv::ratelimit`).
 //! - `db`        — PostgreSQL pools with bounded timeouts (requests under STATEMENT_TIMEOUT,
 //!                 background jobs apart); the per-request statement budget (`db::budget`);
 //!                 migrations from `migrations/`.

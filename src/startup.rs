@@ -26,7 +26,7 @@ use crate::feed::fanout::FanoutJob;
 use crate::feed::{Feed, FeedConfig};
 use crate::graphql::{AppSchema, build_schema};
 use crate::kv::keys::Keys;
-use crate::kv::ratelimit::RateLimiter;
+use crate::kv::ratelimit::{RateLimiter, WriteLimits};
 use crate::likes::Likes;
 use crate::likes::committed::AfterCommit;
 use crate::live::Publisher;
@@ -353,7 +353,9 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let keys = Keys::new(settings.redis_key_prefix.clone(), settings.like_stream_shards);
     let tokens = TokenKeys::new(settings.jwt_secret()?)?;
     let auth = Authenticator::from_settings(&settings, db.clone()).await?;
-    let limiter = RateLimiter::new(redis.clone(), settings.like_rate_per_minute, Duration::from_secs(60));
+    let limiter =
+        RateLimiter::new(redis.clone(), settings.like_rate_per_minute, Duration::from_secs(60), "likes and unlikes");
+    let write_limits = WriteLimits::new(redis.clone(), keys.clone(), &settings);
     let post_cache = PostCache::new(db.clone(), redis.clone(), keys.clone(), CacheConfig::from_settings(&settings));
     post_cache.load_scripts().await?;
     let feed =
@@ -381,6 +383,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         tokens,
         auth,
         likes,
+        write_limits,
         publisher,
         live: Hub::new(),
         views,

@@ -11,6 +11,7 @@ use crate::config::Settings;
 use crate::db::StatementCounter;
 use crate::feed::Feed;
 use crate::kv::keys::Keys;
+use crate::kv::ratelimit::WriteLimits;
 use crate::likes::Likes;
 use crate::live::Publisher;
 use crate::live::hub::Hub;
@@ -36,6 +37,9 @@ pub struct AppState {
     /// Turns a bearer token of either kind (HS256, or RS256/ES256 from the JWKS) into a user.
     pub auth: Authenticator,
     pub likes: Likes,
+    /// Per-user limits on posts, comments and replies, edits and deletes (view starts are
+    /// limited by `views`).
+    pub write_limits: WriteLimits,
     /// Publishes committed changes to every instance.
     pub publisher: Publisher,
     /// This process's fan-out of live updates to its websocket subscribers.

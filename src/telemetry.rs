@@ -74,6 +74,7 @@ pub mod names {
     pub const MEMBERSHIP_NOTIFICATIONS: &str = "membership_notifications_total";
     pub const MEMBERSHIP_LISTENER_CONNECTED: &str = "membership_listener_connected";
     pub const SUBSCRIPTIONS_REVOKED: &str = "subscriptions_revoked_total";
+    pub const WRITE_LIMIT_REFUSALS: &str = "write_limit_refusals_total";
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,6 +173,12 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             "1 while this process LISTENs for membership changes (else memberships come from PostgreSQL)",
         ),
         (SUBSCRIPTIONS_REVOKED, Counter, "", "subscriptions ended with FORBIDDEN because their access was lost"),
+        (
+            WRITE_LIMIT_REFUSALS,
+            Counter,
+            "kind",
+            "writes refused as RATE_LIMITED by a per-user write limit: post, comment, edit, delete, view_start, open_views",
+        ),
     ]
 };
 

@@ -77,7 +77,7 @@ pub fn assign_code(err: &mut ServerError) {
         }
     };
     err.extensions.get_or_insert_with(Default::default).set("code", code);
-    if let Some(AppError::RateLimited { retry_after_ms }) = app_error(err) {
+    if let Some(AppError::RateLimited { retry_after_ms, .. }) = app_error(err) {
         let retry = *retry_after_ms;
         err.extensions.get_or_insert_with(Default::default).set("retryAfterMs", retry);
     }

@@ -2,6 +2,10 @@
 //! viewer and the target through `access` before it changes anything, and every write that
 //! changes a post tells the post cache before it answers (like counts reach it through
 //! `live::Publisher`, view counts through the aggregator).
+//!
+//! Every write is counted against the viewer's limit for its kind (`kv::ratelimit::WriteLimits`,
+//! `views::Views::admit`) after authentication and the checks of its arguments that need no
+//! I/O, and before anything reads the database: a refused write costs one Redis script.
 
 use async_graphql::{Context, ID, MergedObject, Object, Result};
 
@@ -13,6 +17,7 @@ use super::types::{AnyComment, Comment, DeletePayload, Post, Reply, ViewResult, 
 use crate::error::AppError;
 use crate::forum::comments::{self, MAX_COMMENT_CHARS};
 use crate::forum::posts::{self, MAX_BODY_CHARS, MAX_TITLE_CHARS, validate_text};
+use crate::kv::ratelimit::WriteKind;
 use crate::likes::{LikeTarget, Membership};
 use crate::live::{Activity, ActivityKind};
 use crate::views::{ClientIp, ViewOutcome};
@@ -30,6 +35,7 @@ impl PostMutations {
         let course_id = ids::decode_one(&course_id, NodeKind::Course)?;
         let title = validate_text("title", &title, MAX_TITLE_CHARS)?;
         let body = validate_text("body", &body, MAX_BODY_CHARS)?;
+        within_limit(ctx, viewer.user_id, WriteKind::Post).await?;
         let (course, _) = access::course(ctx, course_id).await?;
         let row = posts::create(&state(ctx)?.db, course.course_id, viewer.user_id, &title, &body).await?;
         // Its id may have been asked for before it existed: drop any "missing" marker.
@@ -53,6 +59,7 @@ impl PostMutations {
         }
         let title = title.map(|t| validate_text("title", &t, MAX_TITLE_CHARS)).transpose()?;
         let body = body.map(|b| validate_text("body", &b, MAX_BODY_CHARS)).transpose()?;
+        within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
         let (post, _) = access::post(ctx, post_id).await?;
         require_author(viewer.user_id, post.user_id)?;
         let row = posts::edit(&state(ctx)?.db, post.id, title.as_deref(), body.as_deref()).await?;
@@ -64,6 +71,7 @@ impl PostMutations {
     async fn delete_post(&self, ctx: &Context<'_>, post_id: ID) -> Result<DeletePayload> {
         let viewer = viewer(ctx)?;
         let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
+        within_limit(ctx, viewer.user_id, WriteKind::Delete).await?;
         let (post, role) = access::post(ctx, post_id).await?;
         require_author_or_instructor(viewer.user_id, post.user_id, role)?;
         let deleted = posts::soft_delete(&state(ctx)?.db, post.id).await?;
@@ -87,6 +95,7 @@ impl CommentMutations {
         let viewer = viewer(ctx)?;
         let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
+        within_limit(ctx, viewer.user_id, WriteKind::Comment).await?;
         let (post, _) = access::post(ctx, post_id).await?;
         let row = comments::create_comment(&state(ctx)?.db, post.id, post.course_id, viewer.user_id, &body).await?;
         state(ctx)?.post_cache.invalidate(row.post_id).await;
@@ -99,7 +108,9 @@ impl CommentMutations {
     async fn create_reply(&self, ctx: &Context<'_>, comment_id: ID, body: String) -> Result<Reply> {
         let viewer = viewer(ctx)?;
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
-        let (target, _) = access::any_comment(ctx, &comment_id).await?;
+        let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
+        within_limit(ctx, viewer.user_id, WriteKind::Comment).await?;
+        let (target, _) = access::comment(ctx, kind, comment_id).await?;
         let row = comments::create_reply(&state(ctx)?.db, &target, viewer.user_id, &body).await?;
         state(ctx)?.post_cache.invalidate(row.post_id).await;
         publish(ctx, row.course_id, ActivityKind::ReplyCreated, row.id, row.post_id).await?;
@@ -110,7 +121,9 @@ impl CommentMutations {
     async fn edit_comment(&self, ctx: &Context<'_>, comment_id: ID, body: String) -> Result<AnyComment> {
         let viewer = viewer(ctx)?;
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
-        let (comment, _) = access::any_comment(ctx, &comment_id).await?;
+        let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
+        within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
+        let (comment, _) = access::comment(ctx, kind, comment_id).await?;
         require_author(viewer.user_id, comment.user_id)?;
         let row = comments::edit(&state(ctx)?.db, &comment, &body).await?;
         Ok(AnyComment::from_row(row))
@@ -119,7 +132,9 @@ impl CommentMutations {
     /// Soft-deletes a comment (with its replies) or a reply: yours, or any in a course you teach.
     async fn delete_comment(&self, ctx: &Context<'_>, comment_id: ID) -> Result<DeletePayload> {
         let viewer = viewer(ctx)?;
-        let (comment, role) = access::any_comment(ctx, &comment_id).await?;
+        let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
+        within_limit(ctx, viewer.user_id, WriteKind::Delete).await?;
+        let (comment, role) = access::comment(ctx, kind, comment_id).await?;
         require_author_or_instructor(viewer.user_id, comment.user_id, role)?;
         if !comments::soft_delete(&state(ctx)?.db, &comment).await? {
             return Err(AppError::not_found("comment").into());
@@ -167,12 +182,24 @@ pub struct ViewMutations;
 #[Object]
 impl ViewMutations {
     /// Starts viewing a post: returns a ticket to complete after `minDwellMs` (server-measured).
+    /// Limited per user: starts per minute, and tickets open at once.
     async fn start_post_view(&self, ctx: &Context<'_>, post_id: ID) -> Result<ViewTicket> {
         let viewer = viewer(ctx)?;
         let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
         let ip = client_ip(ctx)?;
-        let (post, _) = access::post(ctx, post_id).await?;
-        let started = state(ctx)?.views.start(viewer.user_id, post.id, ip).await?;
+        let views = &state(ctx)?.views;
+        let admission = views.admit(viewer.user_id, post_id).await?;
+        let started = match access::post(ctx, post_id).await {
+            Ok(_) => views.open(&admission, ip).await,
+            Err(err) => Err(err),
+        };
+        let started = match started {
+            Ok(started) => started,
+            Err(err) => {
+                views.withdraw(&admission).await;
+                return Err(err.into());
+            }
+        };
         Ok(ViewTicket { ticket: started.ticket, min_dwell_ms: started.min_dwell.as_millis() as i64 })
     }
 
@@ -196,6 +223,15 @@ fn client_ip(ctx: &Context<'_>) -> Result<std::net::IpAddr> {
     ctx.data_opt::<ClientIp>()
         .map(|c| c.0)
         .ok_or_else(|| AppError::bad_input("post views are started and completed over POST /graphql").into())
+}
+
+/// What a comment id may name: a top-level comment or a reply.
+const COMMENT_KINDS: &[NodeKind] = &[NodeKind::Comment, NodeKind::Reply];
+
+/// Counts a write of `kind` against the viewer's limit, or refuses it with RATE_LIMITED.
+async fn within_limit(ctx: &Context<'_>, user_id: i64, kind: WriteKind) -> Result<()> {
+    state(ctx)?.write_limits.check(user_id, kind).await?;
+    Ok(())
 }
 
 /// Announces a committed content change to the course's live subscribers.

@@ -45,7 +45,10 @@ impl SubscriptionBudget {
         let previous = self.open.fetch_add(1, Ordering::SeqCst);
         if previous >= self.max {
             self.open.fetch_sub(1, Ordering::SeqCst);
-            return Err(AppError::RateLimited { retry_after_ms: 0 });
+            return Err(AppError::RateLimited {
+                what: format!("too many subscriptions on this connection: at most {}", self.max),
+                retry_after_ms: 0,
+            });
         }
         Ok(BudgetPermit(self.open.clone()))
     }

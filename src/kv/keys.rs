@@ -16,6 +16,8 @@
 //! | `<p>:{recount}:dirty` | ZSET | none | level 2: targets to recount, scored by mark sequence |
 //! | `<p>:{recount}:seq` | STRING | none | level 2: the mark sequence |
 //! | `<p>:{s<k>}:rl:like:<user>` | STRING | 60 s | like toggles in the current rate-limit window (in the user's shard slot: the toggle script counts it) |
+//! | `<p>:{u<user>}:rl:<kind>` | STRING | 60 s | the user's writes of one kind (`post`, `comment`, `edit`, `delete`, `view`) in the current rate-limit window |
+//! | `<p>:{u<user>}:views:open` | ZSET | until its last ticket expires (VIEW_TICKET_TTL) | the user's open view tickets, `<post>.<uuid>` scored by the ticket's expiry (ms, Redis clock); completing a ticket removes it, expired ones are trimmed by the next start |
 //! | `<p>:{live}:events` | Pub/Sub channel | — | committed like counts and course activity, to every instance |
 //! | `<p>:{v<post>}:ticket:<uuid>` | HASH | VIEW_TICKET_TTL + grace | a started view: user `u`, post `p`, ip, start `t` and expiry `exp` (ms, Redis clock), `used` |
 //! | `<p>:{v<post>}:cap:u:<user>` | STRING | VIEW_CAP_WINDOW | counted views of the user on the post in the current window |
@@ -36,6 +38,10 @@
 //! HyperLogLog: single use and caps in one atomic script, one slot). The counters are spread
 //! deliberately: counter shard k of every post lives in slot `{vc<k>}`, so a viral post's
 //! increments land on N slots, and the aggregator's per-shard move script stays in one slot.
+//!
+//! Write limits: a user's window counters and open view tickets share `{u<user>}`, so the
+//! view-start script checks the rate and the open tickets in one slot; the ticket itself is
+//! written by a second script in the post's slot.
 //!
 //! Feed and cache: a post's cache entry, lock and generation share `{pc<post>}`; a timeline and
 //! its rebuild lock share `{tl<user>}`; each celebrity list is alone in `{fc<course>}`. Every
@@ -185,6 +191,18 @@ impl Keys {
         format!("{}:{{s{}}}:rl:like:{user_id}", self.prefix, self.shard_of(user_id))
     }
 
+    /// Fixed-window counter of one kind of write by a user (`kind`: `post`, `comment`,
+    /// `edit`, `delete`, `view`), expiring with its window.
+    pub fn write_rate(&self, user_id: i64, kind: &str) -> String {
+        format!("{}:{{u{user_id}}}:rl:{kind}", self.prefix)
+    }
+
+    /// The user's open view tickets (ZSET `<post>.<uuid>` → expiry in ms), in the slot of their
+    /// view-start counter: one script checks both.
+    pub fn open_views(&self, user_id: i64) -> String {
+        format!("{}:{{u{user_id}}}:views:open", self.prefix)
+    }
+
     /// The post cache entry (HASH) of a post.
     pub fn post_cache_entry(&self, post_id: i64) -> String {
         format!("{}:{{pc{post_id}}}:post", self.prefix)
@@ -269,6 +287,15 @@ mod tests {
             assert_eq!(hash_tag(&shard), hash_tag(&key));
         }
         assert_ne!(hash_tag(&keys.view_counter(3, 42)), hash_tag(&keys.view_counter(4, 42)));
+    }
+
+    #[test]
+    fn a_users_view_start_counter_and_open_tickets_share_a_slot() {
+        let keys = Keys::new("cf", 8);
+        assert_eq!(hash_tag(&keys.write_rate(7, "view")), hash_tag(&keys.open_views(7)));
+        assert_eq!(hash_tag(&keys.write_rate(7, "post")), hash_tag(&keys.open_views(7)));
+        assert_ne!(hash_tag(&keys.open_views(7)), hash_tag(&keys.open_views(8)));
+        assert_ne!(hash_tag(&keys.open_views(7)), hash_tag(&keys.timeline(7)));
     }
 
     #[test]

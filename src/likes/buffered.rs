@@ -140,7 +140,7 @@ impl LikedSets {
             match status {
                 1 => return Ok(true),
                 0 => return Ok(false),
-                2 => return Err(AppError::RateLimited { retry_after_ms: value.parse().unwrap_or(1000) }),
+                2 => return Err(self.limiter.refusal(value.parse().unwrap_or(1000))),
                 -1 | -3 => {
                     // A set not loaded is loaded from PostgreSQL, and only after a verified
                     // membership: an unverified like needs the set a verified check loaded.

@@ -1,8 +1,12 @@
 //! Post views that bots cannot inflate (README, "Post views").
 //!
-//! 1. `startPostView(postId)` (access-checked: live post, viewer a member of its course) stores
-//!    a ticket in Redis (`lua/view_start.lua`) with the start time of the Redis clock, the user,
-//!    the post and the client IP. The ticket the client gets is `<post id>.<uuid>`: opaque to
+//! 1. `startPostView(postId)` is first admitted (`lua/view_admit.lua`, in the user's slot
+//!    `{u<user>}`): the user's view-start rate limit (`VIEW_START_RATE_PER_MINUTE`) and bound on
+//!    open tickets (`VIEW_MAX_OPEN_TICKETS`) are checked, and the new ticket takes a slot, in
+//!    one script, before any database work. Then (access-checked: live post, viewer a member of
+//!    its course) it stores the ticket in Redis (`lua/view_start.lua`) with the start time of
+//!    the Redis clock, the user, the post and the client IP; a start that fails after its
+//!    admission gives the slot back. The ticket the client gets is `<post id>.<uuid>`: opaque to
 //!    clients, it names the post so the ticket key can carry the post's hash tag.
 //! 2. `completePostView(ticket)` runs `lua/view_complete.lua`: ownership, single use, expiry,
 //!    dwell (at least `VIEW_MIN_DWELL` by the Redis clock) and both caps (per user and per IP,
@@ -29,6 +33,11 @@
 //! uses the IP of the completing request. Between the script that decides a view and the
 //! INCR that counts it (two slots, so two commands) a crash loses that one view: never a
 //! double count.
+//!
+//! Open tickets: a completion that uses the ticket up (counted, `CAPPED`, `ALREADY_USED`,
+//! `EXPIRED`, or NOT_FOUND) frees its slot with a ZREM in the user's slot (a second command:
+//! the ticket lives in the post's slot). If that ZREM is lost (Redis failing between the two),
+//! the slot frees itself when the ticket expires. A `TOO_SHORT` ticket keeps its slot.
 
 pub mod aggregator;
 
@@ -44,6 +53,7 @@ use redis::Script;
 use crate::config::Settings;
 use crate::error::{AppError, AppResult};
 use crate::kv::keys::Keys;
+use crate::telemetry::names;
 
 /// Why a completed view did not count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, async_graphql::Enum)]
@@ -97,6 +107,10 @@ pub struct ViewConfig {
     pub cap_per_ip: u32,
     pub cap_window: Duration,
     pub shards: u32,
+    /// View starts per user per minute (0: no limit).
+    pub start_rate_per_minute: u32,
+    /// Most open tickets per user (0: no bound).
+    pub max_open_tickets: u32,
 }
 
 impl ViewConfig {
@@ -108,11 +122,17 @@ impl ViewConfig {
             cap_per_ip: settings.view_cap_per_ip,
             cap_window: settings.view_cap_window,
             shards: settings.view_shards.max(1),
+            start_rate_per_minute: settings.view_start_rate_per_minute,
+            max_open_tickets: settings.view_max_open_tickets,
         }
     }
 }
 
+/// The window of the view-start rate limit.
+const START_WINDOW: Duration = Duration::from_secs(60);
+
 struct Scripts {
+    admit: Script,
     start: Script,
     complete: Script,
     count: Script,
@@ -123,6 +143,23 @@ struct Scripts {
 pub struct StartedView {
     pub ticket: String,
     pub min_dwell: Duration,
+}
+
+/// A view start the user's limits admitted: its ticket holds one of the user's open slots
+/// until it is completed, expires, or the start is withdrawn (`Views::withdraw`).
+#[derive(Clone, Debug)]
+pub struct Admission {
+    user_id: i64,
+    post_id: i64,
+    uuid: String,
+    backdate: Duration,
+}
+
+impl Admission {
+    /// The ticket as the client gets it, and as the user's open-ticket set names it.
+    fn ticket(&self) -> String {
+        format!("{}.{}", self.post_id, self.uuid)
+    }
 }
 
 /// The unflushed part of a post's views and its unique viewers.
@@ -144,6 +181,10 @@ pub struct Views {
 impl Views {
     pub fn new(redis: Redis, keys: Keys, config: ViewConfig) -> Self {
         let scripts = Arc::new(Scripts {
+            admit: crate::kv::script(&[
+                include_str!("../../lua/fixed_window.lua"),
+                include_str!("../../lua/view_admit.lua"),
+            ]),
             start: Script::new(include_str!("../../lua/view_start.lua")),
             complete: Script::new(include_str!("../../lua/view_complete.lua")),
             count: Script::new(include_str!("../../lua/view_count.lua")),
@@ -155,7 +196,8 @@ impl Views {
         &self.config
     }
 
-    /// Starts a view of a post the caller has already proven the user may read.
+    /// Starts a view of a post the caller has already proven the user may read: `admit`, then
+    /// `open` (the slot given back if opening fails).
     pub async fn start(&self, user_id: i64, post_id: i64, ip: IpAddr) -> AppResult<StartedView> {
         self.start_backdated(user_id, post_id, ip, Duration::ZERO).await
     }
@@ -168,7 +210,83 @@ impl Views {
         ip: IpAddr,
         backdate: Duration,
     ) -> AppResult<StartedView> {
-        let uuid = uuid::Uuid::new_v4().simple().to_string();
+        let admission = self.admit_backdated(user_id, post_id, backdate).await?;
+        let started = self.open(&admission, ip).await;
+        if started.is_err() {
+            self.withdraw(&admission).await;
+        }
+        started
+    }
+
+    /// Admits a view start of `user_id` on `post_id` (one script, no database work): counts it
+    /// against the user's view-start rate limit and takes one of their open-ticket slots.
+    /// Over either limit it is RATE_LIMITED with `retryAfterMs` (when the window resets, or
+    /// when the oldest open ticket expires), and nothing is stored.
+    pub async fn admit(&self, user_id: i64, post_id: i64) -> AppResult<Admission> {
+        self.admit_backdated(user_id, post_id, Duration::ZERO).await
+    }
+
+    async fn admit_backdated(&self, user_id: i64, post_id: i64, backdate: Duration) -> AppResult<Admission> {
+        let admission = Admission { user_id, post_id, uuid: uuid::Uuid::new_v4().simple().to_string(), backdate };
+        let (max_open, rate) = (self.config.max_open_tickets, self.config.start_rate_per_minute);
+        if max_open == 0 && rate == 0 {
+            return Ok(admission);
+        }
+        let mut conn = self.redis.clone();
+        let (status, wait_ms): (i64, u64) = self
+            .scripts
+            .admit
+            .key(self.keys.open_views(user_id))
+            .key(self.keys.write_rate(user_id, "view"))
+            .arg(max_open)
+            .arg(admission.ticket())
+            .arg(self.config.ticket_ttl.as_millis() as u64)
+            .arg(backdate.as_millis() as u64)
+            .arg(rate)
+            .arg(START_WINDOW.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await?;
+        let (kind, what) = match status {
+            0 => return Ok(admission),
+            1 => (
+                "open_views",
+                format!(
+                    "too many open view tickets: at most {max_open}; complete one, or wait until the oldest expires"
+                ),
+            ),
+            2 => (
+                "view_start",
+                format!("too many view starts: at most {rate} per {}", humantime::format_duration(START_WINDOW)),
+            ),
+            other => return Err(AppError::Internal(format!("view_admit.lua answered {other}"))),
+        };
+        metrics::counter!(names::WRITE_LIMIT_REFUSALS, "kind" => kind).increment(1);
+        Err(AppError::RateLimited { what, retry_after_ms: wait_ms.max(1) })
+    }
+
+    /// Gives an admitted start's slot back: the start failed (the post is gone, the viewer
+    /// not a member, Redis failed). Best effort: a slot not given back frees itself when the
+    /// ticket would have expired.
+    pub async fn withdraw(&self, admission: &Admission) {
+        self.free_slot(admission.user_id, &admission.ticket()).await;
+    }
+
+    async fn free_slot(&self, user_id: i64, ticket: &str) {
+        if self.config.max_open_tickets == 0 {
+            return;
+        }
+        let mut conn = self.redis.clone();
+        let freed: redis::RedisResult<i64> =
+            redis::cmd("ZREM").arg(self.keys.open_views(user_id)).arg(ticket).query_async(&mut conn).await;
+        if let Err(err) = freed {
+            tracing::warn!(error = %err, user_id, "could not free an open view ticket's slot; it frees itself when the ticket expires");
+        }
+    }
+
+    /// Stores the ticket of an admitted start, for a post the caller has proven the user may
+    /// read (the admission's post).
+    pub async fn open(&self, admission: &Admission, ip: IpAddr) -> AppResult<StartedView> {
+        let Admission { user_id, post_id, ref uuid, backdate } = *admission;
         let ttl_ms = self.config.ticket_ttl.as_millis() as u64;
         // Keep the key a while past its validity, so a late completion hears EXPIRED.
         let key_ms = ttl_ms + ttl_ms.max(60_000);
@@ -176,7 +294,7 @@ impl Views {
         let _: i64 = self
             .scripts
             .start
-            .key(self.keys.view_ticket(post_id, &uuid))
+            .key(self.keys.view_ticket(post_id, uuid))
             .arg(user_id)
             .arg(post_id)
             .arg(ip.to_string())
@@ -185,17 +303,34 @@ impl Views {
             .arg(backdate.as_millis() as u64)
             .invoke_async(&mut conn)
             .await?;
-        Ok(StartedView { ticket: format!("{post_id}.{uuid}"), min_dwell: self.config.min_dwell })
+        Ok(StartedView { ticket: admission.ticket(), min_dwell: self.config.min_dwell })
     }
 
     /// Completes a ticket for `user_id`. Unknown, malformed and foreign tickets are NOT_FOUND.
+    /// Unless it was `TOO_SHORT` (still usable), the ticket's open slot is freed.
     pub async fn complete(&self, user_id: i64, ticket: &str, ip: IpAddr) -> AppResult<ViewOutcome> {
         let (post_id, uuid) = parse_ticket(ticket).ok_or_else(|| AppError::not_found("view ticket"))?;
+        let outcome = self.decide(user_id, post_id, &uuid, ip).await;
+        let used_up = match &outcome {
+            Ok(ViewOutcome::Refused(ViewRefusal::TooShort)) => false,
+            Ok(_) => true,
+            // The user's own ticket that no longer exists; a foreign one is not in their set.
+            Err(AppError::NotFound(_)) => true,
+            Err(_) => false,
+        };
+        if used_up {
+            self.free_slot(user_id, &format!("{post_id}.{uuid}")).await;
+        }
+        outcome
+    }
+
+    /// `complete` without the slot: the completion script, then the counter of a counted view.
+    async fn decide(&self, user_id: i64, post_id: i64, uuid: &str, ip: IpAddr) -> AppResult<ViewOutcome> {
         let mut conn = self.redis.clone();
         let (status, _detail): (i64, i64) = self
             .scripts
             .complete
-            .key(self.keys.view_ticket(post_id, &uuid))
+            .key(self.keys.view_ticket(post_id, uuid))
             .key(self.keys.view_cap_user(post_id, user_id))
             .key(self.keys.view_cap_ip(post_id, &ip.to_string()))
             .key(self.keys.view_uniques(post_id))

@@ -85,6 +85,12 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         live_max_subscriptions: 50,
         allow_evicting_redis: false,
         like_rate_per_minute: 10_000,
+        // The write limits: far above what any test writes in a minute; tests/write_limits.rs
+        // lowers the one it exercises.
+        post_rate_per_minute: 10_000,
+        comment_rate_per_minute: 10_000,
+        edit_rate_per_minute: 10_000,
+        delete_rate_per_minute: 10_000,
         connect_timeout: Duration::from_secs(5),
         db_max_connections: 30,
         jobs_db_max_connections: 4,
@@ -99,6 +105,8 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         view_cap_per_ip: 50,
         view_cap_window: Duration::from_secs(3600),
         view_shards: 10,
+        view_start_rate_per_minute: 100_000,
+        view_max_open_tickets: 100_000,
         view_flush_interval: Duration::from_secs(10),
         trusted_proxy: None,
         playground_dir: "web-playground/dist".into(),
