@@ -25,6 +25,7 @@ use crate::state::AppState;
 
 mod playground;
 mod ws;
+mod ws_limits;
 
 /// What the HTTP layer knows of the process it serves in.
 #[derive(Clone)]
@@ -41,6 +42,8 @@ struct HttpState {
     app: AppState,
     schema: AppSchema,
     lifecycle: Lifecycle,
+    /// Open websockets per user and per client address, on this instance.
+    sockets: std::sync::Arc<ws_limits::SocketCaps>,
 }
 
 /// What the operator endpoints need.
@@ -53,12 +56,14 @@ struct OpsState {
 pub fn router(app: AppState, schema: AppSchema, lifecycle: Lifecycle) -> Router {
     let body_limit = app.settings.max_body_bytes;
     let playground = playground::routes(&app.settings);
+    let sockets =
+        std::sync::Arc::new(ws_limits::SocketCaps::new(app.settings.ws_max_per_user, app.settings.ws_max_per_address));
     Router::new()
         .route("/", get(graphiql))
         .route("/graphql", get(graphiql).post(graphql))
         .route("/graphql/ws", get(ws::upgrade))
         .merge(playground)
-        .with_state(HttpState { app: app.clone(), schema, lifecycle: lifecycle.clone() })
+        .with_state(HttpState { app: app.clone(), schema, lifecycle: lifecycle.clone(), sockets })
         .merge(ops_routes(app, lifecycle))
         .layer(DefaultBodyLimit::max(body_limit))
         // async-graphql-axum reads the body stream itself, past DefaultBodyLimit: limit the stream.
