@@ -132,6 +132,11 @@ pub struct Settings {
     #[arg(long, env = "WS_OPERATIONS_PER_MINUTE", default_value_t = 120, global = true)]
     pub ws_operations_per_minute: u32,
 
+    /// Browser origins besides the server's own that may call the API (CORS for POST /graphql)
+    /// and open its websocket, comma-separated, e.g. https://forum.example.edu.
+    #[arg(long, env = "CORS_ALLOWED_ORIGINS", value_delimiter = ',', value_parser = parse_origin, global = true)]
+    pub cors_allowed_origins: Vec<String>,
+
     /// Run the like worker inside `serve` (false: run `course-forum worker` separately).
     #[arg(long, env = "WORKER_IN_SERVE", default_value_t = true, action = clap::ArgAction::Set, global = true)]
     pub worker_in_serve: bool,
@@ -264,6 +269,29 @@ pub struct Settings {
 /// Parses durations written like `30s`, `250ms`, `1m`.
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
     humantime::parse_duration(raw.trim()).map_err(|e| format!("`{raw}` is not a duration like 30s or 250ms ({e})"))
+}
+
+/// Reads one origin (`https://forum.example.edu`, `http://localhost:5173`) and returns it the
+/// way browsers write the `Origin` header (lowercase host, no default port), so matching is
+/// plain equality.
+pub fn parse_origin(raw: &str) -> Result<String, String> {
+    let refuse = || {
+        format!(
+            "`{raw}` is not an origin like https://forum.example.edu (a scheme, a host and an optional port; no path)"
+        )
+    };
+    let url = url::Url::parse(raw.trim()).map_err(|_| refuse())?;
+    let bare = matches!(url.scheme(), "http" | "https")
+        && url.host().is_some()
+        && url.username().is_empty()
+        && url.password().is_none()
+        && url.path() == "/"
+        && url.query().is_none()
+        && url.fragment().is_none();
+    if !bare {
+        return Err(refuse());
+    }
+    Ok(url.origin().ascii_serialization())
 }
 
 impl Settings {

@@ -5,8 +5,8 @@
 //! When the process shuts down, every socket is closed with 1001 (going away) so clients
 //! reconnect to another instance instead of holding the shutdown up.
 //!
-//! Every socket is bounded before it costs a query: the upgrade checks the client address's
-//! socket cap; a socket that sends no connection_init in time is closed with
+//! Every socket is bounded before it costs a query: the upgrade checks `Origin` (403) and the
+//! client address's socket cap; a socket that sends no connection_init in time is closed with
 //! 4408; the user's socket cap is checked as soon as the token names the user; and each
 //! subscribe is counted against the connection's rate as it is read, before it executes
 //! (both caps and the rate close with 4429). Acknowledged sockets are pinged.
@@ -64,6 +64,15 @@ pub async fn upgrade(
         return (StatusCode::BAD_REQUEST, "Sec-WebSocket-Protocol must be graphql-transport-ws or graphql-ws")
             .into_response();
     };
+    // A browser always sends Origin; a page from an origin not allowed may not use a
+    // visitor's browser to open sockets here. Other clients send none and are not refused.
+    if let Some(origin) = headers.get(header::ORIGIN)
+        && !state.origins.allows(origin, &headers)
+    {
+        tracing::debug!(origin = ?origin, "websocket refused: origin not allowed");
+        return (StatusCode::FORBIDDEN, "this Origin may not open a websocket here (CORS_ALLOWED_ORIGINS)")
+            .into_response();
+    }
     let address = crate::views::client_ip(peer, &headers, state.app.settings.trusted_proxy);
     let address_slot = state.sockets.address(address);
     upgrade

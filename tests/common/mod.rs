@@ -90,6 +90,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         ws_max_per_user: 1_000,
         ws_max_per_address: 10_000,
         ws_operations_per_minute: 10_000,
+        cors_allowed_origins: Vec::new(),
         allow_evicting_redis: false,
         like_rate_per_minute: 10_000,
         connect_timeout: Duration::from_secs(5),
