@@ -109,6 +109,34 @@ pub struct Settings {
     #[arg(long, env = "LIVE_MAX_SUBSCRIPTIONS", default_value_t = 50, global = true)]
     pub live_max_subscriptions: usize,
 
+    /// Websockets: how long a new socket may wait before sending connection_init; later it is
+    /// closed with 4408.
+    #[arg(long, env = "WS_INIT_TIMEOUT", default_value = "10s", value_parser = parse_duration, global = true)]
+    pub ws_init_timeout: Duration,
+
+    /// Websockets: how often an idle, acknowledged socket is pinged (`ping`, or `ka` on the
+    /// legacy protocol), so proxies keep it open and a dead peer is noticed; 0s turns it off.
+    #[arg(long, env = "WS_KEEPALIVE", default_value = "15s", value_parser = parse_duration, global = true)]
+    pub ws_keepalive: Duration,
+
+    /// Websockets: most sockets one user may hold open on this instance (0: no cap).
+    #[arg(long, env = "WS_MAX_PER_USER", default_value_t = 10, global = true)]
+    pub ws_max_per_user: usize,
+
+    /// Websockets: most sockets one client address may hold open on this instance (0: no cap).
+    #[arg(long, env = "WS_MAX_PER_ADDRESS", default_value_t = 500, global = true)]
+    pub ws_max_per_address: usize,
+
+    /// Websockets: operations (subscribe messages) one connection may start per minute, with
+    /// bursts up to the same number (0: no limit).
+    #[arg(long, env = "WS_OPERATIONS_PER_MINUTE", default_value_t = 120, global = true)]
+    pub ws_operations_per_minute: u32,
+
+    /// Browser origins besides the server's own that may call the API (CORS for POST /graphql)
+    /// and open its websocket, comma-separated, e.g. https://forum.example.edu.
+    #[arg(long, env = "CORS_ALLOWED_ORIGINS", value_delimiter = ',', value_parser = parse_origin, global = true)]
+    pub cors_allowed_origins: Vec<String>,
+
     /// Run the like worker inside `serve` (false: run `course-forum worker` separately).
     #[arg(long, env = "WORKER_IN_SERVE", default_value_t = true, action = clap::ArgAction::Set, global = true)]
     pub worker_in_serve: bool,
@@ -292,6 +320,29 @@ pub fn parse_duration(raw: &str) -> Result<Duration, String> {
     humantime::parse_duration(raw.trim()).map_err(|e| format!("`{raw}` is not a duration like 30s or 250ms ({e})"))
 }
 
+/// Reads one origin (`https://forum.example.edu`, `http://localhost:5173`) and returns it the
+/// way browsers write the `Origin` header (lowercase host, no default port), so matching is
+/// plain equality.
+pub fn parse_origin(raw: &str) -> Result<String, String> {
+    let refuse = || {
+        format!(
+            "`{raw}` is not an origin like https://forum.example.edu (a scheme, a host and an optional port; no path)"
+        )
+    };
+    let url = url::Url::parse(raw.trim()).map_err(|_| refuse())?;
+    let bare = matches!(url.scheme(), "http" | "https")
+        && url.host().is_some()
+        && url.username().is_empty()
+        && url.password().is_none()
+        && url.path() == "/"
+        && url.query().is_none()
+        && url.fragment().is_none();
+    if !bare {
+        return Err(refuse());
+    }
+    Ok(url.origin().ascii_serialization())
+}
+
 impl Settings {
     pub fn database_url(&self) -> Result<&str, AppError> {
         match self.database_url.as_deref() {
@@ -442,6 +493,12 @@ impl Settings {
         }
         if self.cache_lock_ttl < Duration::from_millis(100) || self.cache_lock_ttl > Duration::from_secs(60) {
             return Err(AppError::Config("CACHE_LOCK_TTL must be between 100ms and 60s".into()));
+        }
+        if self.ws_init_timeout < Duration::from_millis(100) || self.ws_init_timeout > Duration::from_secs(600) {
+            return Err(AppError::Config("WS_INIT_TIMEOUT must be between 100ms and 10m".into()));
+        }
+        if !self.ws_keepalive.is_zero() && self.ws_keepalive < Duration::from_millis(100) {
+            return Err(AppError::Config("WS_KEEPALIVE must be 0s (off) or at least 100ms".into()));
         }
         if self.shutdown_timeout < Duration::from_millis(100) || self.shutdown_timeout > Duration::from_secs(600) {
             return Err(AppError::Config("SHUTDOWN_TIMEOUT must be between 100ms and 10m".into()));

@@ -9,7 +9,7 @@
 //!                 shutdown of the server, websockets and `BackgroundJobs` in bounded time.
 //! - `state`     — the one context every handler and resolver receives.
 //! - `http`      — axum routes: `POST /graphql`, GraphiQL at `/`, `/healthz`, `/readyz`,
-//!                 `/metrics`; authentication; a request id on every request.
+//!                 `/metrics`; authentication, CORS and websocket bounds; request ids.
 //! - `auth`      — bearer tokens (the server's HS256 ones, and RS256/ES256 ones from an identity
 //!                 provider's JWKS, whose first sign-in provisions the user) and the per-request
 //!                 `Viewer` with its memberships.

@@ -90,6 +90,8 @@ impl Subscription {
         ctx: &Context<'_>,
         ids: Vec<ID>,
     ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<LikeCountUpdate>> + use<>> {
+        // The budget first: a connection at its cap costs no access lookup.
+        let permit = permit(ctx)?;
         let viewer = viewer(ctx)?;
         // Watching before the access checks: a change during them is not missed.
         let access_watch = state(ctx)?.memberships.watch(viewer.user_id);
@@ -109,7 +111,6 @@ impl Subscription {
                 courses.push(course_id);
             }
         }
-        let permit = permit(ctx)?;
         let state = state(ctx)?;
         let list: Vec<LikeTarget> = targets.keys().copied().collect();
         let watch = state.live.watch_counts(&list);
@@ -123,12 +124,13 @@ impl Subscription {
         ctx: &Context<'_>,
         course_id: ID,
     ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<CourseActivity>> + use<>> {
+        // The budget first: a connection at its cap costs no access lookup.
+        let permit = permit(ctx)?;
         let viewer = viewer(ctx)?;
         let state = state(ctx)?;
         // Watching before the access check: a change during it is not missed.
         let access_watch = state.memberships.watch(viewer.user_id);
         let (course, _) = access::course(ctx, ids::decode_one(&course_id, NodeKind::Course)?).await?;
-        let permit = permit(ctx)?;
         let (receiver, guard) = state.live.watch_activity(course.course_id);
         let held = Arc::new((guard, permit));
         let activity = BroadcastStream::new(receiver).filter_map(move |item| {

@@ -2,7 +2,8 @@
 //! the demo forum at `/demo` (`playground`, from local files), and for operators `/healthz`
 //! (the process answers), `/readyz` (PostgreSQL and Redis answer; worker leases) and
 //! `/metrics` (Prometheus text). Authentication happens here, once per request; the schema
-//! only sees the resulting `Viewer`. Every request runs in an `http_request` span carrying a
+//! only sees the resulting `Viewer`. Browsers from other origins reach `/graphql` and the
+//! websocket only when `CORS_ALLOWED_ORIGINS` lists them (`cors`). Every request runs in an `http_request` span carrying a
 //! `request_id`, which the response repeats in `x-request-id`.
 
 use std::time::Instant;
@@ -24,8 +25,10 @@ use crate::error::AppError;
 use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders};
 use crate::state::AppState;
 
+mod cors;
 mod playground;
 mod ws;
+mod ws_limits;
 
 /// What the HTTP layer knows of the process it serves in.
 #[derive(Clone)]
@@ -42,6 +45,9 @@ struct HttpState {
     app: AppState,
     schema: AppSchema,
     lifecycle: Lifecycle,
+    /// Open websockets per user and per client address, on this instance.
+    sockets: std::sync::Arc<ws_limits::SocketCaps>,
+    origins: cors::AllowedOrigins,
 }
 
 /// What the operator endpoints need.
@@ -54,12 +60,17 @@ struct OpsState {
 pub fn router(app: AppState, schema: AppSchema, lifecycle: Lifecycle) -> Router {
     let body_limit = app.settings.max_body_bytes;
     let playground = playground::routes(&app.settings);
+    let origins = cors::AllowedOrigins::new(&app.settings.cors_allowed_origins);
+    let sockets =
+        std::sync::Arc::new(ws_limits::SocketCaps::new(app.settings.ws_max_per_user, app.settings.ws_max_per_address));
+    // The CORS layer answers the preflight of `/graphql` itself (OPTIONS has no handler).
+    let api = Router::new().route("/graphql", get(graphiql).post(graphql)).layer(origins.layer());
     Router::new()
         .route("/", get(graphiql))
-        .route("/graphql", get(graphiql).post(graphql))
+        .merge(api)
         .route("/graphql/ws", get(ws::upgrade))
         .merge(playground)
-        .with_state(HttpState { app: app.clone(), schema, lifecycle: lifecycle.clone() })
+        .with_state(HttpState { app: app.clone(), schema, lifecycle: lifecycle.clone(), sockets, origins })
         .merge(ops_routes(app, lifecycle))
         .layer(DefaultBodyLimit::max(body_limit))
         // async-graphql-axum reads the body stream itself, past DefaultBodyLimit: limit the stream.

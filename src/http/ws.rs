@@ -4,20 +4,31 @@
 //! does the token's expiry (`exp`) on an open socket: a connection never outlives its token.
 //! When the process shuts down, every socket is closed with 1001 (going away) so clients
 //! reconnect to another instance instead of holding the shutdown up.
+//!
+//! Every socket is bounded before it costs a query: the upgrade checks `Origin` (403) and the
+//! client address's socket cap; a socket that sends no connection_init in time is closed with
+//! 4408; the user's socket cap is checked as soon as the token names the user; and each
+//! subscribe is counted against the connection's rate as it is read, before it executes
+//! (both caps and the rate close with 4429). Acknowledged sockets are pinged.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_graphql::Data;
-use async_graphql::http::{WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
-use axum::extract::State;
+use async_graphql::http::{ClientMessage, WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt, future};
 use std::str::FromStr;
 use std::time::SystemTime;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tracing::Instrument;
 
 use super::HttpState;
+use super::ws_limits::{OperationRate, Slot};
 use crate::auth::Viewer;
 use crate::error::AppError;
 use crate::graphql::loaders::Loaders;
@@ -30,16 +41,40 @@ const WS_MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// Marks connection_init refusals so their close code can be set to the protocol's 4403.
 const AUTH_REFUSED: &str = "authentication failed: ";
+/// Marks connection_init refusals for the user's socket cap (closed with 4429).
+const TOO_MANY_SOCKETS: &str = "too many sockets: ";
 /// graphql-transport-ws: the token was refused (missing, bad, or expired).
 const TOKEN_REFUSED: u16 = 4403;
+/// graphql-transport-ws: no connection_init within WS_INIT_TIMEOUT.
+const INIT_TIMEOUT: u16 = 4408;
+/// graphql-transport-ws's "too many requests": over a socket cap or the operation rate.
+const TOO_MANY: u16 = 4429;
+/// Registered websocket close code "timeout": a ping went unanswered for a whole interval.
+const KEEPALIVE_TIMEOUT: u16 = 3008;
 /// RFC 6455: the endpoint is going away (server shutdown).
 const GOING_AWAY: u16 = 1001;
 
-pub async fn upgrade(State(state): State<HttpState>, headers: HeaderMap, upgrade: WebSocketUpgrade) -> Response {
+pub async fn upgrade(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
     let Some(protocol) = negotiated_protocol(&headers) else {
         return (StatusCode::BAD_REQUEST, "Sec-WebSocket-Protocol must be graphql-transport-ws or graphql-ws")
             .into_response();
     };
+    // A browser always sends Origin; a page from an origin not allowed may not use a
+    // visitor's browser to open sockets here. Other clients send none and are not refused.
+    if let Some(origin) = headers.get(header::ORIGIN)
+        && !state.origins.allows(origin, &headers)
+    {
+        tracing::debug!(origin = ?origin, "websocket refused: origin not allowed");
+        return (StatusCode::FORBIDDEN, "this Origin may not open a websocket here (CORS_ALLOWED_ORIGINS)")
+            .into_response();
+    }
+    let address = crate::views::client_ip(peer, &headers, state.app.settings.trusted_proxy);
+    let address_slot = state.sockets.address(address);
     upgrade
         .protocols(async_graphql::http::ALL_WEBSOCKET_PROTOCOLS)
         // Subscribers mostly idle: small buffers (the default 128 KiB each way would cost more
@@ -51,7 +86,20 @@ pub async fn upgrade(State(state): State<HttpState>, headers: HeaderMap, upgrade
         .on_upgrade(move |socket| {
             // The connection outlives the upgrade request: its own span, child of the request's.
             let span = tracing::info_span!("websocket", connection_id = %uuid::Uuid::now_v7());
-            serve(socket, state, protocol).instrument(span)
+            async move {
+                // Refused after the upgrade, so a browser client sees the code and the reason.
+                let Some(address_slot) = address_slot else {
+                    tracing::debug!(%address, "websocket refused: the address is at its socket cap");
+                    let reason = format!(
+                        "{TOO_MANY_SOCKETS}at most {} open per client address",
+                        state.sockets.max_per_address()
+                    );
+                    refuse(socket, TOO_MANY, &reason).await;
+                    return;
+                };
+                serve(socket, state, protocol, address_slot).await
+            }
+            .instrument(span)
         })
         .into_response()
 }
@@ -64,39 +112,75 @@ fn negotiated_protocol(headers: &HeaderMap) -> Option<WebSocketProtocols> {
         .and_then(|offered| offered.split(',').find_map(|p| WebSocketProtocols::from_str(p.trim()).ok()))
 }
 
-async fn serve(socket: WebSocket, state: HttpState, protocol: WebSocketProtocols) {
+/// What the socket reader tells the connection loop.
+#[derive(Default)]
+struct Heard {
+    /// connection_init arrived (the init timeout no longer applies).
+    init: AtomicBool,
+    /// connection_init succeeded: the socket is acknowledged and gets keepalive pings.
+    acknowledged: AtomicBool,
+    /// Anything arrived since the last keepalive tick (a pong, a message, a frame).
+    anything: AtomicBool,
+    /// The connection went over its operation rate.
+    over_rate: Notify,
+}
+
+async fn serve(
+    socket: WebSocket,
+    state: HttpState,
+    protocol: WebSocketProtocols,
+    _address_slot: Slot<std::net::IpAddr>,
+) {
+    let init_deadline = Instant::now() + state.app.settings.ws_init_timeout;
     let (mut sink, stream) = socket.split();
-    let input = stream.take_while(|message| future::ready(message.is_ok())).filter_map(|message| {
-        future::ready(match message {
-            Ok(Message::Text(text)) => Some(text.as_bytes().to_vec()),
-            Ok(Message::Binary(bytes)) => Some(bytes.to_vec()),
-            _ => None,
-        })
-    });
+    let heard = Arc::new(Heard::default());
+    let input = read_messages(stream, heard.clone(), OperationRate::new(state.app.settings.ws_operations_per_minute));
     let app = state.app.clone();
+    let sockets = state.sockets.clone();
+    let acknowledged = heard.clone();
     // The token's expiry, once connection_init has verified it.
     let (expiry_tx, mut expiry) = watch::channel::<Option<SystemTime>>(None);
-    let outgoing = GqlWebSocket::new(state.schema.clone(), input, protocol)
+    let outgoing = GqlWebSocket::from_message_stream(state.schema.clone(), input, protocol)
         .on_connection_init(move |payload| {
             let app = app.clone();
             async move {
-                let (data, expires_at) = authenticate(&app, payload)
-                    .await
-                    .map_err(|e| async_graphql::Error::new(format!("{AUTH_REFUSED}{e}")))?;
-                let _ = expiry_tx.send(Some(expires_at));
+                let token =
+                    verify(&app, payload).await.map_err(|e| async_graphql::Error::new(format!("{AUTH_REFUSED}{e}")))?;
+                // Before anything is built for the connection. The slot lives in the
+                // connection's data, so it is freed when the socket ends.
+                let slot = sockets.user(token.user_id).ok_or_else(|| {
+                    tracing::debug!(user_id = token.user_id, "websocket refused: the user is at their socket cap");
+                    async_graphql::Error::new(format!(
+                        "{TOO_MANY_SOCKETS}at most {} open per user",
+                        sockets.max_per_user()
+                    ))
+                })?;
+                let mut data = connection_data(&app, token.user_id);
+                data.insert(slot);
+                let _ = expiry_tx.send(Some(token.expires_at));
+                acknowledged.acknowledged.store(true, Ordering::SeqCst);
                 Ok(data)
             }
         })
         .map(|message| match message {
             WsMessage::Text(text) => Message::Text(text.into()),
             WsMessage::Close(code, reason) => {
-                let code = if reason.starts_with(AUTH_REFUSED) { TOKEN_REFUSED } else { code };
+                let code = if reason.starts_with(AUTH_REFUSED) {
+                    TOKEN_REFUSED
+                } else if reason.starts_with(TOO_MANY_SOCKETS) {
+                    TOO_MANY
+                } else {
+                    code
+                };
                 Message::Close(Some(CloseFrame { code, reason: close_reason(&reason).into() }))
             }
         });
     futures_util::pin_mut!(outgoing);
     let _open = OpenConnection::new();
     let mut shutdown = state.lifecycle.shutdown.clone();
+    let mut keepalive = keepalive_interval(state.app.settings.ws_keepalive);
+    let mut ping_unanswered = false;
+    let close = |code: u16, reason: &str| Message::Close(Some(CloseFrame { code, reason: reason.into() }));
     loop {
         tokio::select! {
             message = outgoing.next() => {
@@ -106,22 +190,130 @@ async fn serve(socket: WebSocket, state: HttpState, protocol: WebSocketProtocols
                     break;
                 }
             }
+            () = tokio::time::sleep_until(init_deadline), if !heard.init.load(Ordering::SeqCst) => {
+                // connection_init may have arrived in this very turn.
+                if heard.init.load(Ordering::SeqCst) {
+                    continue;
+                }
+                tracing::debug!("closing the websocket: no connection_init in time");
+                let _ = sink.send(close(INIT_TIMEOUT, "Connection initialisation timeout")).await;
+                break;
+            }
+            () = heard.over_rate.notified() => {
+                tracing::debug!("closing the websocket: over its operation rate");
+                let reason = format!(
+                    "too many operations: at most {} a minute per connection",
+                    state.app.settings.ws_operations_per_minute
+                );
+                let _ = sink.send(close(TOO_MANY, &reason)).await;
+                break;
+            }
+            () = tick(&mut keepalive) => {
+                if !heard.acknowledged.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let answered = heard.anything.swap(false, Ordering::SeqCst);
+                let ping = match protocol {
+                    WebSocketProtocols::GraphQLWS => {
+                        // graphql-transport-ws peers must answer a ping with a pong.
+                        if ping_unanswered && !answered {
+                            tracing::debug!("closing the websocket: a keepalive ping went unanswered");
+                            let _ = sink.send(close(KEEPALIVE_TIMEOUT, "keepalive timeout: no pong")).await;
+                            break;
+                        }
+                        ping_unanswered = true;
+                        r#"{"type":"ping"}"#
+                    }
+                    // The legacy protocol's keep-alive has no answer: it only keeps proxies
+                    // from timing the socket out.
+                    WebSocketProtocols::SubscriptionsTransportWS => r#"{"type":"ka"}"#,
+                };
+                if sink.send(Message::Text(ping.into())).await.is_err() {
+                    break;
+                }
+            }
             () = token_expired(&mut expiry) => {
                 tracing::debug!("closing the websocket: its token expired");
-                let frame = CloseFrame { code: TOKEN_REFUSED, reason: "authentication failed: the token expired".into() };
-                let _ = sink.send(Message::Close(Some(frame))).await;
+                let _ = sink.send(close(TOKEN_REFUSED, "authentication failed: the token expired")).await;
                 break;
             }
             // Also when the sender is gone: the process is going away either way.
             () = shutting_down(&mut shutdown) => {
                 tracing::debug!("closing the websocket: the server is shutting down");
-                let frame = CloseFrame { code: GOING_AWAY, reason: "server shutting down".into() };
-                let _ = sink.send(Message::Close(Some(frame))).await;
+                let _ = sink.send(close(GOING_AWAY, "server shutting down")).await;
                 break;
             }
         }
     }
     let _ = sink.close().await;
+}
+
+/// The client's messages, parsed once, as `GqlWebSocket` reads them: notes what the
+/// connection loop needs to know (`Heard`), and counts each subscribe against the rate before
+/// it can execute. Over the rate, the connection is told to close and nothing more is read.
+fn read_messages(
+    stream: impl futures_util::Stream<Item = Result<Message, axum::Error>>,
+    heard: Arc<Heard>,
+    mut rate: Option<OperationRate>,
+) -> impl futures_util::Stream<Item = serde_json::Result<ClientMessage>> {
+    let mut over_rate = false;
+    stream.take_while(|message| future::ready(message.is_ok())).filter_map(move |message| {
+        heard.anything.store(true, Ordering::SeqCst);
+        let bytes = match &message {
+            Ok(Message::Text(text)) => Some(text.as_bytes()),
+            Ok(Message::Binary(bytes)) => Some(bytes.as_ref()),
+            _ => None,
+        };
+        let parsed = match bytes {
+            Some(_) if over_rate => None,
+            Some(bytes) => Some(ClientMessage::from_bytes(bytes)),
+            None => None,
+        };
+        let parsed = match parsed {
+            Some(Ok(ClientMessage::ConnectionInit { payload })) => {
+                heard.init.store(true, Ordering::SeqCst);
+                Some(Ok(ClientMessage::ConnectionInit { payload }))
+            }
+            Some(Ok(ClientMessage::Start { id, payload })) => {
+                if rate.as_mut().is_some_and(|rate| !rate.allow()) {
+                    over_rate = true;
+                    heard.over_rate.notify_one();
+                    None
+                } else {
+                    Some(Ok(ClientMessage::Start { id, payload }))
+                }
+            }
+            other => other,
+        };
+        future::ready(parsed)
+    })
+}
+
+/// Sends one close frame on a socket nothing else was done with, and lets it go.
+async fn refuse(socket: WebSocket, code: u16, reason: &str) {
+    let (mut sink, _stream) = socket.split();
+    let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: close_reason(reason).into() }))).await;
+    let _ = sink.close().await;
+}
+
+/// The keepalive clock, first tick one period after the socket opened; None when off.
+fn keepalive_interval(period: std::time::Duration) -> Option<Interval> {
+    if period.is_zero() {
+        return None;
+    }
+    let mut interval = tokio::time::interval_at(Instant::now() + period, period);
+    interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    Some(interval)
+}
+
+/// The next keepalive tick; never when keepalive is off.
+async fn tick(interval: &mut Option<Interval>) {
+    match interval {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
 
 /// A close frame is a control frame: 125 bytes at most, 2 of them the code. A longer reason
@@ -175,24 +367,26 @@ impl Drop for OpenConnection {
     }
 }
 
-/// Reads `authorization` (or `Authorization`) from the connection_init payload; returns the
-/// connection's data and when its token expires. A token from the identity provider may
-/// provision its user here, as on HTTP.
-async fn authenticate(
+/// Reads `authorization` (or `Authorization`) from the connection_init payload and verifies
+/// the token. A token from the identity provider may provision its user here, as on HTTP.
+async fn verify(
     app: &crate::state::AppState,
     payload: serde_json::Value,
-) -> Result<(Data, SystemTime), AppError> {
+) -> Result<crate::auth::VerifiedToken, AppError> {
     let header =
         payload.get("authorization").or_else(|| payload.get("Authorization")).and_then(|v| v.as_str()).ok_or_else(
             || AppError::Unauthenticated("connection_init must carry {\"authorization\": \"Bearer <token>\"}".into()),
         )?;
-    let token = app.auth.verify_bearer(header).await?;
-    let user_id = token.user_id;
+    app.auth.verify_bearer(header).await
+}
+
+/// What every operation of the connection sees: its viewer, loaders and subscription budget.
+fn connection_data(app: &crate::state::AppState, user_id: i64) -> Data {
     let mut data = Data::default();
     data.insert(Viewer::for_connection(user_id, app.memberships.clone()));
     data.insert(Loaders::new(&app.db, &app.post_cache, &app.likes, &app.views, Some(user_id), None).uncached());
     data.insert(SubscriptionBudget::new(app.settings.live_max_subscriptions));
-    Ok((data, token.expires_at))
+    data
 }
 
 #[cfg(test)]

@@ -83,6 +83,14 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         membership_cache: true,
         live_coalesce: Duration::from_millis(100),
         live_max_subscriptions: 50,
+        ws_init_timeout: Duration::from_secs(10),
+        // Long enough that no existing test sees a ping or is taken for a dead peer.
+        ws_keepalive: Duration::from_secs(60),
+        // High: tests connect from one address, some with many sockets per user.
+        ws_max_per_user: 1_000,
+        ws_max_per_address: 10_000,
+        ws_operations_per_minute: 10_000,
+        cors_allowed_origins: Vec::new(),
         allow_evicting_redis: false,
         like_rate_per_minute: 10_000,
         // The write limits: far above what any test writes in a minute; tests/write_limits.rs

@@ -44,17 +44,34 @@ impl GqlSocket {
         payload: Value,
         protocol: &str,
     ) -> Result<GqlSocket, Refused> {
+        let socket = Self::open(addr, protocol, None).await.expect("websocket handshake");
+        socket.init(payload).await
+    }
+
+    /// Only the websocket handshake (with `Origin` when given); the HTTP status when the
+    /// server refuses the upgrade.
+    pub async fn open(addr: std::net::SocketAddr, protocol: &str, origin: Option<&str>) -> Result<GqlSocket, u16> {
         let mut request = format!("ws://{addr}/graphql/ws").into_client_request().expect("request");
         request.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().expect("header"));
-        let (ws, _) = tokio_tungstenite::connect_async(request).await.expect("websocket handshake");
-        let mut socket = GqlSocket { ws, legacy: protocol == "graphql-ws" };
-        socket.send(json!({ "type": "connection_init", "payload": payload })).await;
+        if let Some(origin) = origin {
+            request.headers_mut().insert("Origin", origin.parse().expect("origin header"));
+        }
+        match tokio_tungstenite::connect_async(request).await {
+            Ok((ws, _)) => Ok(GqlSocket { ws, legacy: protocol == "graphql-ws" }),
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => Err(response.status().as_u16()),
+            Err(other) => panic!("websocket handshake failed: {other}"),
+        }
+    }
+
+    /// Sends connection_init with `payload` and waits for the ack (or the refusal).
+    pub async fn init(mut self, payload: Value) -> Result<GqlSocket, Refused> {
+        self.send(json!({ "type": "connection_init", "payload": payload })).await;
         loop {
-            match tokio::time::timeout(Duration::from_secs(10), socket.ws.next()).await {
+            match tokio::time::timeout(Duration::from_secs(10), self.ws.next()).await {
                 Ok(Some(Ok(Message::Text(text)))) => {
                     let message: Value = serde_json::from_str(&text).expect("json");
                     match message["type"].as_str() {
-                        Some("connection_ack") => return Ok(socket),
+                        Some("connection_ack") => return Ok(self),
                         Some("connection_error") => {
                             return Err(Refused { code: 0, reason: message["payload"].to_string() });
                         }
@@ -74,6 +91,24 @@ impl GqlSocket {
 
     async fn send(&mut self, message: Value) {
         self.ws.send(Message::Text(message.to_string().into())).await.expect("send");
+    }
+
+    /// The next raw text message, without answering pings (to see them); None on timeout or
+    /// close.
+    pub async fn next_raw(&mut self, timeout: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, self.ws.next()).await {
+                Ok(Some(Ok(Message::Text(text)))) => return Some(serde_json::from_str(&text).expect("json")),
+                Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) | Err(_) => return None,
+                Ok(Some(Ok(_))) => continue,
+            }
+        }
+    }
+
+    /// Sends a protocol message as it is (a pong, a subscribe without waiting).
+    pub async fn send_json(&mut self, message: Value) {
+        self.send(message).await;
     }
 
     pub async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {

@@ -176,6 +176,11 @@ async fn subscriber(
                 let Message::Text(text) = message else { continue };
                 let received = SystemTime::now();
                 let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                if value["type"] == "ping" {
+                    // The server drops a graphql-transport-ws peer that leaves its pings unanswered.
+                    let _ = ws.send(Message::Text(json!({ "type": "pong" }).to_string().into())).await;
+                    continue;
+                }
                 if value["payload"]["errors"].is_array() || value["type"] == "error" {
                     return Err(AppError::Internal(format!("a subscription was refused: {value}")));
                 }

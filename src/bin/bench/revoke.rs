@@ -11,7 +11,7 @@ use course_forum::config::LikeMode;
 use course_forum::db::stmt;
 use course_forum::error::{AppError, AppResult};
 use course_forum::graphql::ids::{NodeKind, encode};
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use sea_orm::ConnectionTrait;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -147,6 +147,10 @@ async fn subscriber(url: String, token: String, course: String, ready: mpsc::Sen
         let received = Instant::now();
         let value: Value = serde_json::from_str(&message).unwrap_or(Value::Null);
         match value["type"].as_str() {
+            // The server drops a graphql-transport-ws peer that leaves its pings unanswered.
+            Some("ping") => {
+                let _ = ws.send(Message::Text(json!({ "type": "pong" }).to_string().into())).await;
+            }
             Some("next") if value["payload"]["errors"][0]["extensions"]["code"] == "FORBIDDEN" => {
                 forbidden_at = Some(received);
             }

@@ -83,6 +83,10 @@ impl Server {
             .env("BIND", format!("127.0.0.1:{port}"))
             .env("LIKE_MODE", mode_name)
             .env("RUST_LOG", "warn")
+            // The load comes from one address and reuses a few users' tokens for thousands of
+            // sockets: the per-address and per-user socket caps would refuse the bench itself.
+            .env("WS_MAX_PER_ADDRESS", "0")
+            .env("WS_MAX_PER_USER", "0")
             .kill_on_drop(true);
         for (name, value) in env {
             command.env(name, value);
