@@ -26,7 +26,7 @@ async function psql(sql) {
   await run('psql', ['-X', '-q', '-w', '-v', 'ON_ERROR_STOP=1', '-d', adminUrl, '-c', sql]);
 }
 
-function freePort() {
+export function freePort() {
   return new Promise((ok, fail) => {
     const srv = createServer();
     srv.once('error', fail);
@@ -37,8 +37,9 @@ function freePort() {
   });
 }
 
-/** Starts a server; call `stop()` (in `after`/`finally`) to stop it and drop its database. */
-export async function startServer() {
+/** Starts a server (with `extraEnv` added to its settings); call `stop()` (in
+ * `after`/`finally`) to stop it and drop its database. */
+export async function startServer(extraEnv = {}) {
   const id = randomUUID().replaceAll('-', '');
   const database = `cf_browser_${id}`;
   const work = await mkdtemp(join(tmpdir(), 'cf-browser-'));
@@ -53,6 +54,7 @@ export async function startServer() {
     PLAYGROUND_DIR: join(repoRoot, 'web-playground/dist'),
     DEMO_USERS_FILE: join(work, 'demo.json'),
     LOG_FORMAT: 'text',
+    ...extraEnv,
   };
   await psql(`CREATE DATABASE "${database}"`);
   let child;
