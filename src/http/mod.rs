@@ -9,9 +9,9 @@
 use std::time::Instant;
 
 use async_graphql::{Response as GqlResponse, ServerError};
-use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
+
 use axum::Router;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -26,6 +26,7 @@ use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders};
 use crate::state::AppState;
 
 mod cors;
+mod graphql_http;
 mod playground;
 mod ws;
 mod ws_limits;
@@ -64,7 +65,7 @@ pub fn router(app: AppState, schema: AppSchema, lifecycle: Lifecycle) -> Router 
     let sockets =
         std::sync::Arc::new(ws_limits::SocketCaps::new(app.settings.ws_max_per_user, app.settings.ws_max_per_address));
     // The CORS layer answers the preflight of `/graphql` itself (OPTIONS has no handler).
-    let api = Router::new().route("/graphql", get(graphiql).post(graphql)).layer(origins.layer());
+    let api = Router::new().route("/graphql", get(graphql_get).post(graphql_post)).layer(origins.layer());
     Router::new()
         .route("/", get(graphiql))
         .merge(api)
@@ -132,15 +133,71 @@ async fn graphiql(State(state): State<HttpState>) -> impl IntoResponse {
     playground::graphiql_index(&state.app.settings.playground_dir).await
 }
 
-#[tracing::instrument(name = "graphql", skip_all)]
-async fn graphql(
+/// `GET /graphql`: GraphiQL for a browser (no `query` parameter), else a query from the URL.
+async fn graphql_get(
     State(state): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
-    request: GraphQLRequest,
-) -> GraphQLResponse {
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let raw = raw.unwrap_or_default();
+    let has_query = url::form_urlencoded::parse(raw.as_bytes()).any(|(name, _)| name == "query");
+    if !has_query {
+        return graphiql(State(state)).await.into_response();
+    }
+    let media = match graphql_http::negotiate(&headers) {
+        Ok(media) => media,
+        Err(refused) => return refused,
+    };
+    let request = match graphql_http::request_from_url(&raw) {
+        Ok(request) => request,
+        Err(why) => return not_a_request(media, why),
+    };
+    if let Err(refused) = graphql_http::require_query(&request.query, request.operation_name.as_deref()) {
+        return refused;
+    }
+    graphql_http::respond(media, execute(&state, peer, &headers, request).await)
+}
+
+/// `POST /graphql` with a JSON body.
+async fn graphql_post(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let media = match graphql_http::negotiate(&headers) {
+        Ok(media) => media,
+        Err(refused) => return refused,
+    };
+    if let Err(refused) = graphql_http::require_json(&headers) {
+        return refused;
+    }
+    let request = match graphql_http::request_from_body(&body) {
+        Ok(request) => request,
+        Err(why) => return not_a_request(media, why),
+    };
+    graphql_http::respond(media, execute(&state, peer, &headers, request).await)
+}
+
+/// Not a well-formed GraphQL-over-HTTP request: 400 in either media type, with the reason.
+fn not_a_request(media: graphql_http::MediaType, why: String) -> Response {
+    let response = error_response(AppError::bad_input(why));
+    crate::graphql::metrics::record(crate::graphql::metrics::UNPARSED, None, &response.errors);
+    let mut answer = graphql_http::respond(media, response);
+    *answer.status_mut() = StatusCode::BAD_REQUEST;
+    answer
+}
+
+/// Authenticates and runs one GraphQL request under its deadline and statement budget.
+#[tracing::instrument(name = "graphql", skip_all)]
+async fn execute(
+    state: &HttpState,
+    peer: std::net::SocketAddr,
+    headers: &HeaderMap,
+    mut request: async_graphql::Request,
+) -> GqlResponse {
     let started = Instant::now();
-    let mut request = request.into_inner();
     let viewer = match headers.get(header::AUTHORIZATION) {
         None => None,
         Some(value) => {
@@ -157,7 +214,7 @@ async fn graphql(
                         Some(started.elapsed()),
                         &response.errors,
                     );
-                    return response.into();
+                    return response;
                 }
             }
         }
@@ -165,7 +222,7 @@ async fn graphql(
     let budget = StatementBudget::new(state.app.settings.request_statement_budget);
     let app = &state.app;
     request = request.data(Loaders::new(&app.db, &app.post_cache, &app.likes, &app.views, viewer, Some(&budget)));
-    let ip = crate::views::client_ip(peer, &headers, state.app.settings.trusted_proxy);
+    let ip = crate::views::client_ip(peer, headers, state.app.settings.trusted_proxy);
     request = request.data(crate::views::ClientIp(ip));
     if let Some(user_id) = viewer {
         request = request.data(Viewer::new(user_id, state.app.memberships.clone()));
@@ -176,7 +233,7 @@ async fn graphql(
     // transaction dropped unfinished rolls back.
     let stopped = tokio::select! {
         response = tokio::time::timeout(deadline, budget.scope(state.schema.execute(request))) => match response {
-            Ok(response) => return response.into(),
+            Ok(response) => return response,
             Err(_) => {
                 tracing::warn!(?deadline, "a request ran past REQUEST_TIMEOUT and was abandoned");
                 AppError::Timeout(format!("the request ran past its deadline of {deadline:?} and was stopped"))
@@ -189,7 +246,7 @@ async fn graphql(
     };
     let response = error_response(stopped);
     crate::graphql::metrics::record(crate::graphql::metrics::UNPARSED, Some(started.elapsed()), &response.errors);
-    response.into()
+    response
 }
 
 /// A GraphQL response carrying one error, for failures before execution.
