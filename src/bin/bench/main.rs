@@ -11,6 +11,8 @@
 //! - `live`: websocket subscribers on one post during a storm; commit→client latency.
 //! - `worker-apply`: likes/s ONE worker applies to PostgreSQL at batch sizes 500 and 5,000.
 //! - `views`: start + complete a post view per user; rate and the aggregator's flush lag.
+//! - `worst`: the most expensive query the cost limit accepts, on a full course: its SQL
+//!   statements and latency.
 //! - `revoke`: members with an open subscription removed by SQL `DELETE`, one at a time; the
 //!   time until each one's subscription ends with FORBIDDEN.
 
@@ -25,6 +27,7 @@ mod storm;
 mod suite;
 mod views;
 mod worker_apply;
+mod worst;
 
 use std::time::Duration;
 
@@ -133,6 +136,12 @@ enum Scenario {
         #[arg(long, default_value_t = 32)]
         connections: usize,
     },
+    /// The most expensive query the cost limit accepts: statements and latency.
+    Worst {
+        /// Sequential runs measured (after one warm-up).
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+    },
     /// Membership revocation: SQL DELETE → the removed member's open subscription ends.
     Revoke {
         /// Members removed, one at a time, each holding a subscription open.
@@ -172,6 +181,10 @@ async fn main() -> std::process::ExitCode {
             show(live::run(&cli, *subscribers, *likes, *concurrency, *open_rate).await)
         }
         Scenario::Views { viewers, connections } => show(views::run(&cli, *viewers, *connections).await),
+        Scenario::Worst { runs } => worst::run(&cli, *runs).await.map(|result| {
+            worst::print(&result);
+            true
+        }),
         Scenario::Revoke { removals } => revoke::run(&cli, *removals).await.map(|result| {
             revoke::print(&result);
             true
