@@ -26,28 +26,7 @@ struct Case {
 async fn world() -> Case {
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
-    let alice = app.token(world.alice);
-    for p in 0..5 {
-        let post = app.create_post(&alice, world.course, &format!("post {p}")).await;
-        for c in 0..3 {
-            let comment = app
-                .gql_ok(
-                    Some(&alice),
-                    "mutation($p: ID!, $b: String!) { createComment(postId: $p, body: $b) { id } }",
-                    json!({ "p": gid("Post", post), "b": format!("c{c}") }),
-                )
-                .await["createComment"]["id"]
-                .clone();
-            for r in 0..2 {
-                app.gql_ok(
-                    Some(&alice),
-                    "mutation($c: ID!, $b: String!) { createReply(commentId: $c, body: $b) { id } }",
-                    json!({ "c": comment, "b": format!("r{r}") }),
-                )
-                .await;
-            }
-        }
-    }
+    common::threads(&app, &world, 5).await;
     Case { world, app }
 }
 

@@ -13,35 +13,6 @@ const NESTED: &str = "query($c: ID!, $n: Int!) { course(id: $c) { posts(first: $
     comments(first: 10) { pageInfo { hasNextPage } nodes { id body post { id } \
       replies(first: 10) { nodes { id body comment { id } post { id course { memberCount } } } } } } } } } }";
 
-/// `posts` posts, each with 3 comments, each with 2 replies; returns the post ids.
-async fn threads(app: &TestApp, world: &World, posts: usize) -> Vec<i64> {
-    let alice = app.token(world.alice);
-    let mut ids = Vec::new();
-    for p in 0..posts {
-        let post = app.create_post(&alice, world.course, &format!("post {p}")).await;
-        for c in 0..3 {
-            let comment = app
-                .gql_ok(
-                    Some(&alice),
-                    "mutation($p: ID!, $b: String!) { createComment(postId: $p, body: $b) { id } }",
-                    json!({ "p": gid("Post", post), "b": format!("p{p} c{c}") }),
-                )
-                .await["createComment"]["id"]
-                .clone();
-            for r in 0..2 {
-                app.gql_ok(
-                    Some(&alice),
-                    "mutation($c: ID!, $b: String!) { createReply(commentId: $c, body: $b) { id } }",
-                    json!({ "c": comment, "b": format!("p{p} c{c} r{r}") }),
-                )
-                .await;
-            }
-        }
-        ids.push(post);
-    }
-    ids
-}
-
 /// Runs the nested query over the newest `n` posts; returns the data and its SQL statements.
 async fn nested(app: &TestApp, world: &World, n: usize) -> (Value, u64) {
     let before = app.state.sql_statements.get();
@@ -54,7 +25,7 @@ async fn nested(app: &TestApp, world: &World, n: usize) -> (Value, u64) {
 async fn nested_lists_cost_one_statement_per_level_not_per_parent() {
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
-    threads(&app, &world, 6).await;
+    common::threads(&app, &world, 6).await;
 
     nested(&app, &world, 6).await; // the viewer's memberships and the post cache warm
     let (few, few_statements) = nested(&app, &world, 2).await;
@@ -100,7 +71,7 @@ async fn nested_lists_cost_one_statement_per_level_not_per_parent() {
 async fn each_parent_gets_its_own_page_of_a_batched_level() {
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
-    threads(&app, &world, 3).await;
+    common::threads(&app, &world, 3).await;
     let query = "query($c: ID!) { course(id: $c) { posts(first: 3) { nodes { \
                  comments(first: 2) { pageInfo { hasNextPage } nodes { body } } } } } }";
     let data = app.gql_ok(Some(&app.token(world.bob)), query, json!({ "c": gid("Course", world.course) })).await;

@@ -460,3 +460,33 @@ pub fn error_code(response: &Json) -> Option<String> {
 
 /// Shares one app across tasks.
 pub type SharedApp = Arc<TestApp>;
+
+/// `posts` posts by alice in `world.course`, each with 3 comments (`p<n> c<m>`), each with 2
+/// replies (`p<n> c<m> r<k>`); returns the post ids, oldest first.
+pub async fn threads(app: &TestApp, world: &World, posts: usize) -> Vec<i64> {
+    let alice = app.token(world.alice);
+    let mut ids = Vec::new();
+    for p in 0..posts {
+        let post = app.create_post(&alice, world.course, &format!("post {p}")).await;
+        for c in 0..3 {
+            let comment = app
+                .gql_ok(
+                    Some(&alice),
+                    "mutation($p: ID!, $b: String!) { createComment(postId: $p, body: $b) { id } }",
+                    json!({ "p": gid("Post", post), "b": format!("p{p} c{c}") }),
+                )
+                .await["createComment"]["id"]
+                .clone();
+            for r in 0..2 {
+                app.gql_ok(
+                    Some(&alice),
+                    "mutation($c: ID!, $b: String!) { createReply(commentId: $c, body: $b) { id } }",
+                    json!({ "c": comment, "b": format!("p{p} c{c} r{r}") }),
+                )
+                .await;
+            }
+        }
+        ids.push(post);
+    }
+    ids
+}
