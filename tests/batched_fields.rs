@@ -88,3 +88,61 @@ async fn each_parent_gets_its_own_page_of_a_batched_level() {
         assert_eq!(bodies[0].split(' ').next(), bodies[1].split(' ').next(), "one post's comments only");
     }
 }
+
+/// Courses reached through a list (`myCourses`, each post's `course`) load their pages of
+/// posts together: a user in 1 course and a user in 4 run the same statements, and every
+/// course gets its own newest posts.
+#[tokio::test]
+async fn courses_in_a_list_page_their_posts_in_one_statement() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let mut courses = vec![world.course];
+    for code in ["MATH1", "PHYS1", "CHEM1"] {
+        let course = app.create_course(code).await;
+        app.enroll(course, world.alice, "student").await;
+        courses.push(course);
+    }
+    app.enroll(courses[1], world.bob, "student").await; // bob: 2 courses, alice: 4
+    app.memberships_settled().await;
+    let alice = app.token(world.alice);
+    for course in &courses {
+        for p in 0..3 {
+            app.create_post(&alice, *course, &format!("c{course} p{p}")).await;
+        }
+    }
+    let query = "{ myCourses { id posts(first: 2) { pageInfo { hasNextPage } nodes { title \
+                 course { id posts(first: 1) { nodes { title } } } } } } }";
+    let run = |token: String| {
+        let app = &app;
+        async move {
+            app.gql_ok(Some(&token), query, json!({})).await; // memberships and caches warm
+            let before = app.state.sql_statements.get();
+            let data = app.gql_ok(Some(&token), query, json!({})).await;
+            (data, app.state.sql_statements.get() - before)
+        }
+    };
+    let (two, two_statements) = run(app.token(world.bob)).await;
+    let (four, four_statements) = run(alice).await;
+    assert_eq!(two["myCourses"].as_array().expect("courses").len(), 2);
+    assert_eq!(
+        four_statements, two_statements,
+        "statements grew with the courses: {two_statements} for 2, {four_statements} for 4"
+    );
+    // myCourses, its posts, the posts' courses, their posts: one statement each.
+    assert!(four_statements <= 4, "{four_statements} statements");
+
+    let listed = four["myCourses"].as_array().expect("courses");
+    assert_eq!(listed.len(), 4);
+    for course in listed {
+        let id = course["id"].as_str().expect("id");
+        let number: i64 = common::raw_id(id);
+        let posts = course["posts"]["nodes"].as_array().expect("posts");
+        let titles: Vec<&str> = posts.iter().map(|p| p["title"].as_str().expect("title")).collect();
+        assert_eq!(titles, [format!("c{number} p2"), format!("c{number} p1")], "{course}");
+        assert_eq!(course["posts"]["pageInfo"]["hasNextPage"], true);
+        for post in posts {
+            assert_eq!(post["course"]["id"], course["id"]);
+            assert_eq!(post["course"]["posts"]["nodes"][0]["title"], format!("c{number} p2"));
+        }
+    }
+}

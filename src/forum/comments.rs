@@ -97,9 +97,11 @@ pub async fn pages_of_threads(
         })
         .unzip();
     let inner = page_sql(&format!("SELECT {COMMENT_COLUMNS} FROM comments"), scope, 2, page, Order::OldestFirst);
+    // The outer ORDER BY keeps each thread's rows in page order: a join promises no order.
+    let (_, order_by) = page.keyset_sql(Order::OldestFirst, 0);
     let sql = format!(
         "SELECT c.*, parent.course_id FROM unnest($1::bigint[], $2::bigint[]) AS parent(id, course_id) \
-         CROSS JOIN LATERAL ({inner}) c"
+         CROSS JOIN LATERAL ({inner}) c ORDER BY parent.id, c.{order_by}"
     );
     let mut values: Vec<sea_orm::Value> = vec![ids.into(), courses.into()];
     values.extend(page.values());

@@ -70,6 +70,32 @@ pub async fn page_in_course(db: &impl ConnectionTrait, course_id: i64, page: &Pa
     Ok(page.finish(rows))
 }
 
+/// The same page of several courses' posts in one statement: one course's query per row of
+/// `unnest`, joined laterally, so each course still walks its own index range.
+pub async fn pages_in_courses(
+    db: &impl ConnectionTrait,
+    course_ids: &[i64],
+    page: &PageRequest,
+) -> AppResult<std::collections::HashMap<i64, Page<PostRow>>> {
+    if course_ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let inner = page_sql(&select_post(), "course_id = parent.id AND deleted_at IS NULL", 1, page, Order::NewestFirst);
+    // The outer ORDER BY keeps each course's rows in page order: a join promises no order.
+    let (_, order_by) = page.keyset_sql(Order::NewestFirst, 0);
+    let sql = format!(
+        "SELECT p.* FROM unnest($1::bigint[]) AS parent(id) CROSS JOIN LATERAL ({inner}) p ORDER BY p.course_id, p.{order_by}"
+    );
+    let mut values: Vec<sea_orm::Value> = vec![course_ids.to_vec().into()];
+    values.extend(page.values());
+    let rows = PostRow::find_by_statement(stmt(&sql, values)).all(db).await?;
+    let mut by_course: std::collections::HashMap<i64, Vec<PostRow>> = Default::default();
+    for row in rows {
+        by_course.entry(row.course_id).or_default().push(row);
+    }
+    Ok(course_ids.iter().map(|id| (*id, page.finish(by_course.remove(id).unwrap_or_default()))).collect())
+}
+
 /// Inserts a post and its `feed_outbox` row in ONE statement: either both commit or neither,
 /// so a post can never miss its fan-out, even if the process dies right after COMMIT.
 pub async fn create(

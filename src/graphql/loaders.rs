@@ -18,7 +18,7 @@ use crate::error::{AppError, AppResult};
 use crate::forum::comments::{self, CommentRow, Thread};
 use crate::forum::courses::{self, CourseRow};
 use crate::forum::paging::{Page, PageRequest};
-use crate::forum::posts::PostRow;
+use crate::forum::posts::{self, PostRow};
 use crate::forum::users::{self, UserRow};
 use crate::likes::{LikeTarget, Likes};
 use crate::views::{LiveViews, Views};
@@ -119,6 +119,31 @@ impl Loader<(Thread, PageRequest)> for ThreadPageLoader {
     }
 }
 
+/// Pages of posts of every course at one level of a request (courses reached through a list:
+/// `myCourses`, or each post's `course`): one statement per page request.
+pub struct CoursePageLoader(DatabaseConnection);
+
+impl Loader<(i64, PageRequest)> for CoursePageLoader {
+    type Value = Arc<Page<PostRow>>;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[(i64, PageRequest)],
+    ) -> Result<HashMap<(i64, PageRequest), Arc<Page<PostRow>>>, LoadError> {
+        let mut groups: HashMap<PageRequest, Vec<i64>> = HashMap::new();
+        for (course_id, page) in keys {
+            groups.entry(*page).or_default().push(*course_id);
+        }
+        let mut pages = HashMap::new();
+        for (page, course_ids) in groups {
+            let found = posts::pages_in_courses(&self.0, &course_ids, &page).await.map_err(Arc::new)?;
+            pages.extend(found.into_iter().map(|(course_id, rows)| ((course_id, page), Arc::new(rows))));
+        }
+        Ok(pages)
+    }
+}
+
 /// Posts by id through the post cache (one pipelined read, the misses in one statement).
 pub struct PostLoader(PostCache);
 
@@ -154,6 +179,7 @@ pub struct Loaders {
     pub member_counts: DataLoader<MemberCountLoader>,
     pub comments: DataLoader<CommentLoader>,
     pub thread_pages: DataLoader<ThreadPageLoader>,
+    pub course_pages: DataLoader<CoursePageLoader>,
     pub posts: DataLoader<PostLoader>,
     /// False for loaders that outlive a request (a websocket connection's): nothing is cached.
     liked_cached: bool,
@@ -190,6 +216,7 @@ impl Loaders {
             member_counts: DataLoader::new(MemberCountLoader(db.clone()), spawner()),
             comments: DataLoader::new(CommentLoader(db.clone()), spawner()),
             thread_pages: DataLoader::new(ThreadPageLoader(db.clone()), spawner()),
+            course_pages: DataLoader::new(CoursePageLoader(db.clone()), spawner()),
             posts: DataLoader::new(PostLoader(post_cache.clone()), spawner()),
             liked_cached: true,
         }

@@ -30,7 +30,7 @@ impl Query {
     async fn my_courses(&self, ctx: &Context<'_>) -> Result<Vec<Course>> {
         let viewer = viewer(ctx)?;
         let rows = courses::of_user(&state(ctx)?.db, viewer.user_id).await?;
-        Ok(rows.into_iter().map(Course::from_row).collect())
+        Ok(rows.into_iter().map(|row| Course::from_row(row).in_list()).collect())
     }
 
     /// Posts from all the signed-in user's courses, newest first: the home feed. Pages forward

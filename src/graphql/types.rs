@@ -104,17 +104,26 @@ impl User {
 pub struct Course {
     pub course_id: i64,
     row: Option<CourseRow>,
+    /// Reached through a list (one of many courses at its level): its posts are loaded with
+    /// its siblings' in one statement. A course asked for by id reads its page directly,
+    /// without the loader's batching delay.
+    in_list: bool,
 }
 
 impl Course {
     pub fn from_row(row: CourseRow) -> Self {
-        Self { course_id: row.id, row: Some(row) }
+        Self { course_id: row.id, row: Some(row), in_list: false }
     }
 
     /// A course known to exist without reading it (the viewer is one of its members, and
     /// `course_members` references `courses`).
     pub fn known(course_id: i64) -> Self {
-        Self { course_id, row: None }
+        Self { course_id, row: None, in_list: false }
+    }
+
+    /// Marks a course resolved as one item of a list (see `in_list`).
+    pub fn in_list(self) -> Self {
+        Self { in_list: true, ..self }
     }
 
     async fn row(&self, ctx: &Context<'_>) -> Result<CourseRow> {
@@ -158,7 +167,13 @@ impl Course {
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Post>> {
         let page = page_request(first, after, last, before)?;
-        let rows = posts::page_in_course(&state(ctx)?.db, self.course_id, &page).await?;
+        let rows = if self.in_list {
+            let rows = loaders(ctx)?.course_pages.load_one((self.course_id, page)).await?;
+            let rows = rows.ok_or_else(|| AppError::Internal("a course page was not loaded".into()))?;
+            Page { items: rows.items.clone(), has_next: rows.has_next, has_prev: rows.has_prev }
+        } else {
+            posts::page_in_course(&state(ctx)?.db, self.course_id, &page).await?
+        };
         prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
         Ok(connection(rows, |r| r.id, Post))
     }
@@ -173,7 +188,8 @@ impl Post {
     }
     async fn course(&self, ctx: &Context<'_>) -> Result<Course> {
         let row = loaders(ctx)?.courses.load_one(self.0.course_id).await?;
-        row.map(Course::from_row).ok_or_else(|| AppError::Internal("post without course".into()).into())
+        let course = row.map(Course::from_row).ok_or_else(|| AppError::Internal("post without course".into()))?;
+        Ok(course.in_list())
     }
     async fn author(&self, ctx: &Context<'_>) -> Result<User> {
         Ok(User(user(ctx, self.0.user_id).await?))
