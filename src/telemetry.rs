@@ -58,6 +58,7 @@ pub mod names {
     pub const FEED_FANOUT_DELAY: &str = "feed_fanout_delay_seconds";
     pub const LIVE_SUBSCRIPTIONS_OPEN: &str = "live_subscriptions_open";
     pub const WEBSOCKET_CONNECTIONS_OPEN: &str = "websocket_connections_open";
+    pub const WEBSOCKET_REFUSALS: &str = "websocket_refusals_total";
     pub const LIVE_MESSAGES_PUBLISHED: &str = "live_messages_published_total";
     pub const LIVE_PUBLISH_FAILURES: &str = "live_publish_failures_total";
     pub const LIVE_MESSAGES_RECEIVED: &str = "live_messages_received_total";
@@ -142,6 +143,12 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
         (FEED_FANOUT_DELAY, Histogram, "", "time from a post's commit to its fan-out"),
         (LIVE_SUBSCRIPTIONS_OPEN, Gauge, "", "GraphQL subscriptions open in this process"),
         (WEBSOCKET_CONNECTIONS_OPEN, Gauge, "", "websocket connections open in this process"),
+        (
+            WEBSOCKET_REFUSALS,
+            Counter,
+            "reason",
+            "websockets refused or closed by a limit: origin, address_cap, user_cap, init_timeout, operation_rate, keepalive, token",
+        ),
         (LIVE_MESSAGES_PUBLISHED, Counter, "kind", "live messages published to Redis Pub/Sub (counts, activity)"),
         (LIVE_PUBLISH_FAILURES, Counter, "", "live messages that could not be published (a stale number on screens)"),
         (LIVE_MESSAGES_RECEIVED, Counter, "", "live messages this process received from Pub/Sub"),

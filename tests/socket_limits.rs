@@ -19,6 +19,15 @@ fn bearer(token: &str) -> Value {
     json!({ "authorization": format!("Bearer {token}") })
 }
 
+/// `websocket_refusals_total{reason}` as `/metrics` shows it (0 before the first).
+async fn refusals(app: &TestApp, reason: &str) -> u64 {
+    let text = app.http.get(app.url("/metrics")).send().await.expect("GET /metrics").text().await.expect("text");
+    let series = format!("websocket_refusals_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map_or(0, |value| value.trim().parse().expect("a counter value"))
+}
+
 #[tokio::test]
 async fn a_socket_without_connection_init_is_closed_with_4408() {
     let app = TestApp::spawn_with(|s| s.ws_init_timeout = Duration::from_millis(300)).await;
@@ -31,6 +40,7 @@ async fn a_socket_without_connection_init_is_closed_with_4408() {
         assert!(reason.contains("initialisation timeout"), "{protocol}: {reason}");
         assert!(opened.elapsed() >= Duration::from_millis(250), "{protocol}: not before the timeout");
     }
+    assert_eq!(refusals(&app, "init_timeout").await, 2, "each closure is counted");
 }
 
 #[tokio::test]
@@ -82,6 +92,7 @@ async fn a_user_holds_at_most_the_cap_and_a_closed_socket_frees_a_slot() {
     let refused = GqlSocket::connect(app.addr, Some(&alice)).await.err().expect("the third is refused");
     assert_eq!(refused.code, 4429, "{refused:?}");
     assert!(refused.reason.contains("per user"), "{refused:?}");
+    assert_eq!(refusals(&app, "user_cap").await, 1);
     let _bob = GqlSocket::connect(app.addr, Some(&app.token(world.bob))).await.expect("another user has own slots");
 
     first.close().await;
@@ -120,6 +131,7 @@ async fn an_address_holds_at_most_the_cap_and_a_closed_socket_frees_a_slot() {
     let (code, reason) = closed.expect("the third is closed");
     assert_eq!(code, 4429, "{reason}");
     assert!(reason.contains("per client address"), "{reason}");
+    assert_eq!(refusals(&app, "address_cap").await, 1);
 
     first.close().await;
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -146,6 +158,7 @@ async fn a_connection_over_its_operation_rate_is_closed_with_4429() {
     let (code, reason) = socket.close_frame(Duration::from_secs(3)).await.expect("closed").expect("close frame");
     assert_eq!(code, 4429, "{reason}");
     assert!(reason.contains("too many operations"), "{reason}");
+    assert_eq!(refusals(&app, "operation_rate").await, 1);
 }
 
 /// Statements the app ran so far, once the count has stopped moving.

@@ -70,6 +70,7 @@ pub async fn upgrade(
         && !state.origins.allows(origin, &headers)
     {
         tracing::debug!(origin = ?origin, "websocket refused: origin not allowed");
+        count_refusal("origin");
         return (StatusCode::FORBIDDEN, "this Origin may not open a websocket here (CORS_ALLOWED_ORIGINS)")
             .into_response();
     }
@@ -90,6 +91,7 @@ pub async fn upgrade(
                 // Refused after the upgrade, so a browser client sees the code and the reason.
                 let Some(address_slot) = address_slot else {
                     tracing::debug!(%address, "websocket refused: the address is at its socket cap");
+                    count_refusal("address_cap");
                     let reason = format!(
                         "{TOO_MANY_SOCKETS}at most {} open per client address",
                         state.sockets.max_per_address()
@@ -102,6 +104,11 @@ pub async fn upgrade(
             .instrument(span)
         })
         .into_response()
+}
+
+/// Counts a socket refused or closed by one of its limits (`websocket_refusals_total`).
+fn count_refusal(reason: &'static str) {
+    metrics::counter!(crate::telemetry::names::WEBSOCKET_REFUSALS, "reason" => reason).increment(1);
 }
 
 /// The first GraphQL websocket protocol the client offers.
@@ -150,6 +157,7 @@ async fn serve(
                 // connection's data, so it is freed when the socket ends.
                 let slot = sockets.user(token.user_id).ok_or_else(|| {
                     tracing::debug!(user_id = token.user_id, "websocket refused: the user is at their socket cap");
+                    count_refusal("user_cap");
                     async_graphql::Error::new(format!(
                         "{TOO_MANY_SOCKETS}at most {} open per user",
                         sockets.max_per_user()
@@ -166,6 +174,7 @@ async fn serve(
             WsMessage::Text(text) => Message::Text(text.into()),
             WsMessage::Close(code, reason) => {
                 let code = if reason.starts_with(AUTH_REFUSED) {
+                    count_refusal("token");
                     TOKEN_REFUSED
                 } else if reason.starts_with(TOO_MANY_SOCKETS) {
                     TOO_MANY
@@ -196,11 +205,13 @@ async fn serve(
                     continue;
                 }
                 tracing::debug!("closing the websocket: no connection_init in time");
+                count_refusal("init_timeout");
                 let _ = sink.send(close(INIT_TIMEOUT, "Connection initialisation timeout")).await;
                 break;
             }
             () = heard.over_rate.notified() => {
                 tracing::debug!("closing the websocket: over its operation rate");
+                count_refusal("operation_rate");
                 let reason = format!(
                     "too many operations: at most {} a minute per connection",
                     state.app.settings.ws_operations_per_minute
@@ -218,6 +229,7 @@ async fn serve(
                         // graphql-transport-ws peers must answer a ping with a pong.
                         if ping_unanswered && !answered {
                             tracing::debug!("closing the websocket: a keepalive ping went unanswered");
+                            count_refusal("keepalive");
                             let _ = sink.send(close(KEEPALIVE_TIMEOUT, "keepalive timeout: no pong")).await;
                             break;
                         }
@@ -234,6 +246,7 @@ async fn serve(
             }
             () = token_expired(&mut expiry) => {
                 tracing::debug!("closing the websocket: its token expired");
+                count_refusal("token");
                 let _ = sink.send(close(TOKEN_REFUSED, "authentication failed: the token expired")).await;
                 break;
             }
