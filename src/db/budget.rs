@@ -1,6 +1,6 @@
 //! The per-request SQL statement budget: the last fence behind the cost model and the batched
 //! loaders. A request runs inside `StatementBudget::scope` (a task-local, carried into its
-//! DataLoaders' spawned batches by `StatementBudget::spawner`); every statement the requests'
+//! DataLoaders' spawned batches by `StatementBudget::spawn`); every statement the requests'
 //! pool runs is charged to the budget of the task that ran it (`charge_current`, from the pool's
 //! metric callback). When a request goes over, `exceeded` resolves and the HTTP layer abandons
 //! it with STATEMENT_BUDGET_EXCEEDED; statements still in flight are cancelled by PostgreSQL at
@@ -43,12 +43,9 @@ impl StatementBudget {
         CURRENT.scope(self.clone(), work).await
     }
 
-    /// A DataLoader spawner whose batches are charged to this budget.
-    pub fn spawner(
-        self: &Arc<Self>,
-    ) -> impl Fn(BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()> + Send + Sync + 'static + use<> {
-        let budget = self.clone();
-        move |batch| tokio::spawn(CURRENT.scope(budget.clone(), batch))
+    /// Spawns one of the request's DataLoader batches, charged to this budget.
+    pub fn spawn(self: &Arc<Self>, batch: BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(CURRENT.scope(self.clone(), batch))
     }
 
     /// Resolves once the request has run more statements than its limit.
@@ -93,7 +90,7 @@ mod tests {
             })
             .await;
         assert!(tokio::time::timeout(Duration::from_millis(50), budget.exceeded()).await.is_err(), "3 of 3");
-        let spawned = (budget.spawner())(Box::pin(async { charge_current() }));
+        let spawned = budget.spawn(Box::pin(async { charge_current() }));
         spawned.await.expect("spawned batch");
         assert_eq!(budget.used(), 4, "a loader's batch is charged to its request");
         assert!(tokio::time::timeout(Duration::from_millis(50), budget.exceeded()).await.is_ok());

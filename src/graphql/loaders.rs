@@ -6,12 +6,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_graphql::Context;
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 use futures_util::future::BoxFuture;
 use sea_orm::DatabaseConnection;
 
+use super::batch_gate::{BATCH_WINDOW, BatchGate};
 use crate::cache::PostCache;
 use crate::db::budget::StatementBudget;
 use crate::error::{AppError, AppResult};
@@ -168,6 +170,9 @@ impl Loader<i64> for ViewLoader {
     }
 }
 
+/// How a DataLoader starts a batch task.
+type Spawner = Box<dyn Fn(BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()> + Send + Sync>;
+
 /// The loaders of one request.
 pub struct Loaders {
     pub users: DataLoader<UserLoader>,
@@ -186,7 +191,9 @@ pub struct Loaders {
 }
 
 impl Loaders {
-    /// The loaders of one request; with a `budget`, their batches' statements are charged to it.
+    /// The loaders of one request. With a `budget`, their batches' statements are charged to
+    /// it; with a `gate`, each batch starts only once the request is parked
+    /// (`batch_gate`), so a level's keys are never split by a slow pass.
     pub fn new(
         db: &DatabaseConnection,
         post_cache: &PostCache,
@@ -194,30 +201,42 @@ impl Loaders {
         views: &Views,
         viewer: Option<i64>,
         budget: Option<&Arc<StatementBudget>>,
+        gate: Option<&Arc<BatchGate>>,
     ) -> Self {
-        let budget = budget.cloned();
-        let spawner = || -> Box<dyn Fn(BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()> + Send + Sync> {
-            match &budget {
-                Some(budget) => Box::new(budget.spawner()),
-                None => Box::new(tokio::spawn),
-            }
+        let (budget, gate) = (budget.cloned(), gate.cloned());
+        let spawner = || -> Spawner {
+            let (budget, gate) = (budget.clone(), gate.clone());
+            Box::new(move |batch| {
+                let batch = match &gate {
+                    Some(gate) => gate.hold(batch),
+                    None => batch,
+                };
+                match &budget {
+                    Some(budget) => budget.spawn(batch),
+                    None => tokio::spawn(batch),
+                }
+            })
         };
+        // The gate waits out the batching window itself: the loader's own delay would add a
+        // second wait after the request parked.
+        let delay = if gate.is_some() { Duration::ZERO } else { BATCH_WINDOW };
         Self {
-            users: DataLoader::new(UserLoader(db.clone()), spawner()),
-            courses: DataLoader::new(CourseLoader(db.clone()), spawner()),
+            users: DataLoader::new(UserLoader(db.clone()), spawner()).delay(delay),
+            courses: DataLoader::new(CourseLoader(db.clone()), spawner()).delay(delay),
             liked: viewer.map(|user_id| {
                 DataLoader::with_cache(
                     LikedLoader { likes: likes.clone(), user_id },
                     spawner(),
                     HashMapCache::default(),
                 )
+                .delay(delay)
             }),
-            views: DataLoader::new(ViewLoader(views.clone()), spawner()),
-            member_counts: DataLoader::new(MemberCountLoader(db.clone()), spawner()),
-            comments: DataLoader::new(CommentLoader(db.clone()), spawner()),
-            thread_pages: DataLoader::new(ThreadPageLoader(db.clone()), spawner()),
-            course_pages: DataLoader::new(CoursePageLoader(db.clone()), spawner()),
-            posts: DataLoader::new(PostLoader(post_cache.clone()), spawner()),
+            views: DataLoader::new(ViewLoader(views.clone()), spawner()).delay(delay),
+            member_counts: DataLoader::new(MemberCountLoader(db.clone()), spawner()).delay(delay),
+            comments: DataLoader::new(CommentLoader(db.clone()), spawner()).delay(delay),
+            thread_pages: DataLoader::new(ThreadPageLoader(db.clone()), spawner()).delay(delay),
+            course_pages: DataLoader::new(CoursePageLoader(db.clone()), spawner()).delay(delay),
+            posts: DataLoader::new(PostLoader(post_cache.clone()), spawner()).delay(delay),
             liked_cached: true,
         }
     }

@@ -2,6 +2,7 @@
 //! mapping of every error to a machine-readable `extensions.code`.
 
 pub mod access;
+pub mod batch_gate;
 pub mod context;
 pub mod cursor;
 pub mod errors;

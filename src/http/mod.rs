@@ -22,6 +22,7 @@ use tracing::Instrument;
 use crate::auth::Viewer;
 use crate::db::budget::StatementBudget;
 use crate::error::AppError;
+use crate::graphql::batch_gate::BatchGate;
 use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders};
 use crate::state::AppState;
 
@@ -220,8 +221,17 @@ async fn execute(
         }
     };
     let budget = StatementBudget::new(state.app.settings.request_statement_budget);
+    let gate = BatchGate::new();
     let app = &state.app;
-    request = request.data(Loaders::new(&app.db, &app.post_cache, &app.likes, &app.views, viewer, Some(&budget)));
+    request = request.data(Loaders::new(
+        &app.db,
+        &app.post_cache,
+        &app.likes,
+        &app.views,
+        viewer,
+        Some(&budget),
+        Some(&gate),
+    ));
     let ip = crate::views::client_ip(peer, headers, state.app.settings.trusted_proxy);
     request = request.data(crate::views::ClientIp(ip));
     if let Some(user_id) = viewer {
@@ -232,7 +242,7 @@ async fn execute(
     // cancelled by PostgreSQL at STATEMENT_TIMEOUT (shorter than the deadline), and a
     // transaction dropped unfinished rolls back.
     let stopped = tokio::select! {
-        response = tokio::time::timeout(deadline, budget.scope(state.schema.execute(request))) => match response {
+        response = tokio::time::timeout(deadline, gate.run(budget.scope(state.schema.execute(request)))) => match response {
             Ok(response) => return response,
             Err(_) => {
                 tracing::warn!(?deadline, "a request ran past REQUEST_TIMEOUT and was abandoned");
