@@ -470,11 +470,7 @@ async fn a_worker_running_apart_is_watched_like_a_server_and_stops_on_sigterm() 
 fn every_setting_is_in_the_readme_configuration_table() {
     let config = include_str!("../src/config.rs");
     let readme = include_str!("../README.md");
-    let settings: Vec<&str> = config
-        .split("env = \"")
-        .skip(1)
-        .filter_map(|rest| rest.split('"').next())
-        .collect();
+    let settings: Vec<&str> = config.split("env = \"").skip(1).filter_map(|rest| rest.split('"').next()).collect();
     assert!(settings.len() > 40, "settings found in src/config.rs: {settings:?}");
     let missing: Vec<&&str> = settings.iter().filter(|name| !readme.contains(&format!("| `{name}` |"))).collect();
     assert!(missing.is_empty(), "README's configuration table lacks {missing:?}");
