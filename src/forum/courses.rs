@@ -10,7 +10,10 @@ use crate::error::{AppError, AppResult};
 /// A member's role in one course.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, async_graphql::Enum)]
 pub enum Role {
+    /// Reads and writes in the course; edits and deletes only their own posts and comments.
     Student,
+    /// As a student, and may also delete anyone's posts and comments in the course and change
+    /// its roster.
     Instructor,
 }
 

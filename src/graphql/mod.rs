@@ -17,7 +17,9 @@ pub mod roster;
 pub mod subscription;
 pub mod types;
 
-use async_graphql::Schema;
+use async_graphql::connection::Connection;
+use async_graphql::{SDLExportOptions, Schema};
+use chrono::{DateTime, Utc};
 
 use crate::state::AppState;
 
@@ -38,14 +40,37 @@ pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::
         .extension(errors::ErrorCodes)
         .extension(limits::AliasLimit)
         .extension(limits::CostLimit)
+        // Types the library defines carry its generic descriptions (or none); a front-end
+        // developer reads these instead. The wire format stays the library's.
+        .override_output_type_description::<DateTime<Utc>>(DATETIME_DESCRIPTION)
+        .override_output_type_description::<Connection<cursor::KeyCursor, types::Post>>(
+            "A page of posts. Ask for the next one with `after: pageInfo.endCursor` while \
+             `pageInfo.hasNextPage` is true.",
+        )
+        .override_output_type_description::<Connection<cursor::KeyCursor, types::Comment>>(
+            "A page of top-level comments. Ask for the next one with `after: pageInfo.endCursor` while \
+             `pageInfo.hasNextPage` is true.",
+        )
+        .override_output_type_description::<Connection<cursor::KeyCursor, types::Reply>>(
+            "A page of replies. Ask for the next one with `after: pageInfo.endCursor` while \
+             `pageInfo.hasNextPage` is true.",
+        )
 }
+
+/// chrono's `DateTime<Utc>` scalar already names RFC 3339 as its `specifiedByURL`; its own
+/// description speaks to Rust implementers, so the schema says what a client receives
+/// (`to_rfc3339`: a `+00:00` offset, fractional seconds only as far as they are non-zero).
+const DATETIME_DESCRIPTION: &str = "A point in time: an RFC 3339 string in UTC, with a `+00:00` offset and fractional \
+                                    seconds when there are any, e.g. `2026-03-01T09:30:00.123456+00:00`.";
 
 /// The schema served, with the shared state attached.
 pub fn build_schema(state: AppState) -> AppSchema {
     schema_builder().data(state).finish()
 }
 
-/// The SDL of the running schema (what `schema.graphql` holds).
+/// The SDL of the running schema (what `schema.graphql` holds). `@specifiedBy` is included so
+/// the file shows what introspection answers (`specifiedByURL`), which async-graphql leaves
+/// out of SDL by default.
 pub fn sdl() -> String {
-    schema_builder().finish().sdl()
+    schema_builder().finish().sdl_with_options(SDLExportOptions::new().include_specified_by())
 }

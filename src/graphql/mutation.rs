@@ -22,6 +22,10 @@ use crate::likes::{LikeTarget, Membership};
 use crate::live::{Activity, ActivityKind};
 use crate::views::{ClientIp, ViewOutcome};
 
+/// What can be changed. Every mutation needs a signed-in user, else UNAUTHENTICATED. Writes
+/// are limited per user per minute: one over its limit is RATE_LIMITED, with
+/// `extensions.retryAfterMs` saying when to try again. Ids are checked as in `Query`
+/// (BAD_USER_INPUT, NOT_FOUND, FORBIDDEN); text is trimmed and must not be empty.
 #[derive(MergedObject, Default)]
 pub struct Mutation(PostMutations, CommentMutations, LikeMutations, ViewMutations, super::roster::RosterMutations);
 
@@ -30,7 +34,17 @@ pub struct PostMutations;
 
 #[Object]
 impl PostMutations {
-    async fn create_post(&self, ctx: &Context<'_>, course_id: ID, title: String, body: String) -> Result<Post> {
+    /// Posts in a course the signed-in user belongs to; it shows in the course's `posts`, its
+    /// members' `homeFeed` and `courseActivity` (POST_CREATED).
+    async fn create_post(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The course's global id (`Course.id`).")] course_id: ID,
+        #[graphql(desc = "1 to 200 characters after trimming; no control characters but newlines and tabs.")]
+        title: String,
+        #[graphql(desc = "1 to 20,000 characters after trimming; no control characters but newlines and tabs.")]
+        body: String,
+    ) -> Result<Post> {
         let viewer = viewer(ctx)?;
         let course_id = ids::decode_one(&course_id, NodeKind::Course)?;
         let title = validate_text("title", &title, MAX_TITLE_CHARS)?;
@@ -44,12 +58,17 @@ impl PostMutations {
         Ok(Post(row))
     }
 
-    /// Changes the title and/or body of your own post.
+    /// Changes the title and/or body of your own post (FORBIDDEN for anyone else's) and sets
+    /// its `editedAt`.
     async fn edit_post(
         &self,
         ctx: &Context<'_>,
-        post_id: ID,
+        #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
+        #[graphql(desc = "The new title (1 to 200 characters after trimming); omit to keep the old one.")]
         title: Option<String>,
+        #[graphql(
+            desc = "The new body (1 to 20,000 characters after trimming); omit to keep the old one. Give `title`, `body` or both, else BAD_USER_INPUT."
+        )]
         body: Option<String>,
     ) -> Result<Post> {
         let viewer = viewer(ctx)?;
@@ -68,7 +87,11 @@ impl PostMutations {
     }
 
     /// Soft-deletes a post: yours, or any in a course you teach.
-    async fn delete_post(&self, ctx: &Context<'_>, post_id: ID) -> Result<DeletePayload> {
+    async fn delete_post(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
+    ) -> Result<DeletePayload> {
         let viewer = viewer(ctx)?;
         let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
         within_limit(ctx, viewer.user_id, WriteKind::Delete).await?;
@@ -91,7 +114,13 @@ pub struct CommentMutations;
 #[Object]
 impl CommentMutations {
     /// A top-level comment on a post.
-    async fn create_comment(&self, ctx: &Context<'_>, post_id: ID, body: String) -> Result<Comment> {
+    async fn create_comment(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
+        #[graphql(desc = "1 to 5,000 characters after trimming; no control characters but newlines and tabs.")]
+        body: String,
+    ) -> Result<Comment> {
         let viewer = viewer(ctx)?;
         let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
@@ -105,7 +134,13 @@ impl CommentMutations {
 
     /// A reply to a comment or to a reply. Replies are two levels deep: a reply to a reply is
     /// attached to the root comment, and `replyTo` names the author it answers.
-    async fn create_reply(&self, ctx: &Context<'_>, comment_id: ID, body: String) -> Result<Reply> {
+    async fn create_reply(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The global id of the Comment or Reply answered.")] comment_id: ID,
+        #[graphql(desc = "1 to 5,000 characters after trimming; no control characters but newlines and tabs.")]
+        body: String,
+    ) -> Result<Reply> {
         let viewer = viewer(ctx)?;
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
         let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
@@ -117,8 +152,14 @@ impl CommentMutations {
         Ok(Reply(row))
     }
 
-    /// Changes the body of your own comment or reply.
-    async fn edit_comment(&self, ctx: &Context<'_>, comment_id: ID, body: String) -> Result<AnyComment> {
+    /// Changes the body of your own comment or reply (FORBIDDEN for anyone else's) and sets its
+    /// `editedAt`.
+    async fn edit_comment(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The global id of a Comment or a Reply.")] comment_id: ID,
+        #[graphql(desc = "The new text: 1 to 5,000 characters after trimming.")] body: String,
+    ) -> Result<AnyComment> {
         let viewer = viewer(ctx)?;
         let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
         let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
@@ -130,7 +171,11 @@ impl CommentMutations {
     }
 
     /// Soft-deletes a comment (with its replies) or a reply: yours, or any in a course you teach.
-    async fn delete_comment(&self, ctx: &Context<'_>, comment_id: ID) -> Result<DeletePayload> {
+    async fn delete_comment(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The global id of a Comment or a Reply.")] comment_id: ID,
+    ) -> Result<DeletePayload> {
         let viewer = viewer(ctx)?;
         let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
         within_limit(ctx, viewer.user_id, WriteKind::Delete).await?;
@@ -156,22 +201,38 @@ pub struct LikeMutations;
 #[Object]
 impl LikeMutations {
     /// Likes a post; liking it again changes nothing.
-    async fn like_post(&self, ctx: &Context<'_>, post_id: ID) -> Result<Post> {
+    async fn like_post(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
+    ) -> Result<Post> {
         set_post_like(ctx, &post_id, true).await
     }
 
     /// Takes back a like; unliking again changes nothing.
-    async fn unlike_post(&self, ctx: &Context<'_>, post_id: ID) -> Result<Post> {
+    async fn unlike_post(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
+    ) -> Result<Post> {
         set_post_like(ctx, &post_id, false).await
     }
 
     /// Likes a comment or a reply; idempotent.
-    async fn like_comment(&self, ctx: &Context<'_>, comment_id: ID) -> Result<AnyComment> {
+    async fn like_comment(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The global id of a Comment or a Reply.")] comment_id: ID,
+    ) -> Result<AnyComment> {
         set_comment_like(ctx, &comment_id, true).await
     }
 
     /// Takes back a like on a comment or reply; idempotent.
-    async fn unlike_comment(&self, ctx: &Context<'_>, comment_id: ID) -> Result<AnyComment> {
+    async fn unlike_comment(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The global id of a Comment or a Reply.")] comment_id: ID,
+    ) -> Result<AnyComment> {
         set_comment_like(ctx, &comment_id, false).await
     }
 }
@@ -182,8 +243,13 @@ pub struct ViewMutations;
 #[Object]
 impl ViewMutations {
     /// Starts viewing a post: returns a ticket to complete after `minDwellMs` (server-measured).
-    /// Limited per user: starts per minute, and tickets open at once.
-    async fn start_post_view(&self, ctx: &Context<'_>, post_id: ID) -> Result<ViewTicket> {
+    /// Limited per user: starts per minute, and tickets open at once. Views are counted over
+    /// HTTP (`POST /graphql`) only; over the websocket this is BAD_USER_INPUT.
+    async fn start_post_view(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
+    ) -> Result<ViewTicket> {
         let viewer = viewer(ctx)?;
         let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
         let ip = client_ip(ctx)?;
@@ -205,8 +271,12 @@ impl ViewMutations {
 
     /// Completes a view. It counts if it lasted long enough, the ticket is unused and the
     /// caller under both caps; otherwise `reason` says why not. Another user's ticket, or one
-    /// that does not exist, is NOT_FOUND.
-    async fn complete_post_view(&self, ctx: &Context<'_>, ticket: String) -> Result<ViewResult> {
+    /// that does not exist, is NOT_FOUND. HTTP (`POST /graphql`) only, as `startPostView`.
+    async fn complete_post_view(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The `ticket` that `startPostView` returned.")] ticket: String,
+    ) -> Result<ViewResult> {
         let viewer = viewer(ctx)?;
         let ip = client_ip(ctx)?;
         let outcome = state(ctx)?.views.complete(viewer.user_id, &ticket, ip).await?;

@@ -17,6 +17,10 @@ use crate::likes::LikeTarget;
 #[derive(Default)]
 pub struct Query;
 
+/// What can be read. Every field needs a signed-in user (`Authorization: Bearer <token>`),
+/// else UNAUTHENTICATED. An id that does not decode, or names the wrong type, is
+/// BAD_USER_INPUT; something that does not exist or was deleted is NOT_FOUND; something in a
+/// course the user does not belong to is FORBIDDEN.
 #[Object]
 impl Query {
     /// The signed-in user.
@@ -40,7 +44,10 @@ impl Query {
     async fn home_feed(
         &self,
         ctx: &Context<'_>,
-        first: Option<i32>,
+        #[graphql(desc = "How many posts to return: 1 to 100, 20 when not given.")] first: Option<i32>,
+        #[graphql(
+            desc = "Return the posts after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A malformed cursor is BAD_USER_INPUT."
+        )]
         after: Option<String>,
     ) -> Result<Connection<KeyCursor, Post>> {
         let viewer = viewer(ctx)?;
@@ -52,20 +59,37 @@ impl Query {
         Ok(connection(rows, |r| r.id, Post))
     }
 
-    async fn course(&self, ctx: &Context<'_>, id: ID) -> Result<Course> {
+    /// A course by its global id: NOT_FOUND if there is none, FORBIDDEN if the signed-in user
+    /// is not a member.
+    async fn course(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The course's global id (`Course.id`).")] id: ID,
+    ) -> Result<Course> {
         viewer(ctx)?;
         let (course, _) = access::course(ctx, ids::decode_one(&id, NodeKind::Course)?).await?;
         Ok(course)
     }
 
-    async fn post(&self, ctx: &Context<'_>, id: ID) -> Result<Post> {
+    /// A post by its global id: NOT_FOUND if there is none or it was deleted, FORBIDDEN if the
+    /// signed-in user is not a member of its course.
+    async fn post(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The post's global id (`Post.id`).")] id: ID,
+    ) -> Result<Post> {
         viewer(ctx)?;
         let (row, _) = access::post(ctx, ids::decode_one(&id, NodeKind::Post)?).await?;
         Ok(Post(row))
     }
 
-    /// Any object by its global id, with the same access checks as the typed entry points.
-    async fn node(&self, ctx: &Context<'_>, id: ID) -> Result<Node> {
+    /// Any object by its global id, with the same access checks as the typed entry points
+    /// (any user may be read).
+    async fn node(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "A global id of any type (`Node.id`).")] id: ID,
+    ) -> Result<Node> {
         viewer(ctx)?;
         let (kind, raw_id) = ids::decode(&id)?;
         Ok(match kind {

@@ -22,10 +22,13 @@ use crate::state::AppState;
 /// (`Course.posts`); members read those through `course(id:)`.
 #[derive(SimpleObject)]
 pub struct RosterCourse {
+    /// Global id of the course (the same as `Course.id`).
     pub id: ID,
     /// Short code, unique, e.g. `CS101`.
     pub code: String,
+    /// Full name, e.g. `Introduction to Programming`.
     pub title: String,
+    /// When the course was created.
     pub created_at: DateTime<Utc>,
 }
 
@@ -43,7 +46,9 @@ impl From<CourseRow> for RosterCourse {
 /// A person's place in a course after a roster mutation.
 #[derive(SimpleObject)]
 pub struct CourseMembership {
+    /// The course whose roster changed.
     pub course: RosterCourse,
+    /// The person added, removed or given a role.
     pub user: User,
     /// Their role now; null once removed.
     pub role: Option<Role>,
@@ -70,7 +75,12 @@ pub struct RosterMutations;
 impl RosterMutations {
     /// Creates a course with no members (administrators only; add its instructors next). A
     /// code already taken is CONFLICT.
-    async fn create_course(&self, ctx: &Context<'_>, code: String, title: String) -> Result<RosterCourse> {
+    async fn create_course(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "Short code, unique, e.g. `CS101`: 1 to 32 characters after trimming.")] code: String,
+        #[graphql(desc = "Full name: 1 to 200 characters after trimming.")] title: String,
+    ) -> Result<RosterCourse> {
         let viewer = viewer(ctx)?;
         let db = &state(ctx)?.db;
         let txn = db.begin().await.map_err(AppError::from)?;
@@ -85,9 +95,9 @@ impl RosterMutations {
     async fn add_course_member(
         &self,
         ctx: &Context<'_>,
-        course_id: ID,
-        user_id: ID,
-        role: Role,
+        #[graphql(desc = "The course's global id (`Course.id` or `RosterCourse.id`).")] course_id: ID,
+        #[graphql(desc = "The global id of the user to add (`User.id`).")] user_id: ID,
+        #[graphql(desc = "The role to give them.")] role: Role,
     ) -> Result<CourseMembership> {
         let change = change_roster(ctx, &course_id, &user_id, Change::Add(role)).await?;
         Ok(change.into())
@@ -95,7 +105,12 @@ impl RosterMutations {
 
     /// Removes a member from a course; their posts, comments and likes stay. Someone who is not
     /// a member is NOT_FOUND. An instructor may not remove the course's last instructor.
-    async fn remove_course_member(&self, ctx: &Context<'_>, course_id: ID, user_id: ID) -> Result<CourseMembership> {
+    async fn remove_course_member(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The course's global id (`Course.id` or `RosterCourse.id`).")] course_id: ID,
+        #[graphql(desc = "The global id of the member to remove (`User.id`).")] user_id: ID,
+    ) -> Result<CourseMembership> {
         let change = change_roster(ctx, &course_id, &user_id, Change::Remove).await?;
         Ok(change.into())
     }
@@ -105,9 +120,9 @@ impl RosterMutations {
     async fn set_course_member_role(
         &self,
         ctx: &Context<'_>,
-        course_id: ID,
-        user_id: ID,
-        role: Role,
+        #[graphql(desc = "The course's global id (`Course.id` or `RosterCourse.id`).")] course_id: ID,
+        #[graphql(desc = "The member's global id (`User.id`).")] user_id: ID,
+        #[graphql(desc = "Their new role.")] role: Role,
     ) -> Result<CourseMembership> {
         let change = change_roster(ctx, &course_id, &user_id, Change::SetRole(role)).await?;
         Ok(change.into())

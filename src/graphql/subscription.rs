@@ -72,6 +72,7 @@ fn permit(ctx: &Context<'_>) -> Result<Option<BudgetPermit>, AppError> {
 pub struct LikeCountUpdate {
     /// The global id as the client passed it (Post, Comment or Reply).
     pub id: ID,
+    /// Its committed number of likes.
     pub like_count: i32,
     /// When the transaction that produced this count committed, by the publishing server's
     /// clock (null if it did not say): lets a client measure commit→screen latency.
@@ -81,6 +82,10 @@ pub struct LikeCountUpdate {
 #[derive(Default)]
 pub struct Subscription;
 
+/// Live updates, over the websocket at `/graphql/ws` (`graphql-transport-ws`; the token goes
+/// in the `connection_init` payload). Access is checked when subscribing, as in `Query`; a
+/// stream ends with FORBIDDEN when the user loses access to what it watches. One connection
+/// holding too many subscriptions is refused with RATE_LIMITED.
 #[Subscription]
 impl Subscription {
     /// Committed like counts of up to 100 posts, comments or replies, as they change. A burst
@@ -88,6 +93,9 @@ impl Subscription {
     async fn like_counts(
         &self,
         ctx: &Context<'_>,
+        #[graphql(
+            desc = "1 to 100 global ids of posts, comments or replies (else BAD_USER_INPUT), each in a course the user belongs to."
+        )]
         ids: Vec<ID>,
     ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<LikeCountUpdate>> + use<>> {
         // The budget first: a connection at its cap costs no access lookup.
@@ -122,7 +130,7 @@ impl Subscription {
     async fn course_activity(
         &self,
         ctx: &Context<'_>,
-        course_id: ID,
+        #[graphql(desc = "The global id of a course the user belongs to (`Course.id`).")] course_id: ID,
     ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<CourseActivity>> + use<>> {
         // The budget first: a connection at its cap costs no access lookup.
         let permit = permit(ctx)?;
@@ -241,8 +249,10 @@ fn coalesced(
 /// it was deleted since, or for deletions).
 pub struct CourseActivity(Activity);
 
+/// One event in a course: what happened, to what, and (for creations) the new object.
 #[Object]
 impl CourseActivity {
+    /// What happened.
     async fn kind(&self) -> ActivityKind {
         self.0.kind
     }
@@ -257,11 +267,13 @@ impl CourseActivity {
         encode(kind, self.0.node_id)
     }
 
+    /// The global id of the post the event is in: the post itself, or the post of the comment
+    /// or reply.
     async fn post_id(&self) -> ID {
         encode(NodeKind::Post, self.0.post_id)
     }
 
-    /// The new post (POST_CREATED).
+    /// The new post for POST_CREATED; null for other kinds, or when it was deleted since.
     async fn post(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Post>> {
         if self.0.kind != ActivityKind::PostCreated {
             return Ok(None);
@@ -269,7 +281,8 @@ impl CourseActivity {
         Ok(state(ctx)?.post_cache.get(self.0.node_id).await?.map(Post))
     }
 
-    /// The new comment (COMMENT_CREATED).
+    /// The new comment for COMMENT_CREATED; null for other kinds, or when it (or its post) was
+    /// deleted since.
     async fn comment(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Comment>> {
         if self.0.kind != ActivityKind::CommentCreated {
             return Ok(None);
@@ -277,7 +290,8 @@ impl CourseActivity {
         Ok(comments::find(&state(ctx)?.db, self.0.node_id).await?.map(Comment))
     }
 
-    /// The new reply (REPLY_CREATED).
+    /// The new reply for REPLY_CREATED; null for other kinds, or when it (or its post) was
+    /// deleted since.
     async fn reply(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Reply>> {
         if self.0.kind != ActivityKind::ReplyCreated {
             return Ok(None);

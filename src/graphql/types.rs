@@ -46,9 +46,14 @@ pub(crate) fn connection<R, N: async_graphql::OutputType>(
     conn
 }
 
-/// Anything with a global id (Relay's object identification).
+/// Anything with a global id (Relay's object identification): refetch any of them with
+/// `node(id:)`.
 #[derive(Interface)]
-#[graphql(field(name = "id", ty = "ID"))]
+#[graphql(field(
+    name = "id",
+    ty = "ID",
+    desc = "Opaque global id, unique across all types; pass it back as is (`node(id:)`, mutation arguments)."
+))]
 pub enum Node {
     User(User),
     Course(Course),
@@ -60,13 +65,13 @@ pub enum Node {
 /// A top-level comment or a reply: what comment mutations return.
 #[derive(Interface)]
 #[graphql(
-    field(name = "id", ty = "ID"),
-    field(name = "body", ty = "&String"),
-    field(name = "author", ty = "User"),
-    field(name = "like_count", ty = "i32"),
-    field(name = "liked_by_me", ty = "bool"),
-    field(name = "created_at", ty = "DateTime<Utc>"),
-    field(name = "edited_at", ty = "Option<DateTime<Utc>>")
+    field(name = "id", ty = "ID", desc = "Global id: a Comment's or a Reply's, as the concrete type says."),
+    field(name = "body", ty = "&String", desc = "The text as written (trimmed), at most 5,000 characters."),
+    field(name = "author", ty = "User", desc = "Who wrote it."),
+    field(name = "like_count", ty = "i32", desc = "How many users like it."),
+    field(name = "liked_by_me", ty = "bool", desc = "Whether the signed-in user likes it."),
+    field(name = "created_at", ty = "DateTime<Utc>", desc = "When it was written."),
+    field(name = "edited_at", ty = "Option<DateTime<Utc>>", desc = "When its author last edited it; null if never.")
 )]
 pub enum AnyComment {
     Comment(Comment),
@@ -81,8 +86,11 @@ impl AnyComment {
 
 pub struct User(pub UserRow);
 
+/// A person with an account. Anyone signed in may read any user (through `node(id:)`, or as an
+/// author).
 #[Object]
 impl User {
+    /// Global id of this user.
     async fn id(&self) -> ID {
         encode(NodeKind::User, self.0.id)
     }
@@ -90,9 +98,11 @@ impl User {
     async fn handle(&self) -> &String {
         &self.0.handle
     }
+    /// The name to show; not unique.
     async fn display_name(&self) -> &String {
         &self.0.display_name
     }
+    /// When the account was created.
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
@@ -134,8 +144,11 @@ impl Course {
     }
 }
 
+/// A course the signed-in user belongs to, with its posts. Reached through `myCourses`,
+/// `course(id:)` or a post's `course`.
 #[Object]
 impl Course {
+    /// Global id of this course.
     async fn id(&self) -> ID {
         encode(NodeKind::Course, self.course_id)
     }
@@ -143,27 +156,43 @@ impl Course {
     async fn code(&self, ctx: &Context<'_>) -> Result<String> {
         Ok(self.row(ctx).await?.code)
     }
+    /// Full name, e.g. `Introduction to Programming`.
     async fn title(&self, ctx: &Context<'_>) -> Result<String> {
         Ok(self.row(ctx).await?.title)
     }
+    /// When the course was created.
     async fn created_at(&self, ctx: &Context<'_>) -> Result<DateTime<Utc>> {
         Ok(self.row(ctx).await?.created_at)
     }
+    /// How many members it has, students and instructors together.
     async fn member_count(&self, ctx: &Context<'_>) -> Result<i64> {
         Ok(loaders(ctx)?.member_counts.load_one(self.course_id).await?.unwrap_or(0))
     }
-    /// The viewer's role in this course.
+    /// The signed-in user's role in this course.
     async fn my_role(&self, ctx: &Context<'_>) -> Result<Role> {
         Ok(viewer(ctx)?.require_member(&state(ctx)?.db, self.course_id).await?)
     }
-    /// The course's posts, newest first.
+    /// The course's posts, newest first; deleted posts are left out. 1 to 100 a page, 20 by
+    /// default.
     #[graphql(complexity = "page_cost(first, last, child_complexity)")]
     async fn posts(
         &self,
         ctx: &Context<'_>,
+        #[graphql(
+            desc = "How many items to return walking forward: 1 to 100 (20 when neither `first` nor `last` is given). Not with `last` or `before`."
+        )]
         first: Option<i32>,
+        #[graphql(
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A malformed cursor is BAD_USER_INPUT."
+        )]
         after: Option<String>,
+        #[graphql(
+            desc = "How many items to return walking backward, ending at `before`: 1 to 100 (20 when only `before` is given). Not with `first` or `after`."
+        )]
         last: Option<i32>,
+        #[graphql(
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A malformed cursor is BAD_USER_INPUT."
+        )]
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Post>> {
         let page = page_request(first, after, last, before)?;
@@ -181,29 +210,37 @@ impl Course {
 
 pub struct Post(pub PostRow);
 
+/// A post in a course: a title and a body, with comments under it. Only members of its course
+/// can read it; a deleted post is NOT_FOUND.
 #[Object]
 impl Post {
+    /// Global id of this post.
     async fn id(&self) -> ID {
         encode(NodeKind::Post, self.0.id)
     }
+    /// The course it was posted in.
     async fn course(&self, ctx: &Context<'_>) -> Result<Course> {
         let row = loaders(ctx)?.courses.load_one(self.0.course_id).await?;
         let course = row.map(Course::from_row).ok_or_else(|| AppError::Internal("post without course".into()))?;
         Ok(course.in_list())
     }
+    /// Who wrote it.
     async fn author(&self, ctx: &Context<'_>) -> Result<User> {
         Ok(User(user(ctx, self.0.user_id).await?))
     }
+    /// The title as written (trimmed), at most 200 characters.
     async fn title(&self) -> &String {
         &self.0.title
     }
+    /// The text as written (trimmed), at most 20,000 characters.
     async fn body(&self) -> &String {
         &self.0.body
     }
+    /// How many users like it.
     async fn like_count(&self) -> i32 {
         self.0.like_count
     }
-    /// Comments and replies together.
+    /// How many comments and replies it has, together (deleted ones not counted).
     async fn comment_count(&self) -> i32 {
         self.0.comment_count
     }
@@ -216,9 +253,11 @@ impl Post {
     async fn unique_viewers(&self, ctx: &Context<'_>) -> Result<i64> {
         Ok(loaders(ctx)?.views.load_one(self.0.id).await?.unwrap_or_default().unique_viewers)
     }
+    /// Whether the signed-in user likes it.
     async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
         liked_by_me(ctx, self.0.course_id, LikeTarget::Post(self.0.id)).await
     }
+    /// When it was posted.
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
@@ -226,14 +265,27 @@ impl Post {
     async fn edited_at(&self) -> Option<DateTime<Utc>> {
         self.0.edited_at
     }
-    /// Top-level comments, oldest first.
+    /// Top-level comments, oldest first (replies are under each comment's `replies`); deleted
+    /// ones are left out. 1 to 100 a page, 20 by default.
     #[graphql(complexity = "page_cost(first, last, child_complexity)")]
     async fn comments(
         &self,
         ctx: &Context<'_>,
+        #[graphql(
+            desc = "How many items to return walking forward: 1 to 100 (20 when neither `first` nor `last` is given). Not with `last` or `before`."
+        )]
         first: Option<i32>,
+        #[graphql(
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A malformed cursor is BAD_USER_INPUT."
+        )]
         after: Option<String>,
+        #[graphql(
+            desc = "How many items to return walking backward, ending at `before`: 1 to 100 (20 when only `before` is given). Not with `first` or `after`."
+        )]
         last: Option<i32>,
+        #[graphql(
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A malformed cursor is BAD_USER_INPUT."
+        )]
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Comment>> {
         let page = page_request(first, after, last, before)?;
@@ -259,43 +311,66 @@ async fn thread_page(ctx: &Context<'_>, thread: Thread, page: PageRequest) -> Re
 
 pub struct Comment(pub CommentRow);
 
+/// A top-level comment on a post; replies hang under it (`replies`).
 #[Object]
 impl Comment {
+    /// Global id of this comment.
     async fn id(&self) -> ID {
         encode(NodeKind::Comment, self.0.id)
     }
+    /// The post it is on; NOT_FOUND once that post is deleted.
     async fn post(&self, ctx: &Context<'_>) -> Result<Post> {
         post_of(ctx, &self.0).await
     }
+    /// Who wrote it.
     async fn author(&self, ctx: &Context<'_>) -> Result<User> {
         Ok(User(user(ctx, self.0.user_id).await?))
     }
+    /// The text as written (trimmed), at most 5,000 characters.
     async fn body(&self) -> &String {
         &self.0.body
     }
+    /// How many users like it.
     async fn like_count(&self) -> i32 {
         self.0.like_count
     }
+    /// How many replies it has (deleted ones not counted).
     async fn reply_count(&self) -> i32 {
         self.0.reply_count
     }
+    /// Whether the signed-in user likes it.
     async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
         liked_by_me(ctx, self.0.course_id, LikeTarget::Comment(self.0.id)).await
     }
+    /// When it was written.
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
+    /// When its author last edited it; null if never.
     async fn edited_at(&self) -> Option<DateTime<Utc>> {
         self.0.edited_at
     }
-    /// Replies under this comment, oldest first.
+    /// Replies under this comment, oldest first; deleted ones are left out. 1 to 100 a page,
+    /// 20 by default.
     #[graphql(complexity = "page_cost(first, last, child_complexity)")]
     async fn replies(
         &self,
         ctx: &Context<'_>,
+        #[graphql(
+            desc = "How many items to return walking forward: 1 to 100 (20 when neither `first` nor `last` is given). Not with `last` or `before`."
+        )]
         first: Option<i32>,
+        #[graphql(
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A malformed cursor is BAD_USER_INPUT."
+        )]
         after: Option<String>,
+        #[graphql(
+            desc = "How many items to return walking backward, ending at `before`: 1 to 100 (20 when only `before` is given). Not with `first` or `after`."
+        )]
         last: Option<i32>,
+        #[graphql(
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A malformed cursor is BAD_USER_INPUT."
+        )]
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Reply>> {
         let page = page_request(first, after, last, before)?;
@@ -307,15 +382,19 @@ impl Comment {
 /// A reply: a comment under a root comment, answering someone.
 pub struct Reply(pub CommentRow);
 
+/// A reply under a top-level comment (`comment`), answering someone (`replyTo`). Threads are
+/// two levels deep: a reply to a reply hangs under the same root comment.
 #[Object]
 impl Reply {
+    /// Global id of this reply.
     async fn id(&self) -> ID {
         encode(NodeKind::Reply, self.0.id)
     }
+    /// The post it is on; NOT_FOUND once that post is deleted.
     async fn post(&self, ctx: &Context<'_>) -> Result<Post> {
         post_of(ctx, &self.0).await
     }
-    /// The root comment this reply hangs under.
+    /// The root comment this reply hangs under; NOT_FOUND once that comment is deleted.
     async fn comment(&self, ctx: &Context<'_>) -> Result<Comment> {
         let root = self.0.parent_id.ok_or_else(|| AppError::Internal("reply without parent".into()))?;
         let row = loaders(ctx)?.comments.load_one(root).await?;
@@ -326,21 +405,27 @@ impl Reply {
         let id = self.0.reply_to_user_id.ok_or_else(|| AppError::Internal("reply without reply_to".into()))?;
         Ok(User(user(ctx, id).await?))
     }
+    /// Who wrote it.
     async fn author(&self, ctx: &Context<'_>) -> Result<User> {
         Ok(User(user(ctx, self.0.user_id).await?))
     }
+    /// The text as written (trimmed), at most 5,000 characters.
     async fn body(&self) -> &String {
         &self.0.body
     }
+    /// How many users like it.
     async fn like_count(&self) -> i32 {
         self.0.like_count
     }
+    /// Whether the signed-in user likes it.
     async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
         liked_by_me(ctx, self.0.course_id, LikeTarget::Comment(self.0.id)).await
     }
+    /// When it was written.
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
+    /// When its author last edited it; null if never.
     async fn edited_at(&self) -> Option<DateTime<Utc>> {
         self.0.edited_at
     }
@@ -351,13 +436,15 @@ impl Reply {
 pub struct ViewTicket {
     /// Opaque; single use; valid for the caller only.
     pub ticket: String,
-    /// How long the view must last before completing it counts.
+    /// How long, in milliseconds from the start as the server measured it, the view must last
+    /// before completing it counts.
     pub min_dwell_ms: i64,
 }
 
 /// Whether a completed view counted.
 #[derive(SimpleObject)]
 pub struct ViewResult {
+    /// True when this view was counted (it shows in `Post.viewCount` and `uniqueViewers`).
     pub counted: bool,
     /// Why not, when `counted` is false.
     pub reason: Option<crate::views::ViewRefusal>,

@@ -17,11 +17,17 @@ use crate::telemetry::names;
 /// What happened in a course, for `courseActivity`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, async_graphql::Enum)]
 pub enum ActivityKind {
+    /// A post was created; `post` holds it.
     PostCreated,
+    /// A top-level comment was created; `comment` holds it.
     CommentCreated,
+    /// A reply was created; `reply` holds it.
     ReplyCreated,
+    /// A post was deleted; `nodeId` is its id.
     PostDeleted,
+    /// A top-level comment was deleted, with its replies; `nodeId` is its id.
     CommentDeleted,
+    /// A reply was deleted; `nodeId` is its id.
     ReplyDeleted,
 }
 

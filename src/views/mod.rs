@@ -64,7 +64,8 @@ pub enum ViewRefusal {
     Capped,
     /// The ticket was completed before.
     AlreadyUsed,
-    /// The ticket is older than VIEW_TICKET_TTL.
+    /// The ticket is older than the server's ticket lifetime (`VIEW_TICKET_TTL`, an hour by
+    /// default): start a new view.
     Expired,
 }
 
