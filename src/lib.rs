@@ -17,7 +17,8 @@
 //!                 every change by a LISTEN on the `course_members` trigger's notifications;
 //!                 open subscriptions watch it to end when access is lost.
 //! - `graphql`   — the schema apart from transport: types, queries, mutations, loaders,
-//!                 global ids, cursors, access checks, error codes.
+//!                 global ids, cursors, access checks, error codes, cost limits, when a
+//!                 request's loader batches start (`graphql::batch_gate`).
 //! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging; rosters.
 //! - `like_event` — the vocabulary every step of a like shares: `LikeTarget`, the typed
 //!                 `LikeEvent` and its one codec (stream fields, pending record, dead letter),
@@ -35,6 +36,8 @@
 //! - `feed`      — the home feed: the fan-out job (`feed::fanout`: transactional outbox →
 //!                 members' timelines, or one list per celebrity course), timelines rebuilt
 //!                 from PostgreSQL once under a lock, `homeFeed` pages merged from them.
+//! - `live`      — after-commit live updates: one Redis Pub/Sub channel published to by
+//!                 whoever commits, relayed by every process to its websocket subscribers.
 //! - `cache`     — the stampede-proof post cache (logical expiration, lock + brief wait, TTL
 //!                 jitter, "missing" markers, invalidation by generation) behind `post(id)`,
 //!                 access checks and feed hydration.

@@ -4,7 +4,7 @@
 use clap::Parser;
 
 /// A request allocates many small, short-lived objects; mimalloc serves them faster than the
-/// system allocator (see Cargo.toml and README "Performance").
+/// system allocator (see Cargo.toml and docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -79,7 +79,7 @@ pub async fn seed_demo(db: &DatabaseConnection, tokens: &TokenKeys, graphql_url:
         let (course, _) = roster::ensure_course(&txn, code, title).await?;
         course_ids.insert(*code, course.id);
     }
-    // The named people first (they get the low ids the README's examples show), then the mass
+    // The named people first (they get the low ids docs/api.md's examples show), then the mass
     // course's thousands of students, all in one set-wise call.
     let mut people: Vec<(String, String)> =
         PEOPLE.iter().map(|(handle, name, _, _)| (handle.to_string(), name.to_string())).collect();

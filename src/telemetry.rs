@@ -5,7 +5,7 @@
 //! `metrics::histogram!` and a name from `names`; nothing is plumbed through. Names are
 //! snake_case with a unit suffix (`_total`, `_seconds`, `_bytes`, `_entries`) and
 //! low-cardinality labels (never a user or post id). `CATALOG` is the list operators read (and
-//! README's operations section repeats, which a test checks); gauges that describe Redis state
+//! docs/operations.md repeats, which a test checks); gauges that describe Redis state
 //! (stream lag, dead letters) are read at scrape time by `ops::refresh_gauges`.
 
 use std::sync::OnceLock;

@@ -27,7 +27,7 @@ const DEFAULT_SEED: u64 = 20_261_203;
 const DEFAULT_HTTP_CASES: usize = 4_000;
 const WS_CASES: usize = 1_000;
 
-/// The codes a client may ever see (README's error table); INTERNAL never, for any input.
+/// The codes a client may ever see (the error table in docs/api.md); INTERNAL never, for any input.
 const CODES: &[&str] =
     &["UNAUTHENTICATED", "FORBIDDEN", "NOT_FOUND", "BAD_USER_INPUT", "CONFLICT", "RATE_LIMITED", "UNAVAILABLE"];
 

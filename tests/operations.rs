@@ -1,5 +1,5 @@
 //! What operators see: `/readyz` (services and worker leases), `/metrics` (each metric of the
-//! catalog moving when its event happens, labels bounded, every metric documented in README),
+//! catalog moving when its event happens, labels bounded, every metric documented in docs/operations.md),
 //! and `course-forum check` (passes on a healthy system, fails with a readable report naming
 //! each broken invariant, passes again after the documented repairs).
 
@@ -258,7 +258,7 @@ async fn every_metric_moves_when_its_event_happens() {
     assert!(flushed.value("redis_used_memory_bytes", &[]) > 0.0);
     assert!(flushed.0.iter().any(|(name, _, _)| name == "redis_evicted_keys_total"));
 
-    // Every exported metric is in the catalog, and the catalog is in README.
+    // Every exported metric is in the catalog, and the catalog is in docs/operations.md.
     let catalog: Vec<&str> = course_forum::telemetry::CATALOG.iter().map(|(name, ..)| *name).collect();
     for (name, labels, _) in &flushed.0 {
         let base = ["_bucket", "_count", "_sum"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
@@ -268,9 +268,9 @@ async fn every_metric_moves_when_its_event_happens() {
             assert!(value.len() < 40, "{name}: label value {value}");
         }
     }
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md")).expect("docs/operations.md");
     for name in catalog {
-        assert!(readme.contains(&format!("`{name}`")), "README's metric catalog lacks `{name}`");
+        assert!(readme.contains(&format!("`{name}`")), "docs/operations.md's metric catalog lacks `{name}`");
     }
 }
 
@@ -464,14 +464,44 @@ async fn a_worker_running_apart_is_watched_like_a_server_and_stops_on_sigterm() 
     assert!(status.shards.iter().all(|s| s.lease_holder.is_none()), "leases released: {status:?}");
 }
 
-/// Every setting the process reads from the environment has a row in README's configuration
-/// table, so the table cannot fall behind the code.
+/// Every setting the process reads from the environment has a row in the configuration table
+/// of docs/configuration.md, so the table cannot fall behind the code.
 #[test]
-fn every_setting_is_in_the_readme_configuration_table() {
+fn every_setting_is_in_the_configuration_table() {
     let config = include_str!("../src/config.rs");
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../docs/configuration.md");
     let settings: Vec<&str> = config.split("env = \"").skip(1).filter_map(|rest| rest.split('"').next()).collect();
     assert!(settings.len() > 40, "settings found in src/config.rs: {settings:?}");
     let missing: Vec<&&str> = settings.iter().filter(|name| !readme.contains(&format!("| `{name}` |"))).collect();
-    assert!(missing.is_empty(), "README's configuration table lacks {missing:?}");
+    assert!(missing.is_empty(), "docs/configuration.md's table lacks {missing:?}");
+}
+
+/// Every Redis key in `src/kv/keys.rs`'s table is in the operators' key table in
+/// docs/architecture.md.
+#[test]
+fn every_redis_key_is_in_the_documented_key_table() {
+    let keys = include_str!("../src/kv/keys.rs");
+    let docs = include_str!("../docs/architecture.md");
+    let patterns: Vec<&str> = keys
+        .lines()
+        .filter_map(|line| line.strip_prefix("//! | `"))
+        .filter_map(|row| row.split('`').next())
+        .collect();
+    assert!(patterns.len() > 20, "keys found in src/kv/keys.rs: {patterns:?}");
+    let missing: Vec<&&str> = patterns.iter().filter(|key| !docs.contains(&format!("`{key}`"))).collect();
+    assert!(missing.is_empty(), "docs/architecture.md's Redis key table lacks {missing:?}");
+}
+
+/// The module map at the top of src/lib.rs names every module the crate has.
+#[test]
+fn the_module_map_names_every_module() {
+    let lib = include_str!("../src/lib.rs");
+    let modules: Vec<&str> = lib
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub mod ").or_else(|| line.strip_prefix("mod ")))
+        .filter_map(|rest| rest.strip_suffix(';'))
+        .collect();
+    assert!(modules.len() > 15, "modules found in src/lib.rs: {modules:?}");
+    let missing: Vec<&&str> = modules.iter().filter(|m| !lib.contains(&format!("//! - `{m}`"))).collect();
+    assert!(missing.is_empty(), "src/lib.rs's module map lacks {missing:?}");
 }

@@ -1,4 +1,4 @@
-//! Per-user write limits (README, "Write limits"): for each kind of write, the one over the
+//! Per-user write limits (docs/api.md, "Write limits"): for each kind of write, the one over the
 //! limit is RATE_LIMITED with a positive `retryAfterMs` and writes nothing; other users and
 //! other kinds are unaffected; the window resets; open view tickets are bounded and a
 //! completion (or an expiry) frees a slot; with Redis unreachable, writes are refused whole.

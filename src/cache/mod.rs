@@ -1,4 +1,4 @@
-//! The post cache (README, "Home feed and caching"): what `post(id)`, every access check on a post and the
+//! The post cache (docs/architecture.md, "Home feed and caching"): what `post(id)`, every access check on a post and the
 //! home feed's hydration read instead of PostgreSQL, built so that a hot post expiring never
 //! sends a stampede of requests to the database.
 //!

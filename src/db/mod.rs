@@ -73,7 +73,7 @@ async fn connect_with(
 /// on Nagle's algorithm and the server's delayed ACK, about 40 ms each time: the worker's
 /// 500-like batch spent 53 ms in SQL over TLS and 10 ms without (8,300 against 30,800
 /// likes/s in `bench worker-apply`). A URL that says
-/// `sslmode=…` is left as it is; so is any other host (see README, "Known issues").
+/// `sslmode=…` is left as it is; so is any other host (see docs/performance.md, "Known issue: sqlx 0.9.0 and TLS").
 pub fn without_tls_on_loopback(url: &str) -> String {
     let Ok(parsed) = url::Url::parse(url) else { return url.to_owned() };
     let loopback = match parsed.host() {

@@ -1,4 +1,4 @@
-//! The home feed (README, "Home feed and caching"): one newest-first page of posts from all the viewer's
+//! The home feed (docs/architecture.md, "Home feed and caching"): one newest-first page of posts from all the viewer's
 //! courses, with the celebrity hybrid.
 //!
 //! Writing (`fanout`): a post and its `feed_outbox` row commit in one statement. The fan-out

@@ -1,5 +1,5 @@
 //! Likes on posts and comments: idempotent like/unlike and the viewer's "liked" flags, at
-//! three levels, chosen by `LIKE_MODE` (README, "Architecture" and "Running likes in production"):
+//! three levels, chosen by `LIKE_MODE` (docs/architecture.md, and docs/operations.md "Running likes in production"):
 //!
 //! - `sync` (level 1, `sync.rs`): one statement per toggle, counter from RETURNING.
 //! - `recount` (level 2, `recount.rs`): the row is written at once, the counter is recounted

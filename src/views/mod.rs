@@ -1,4 +1,4 @@
-//! Post views that bots cannot inflate (README, "Post views").
+//! Post views that bots cannot inflate (docs/architecture.md, "Post views").
 //!
 //! 1. `startPostView(postId)` is first admitted (`lua/view_admit.lua`, in the user's slot
 //!    `{u<user>}`): the user's view-start rate limit (`VIEW_START_RATE_PER_MINUTE`) and bound on

@@ -26,7 +26,7 @@ pub struct PrivateRedis {
 
 impl PrivateRedis {
     /// Starts one; with `aof`, every write is appended to disk and fsynced every second
-    /// (`appendonly yes`, `appendfsync everysec`), as README's operations section recommends.
+    /// (`appendonly yes`, `appendfsync everysec`), as docs/operations.md recommends.
     pub fn start(aof: bool) -> PrivateRedis {
         let dir = std::env::temp_dir().join(format!("cf-redis-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).expect("redis data dir");
