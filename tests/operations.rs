@@ -268,7 +268,8 @@ async fn every_metric_moves_when_its_event_happens() {
             assert!(value.len() < 40, "{name}: label value {value}");
         }
     }
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md")).expect("docs/operations.md");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .expect("docs/operations.md");
     for name in catalog {
         assert!(readme.contains(&format!("`{name}`")), "docs/operations.md's metric catalog lacks `{name}`");
     }
@@ -482,11 +483,8 @@ fn every_setting_is_in_the_configuration_table() {
 fn every_redis_key_is_in_the_documented_key_table() {
     let keys = include_str!("../src/kv/keys.rs");
     let docs = include_str!("../docs/architecture.md");
-    let patterns: Vec<&str> = keys
-        .lines()
-        .filter_map(|line| line.strip_prefix("//! | `"))
-        .filter_map(|row| row.split('`').next())
-        .collect();
+    let patterns: Vec<&str> =
+        keys.lines().filter_map(|line| line.strip_prefix("//! | `")).filter_map(|row| row.split('`').next()).collect();
     assert!(patterns.len() > 20, "keys found in src/kv/keys.rs: {patterns:?}");
     let missing: Vec<&&str> = patterns.iter().filter(|key| !docs.contains(&format!("`{key}`"))).collect();
     assert!(missing.is_empty(), "docs/architecture.md's Redis key table lacks {missing:?}");

@@ -91,16 +91,42 @@ impl Query {
         #[graphql(desc = "A global id of any type (`Node.id`).")] id: ID,
     ) -> Result<Node> {
         viewer(ctx)?;
-        let (kind, raw_id) = ids::decode(&id)?;
-        Ok(match kind {
-            NodeKind::User => {
-                let row = users::find(&state(ctx)?.db, raw_id).await?;
-                Node::User(User(row.ok_or_else(|| AppError::not_found("user"))?))
-            }
-            NodeKind::Course => Node::Course(access::course(ctx, raw_id).await?.0),
-            NodeKind::Post => Node::Post(Post(access::post(ctx, raw_id).await?.0)),
-            NodeKind::Comment => Node::Comment(Comment(access::comment(ctx, kind, raw_id).await?.0)),
-            NodeKind::Reply => Node::Reply(Reply(access::comment(ctx, kind, raw_id).await?.0)),
-        })
+        node_by_id(ctx, &id).await
     }
+
+    /// Several objects by global id, in the order given, with the same access checks as
+    /// `node`. Each item is the object, or null with its own error at `["nodes", i]`
+    /// (NOT_FOUND, FORBIDDEN, or BAD_USER_INPUT for a malformed id): one failing id never
+    /// nulls the others. 1 to 100 ids.
+    #[graphql(complexity = "ids.len().max(1) * child_complexity")]
+    async fn nodes(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "Global ids of any types (`Node.id`), 1 to 100; repeats allowed.")] ids: Vec<ID>,
+    ) -> Result<Vec<Option<Result<Node>>>> {
+        viewer(ctx)?;
+        if ids.is_empty() || ids.len() > MAX_NODES {
+            return Err(AppError::bad_input(format!("`ids` holds {}; give 1 to {MAX_NODES}", ids.len())).into());
+        }
+        let lookups = ids.iter().map(|id| node_by_id(ctx, id));
+        Ok(futures_util::future::join_all(lookups).await.into_iter().map(Some).collect())
+    }
+}
+
+/// Most ids one `nodes` request may name (a page's worth).
+const MAX_NODES: usize = 100;
+
+/// One object by global id, through the access check of its type.
+async fn node_by_id(ctx: &Context<'_>, id: &ID) -> Result<Node> {
+    let (kind, raw_id) = ids::decode(id)?;
+    Ok(match kind {
+        NodeKind::User => {
+            let row = users::find(&state(ctx)?.db, raw_id).await?;
+            Node::User(User(row.ok_or_else(|| AppError::not_found("user"))?))
+        }
+        NodeKind::Course => Node::Course(access::course(ctx, raw_id).await?.0),
+        NodeKind::Post => Node::Post(Post(access::post(ctx, raw_id).await?.0)),
+        NodeKind::Comment => Node::Comment(Comment(access::comment(ctx, kind, raw_id).await?.0)),
+        NodeKind::Reply => Node::Reply(Reply(access::comment(ctx, kind, raw_id).await?.0)),
+    })
 }
