@@ -865,3 +865,40 @@ async fn racing_replies_and_deletes_keep_counters_equal_to_live_rows() {
     assert_eq!(top_level_ids(&app, &bob, post_id).await, vec![kept]);
     assert_eq!(live, 1 + kept_live);
 }
+
+/// A delete's payload carries the parents as they are after it, so a normalized client cache
+/// updates `commentCount` and `replyCount` from the answer alone: the post for a comment or a
+/// reply, and the root comment for a reply.
+#[tokio::test]
+async fn a_delete_returns_the_parents_with_their_new_counts() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let alice = app.token(world.alice);
+    let post = create_post(&app, &alice, world.course, "thread").await;
+    let first = create_comment(&app, &alice, post, "first").await;
+    let second = create_comment(&app, &alice, post, "second").await;
+    let reply = create_reply(&app, &alice, first["id"].as_str().expect("id"), "a reply").await;
+    assert_eq!(reply["post"]["commentCount"], 3, "comments and replies together: {reply}");
+    assert_eq!(reply["comment"]["replyCount"], 1);
+
+    const DELETE: &str = "mutation($id: ID!) { deleteComment(commentId: $id) { deletedId \
+        post { id commentCount } comment { id replyCount } } }";
+    let deleted = app.gql_ok(Some(&alice), DELETE, json!({ "id": reply["id"] })).await["deleteComment"].clone();
+    assert_eq!(deleted["deletedId"], reply["id"]);
+    assert_eq!(deleted["post"], json!({ "id": gid("Post", post), "commentCount": 2 }), "{deleted}");
+    assert_eq!(deleted["comment"], json!({ "id": first["id"], "replyCount": 0 }), "{deleted}");
+
+    let deleted = app.gql_ok(Some(&alice), DELETE, json!({ "id": second["id"] })).await["deleteComment"].clone();
+    assert_eq!(deleted["post"]["commentCount"], 1, "{deleted}");
+    assert_eq!(deleted["comment"], Json::Null, "a comment has no parent comment");
+
+    let deleted = app
+        .gql_ok(
+            Some(&alice),
+            "mutation($id: ID!) { deletePost(postId: $id) { deletedId post { id } comment { id } } }",
+            json!({ "id": gid("Post", post) }),
+        )
+        .await["deletePost"]
+        .clone();
+    assert_eq!(deleted, json!({ "deletedId": gid("Post", post), "post": null, "comment": null }));
+}

@@ -104,7 +104,7 @@ impl PostMutations {
             return Err(AppError::not_found("post").into());
         }
         publish(ctx, post.course_id, ActivityKind::PostDeleted, post.id, post.id).await?;
-        Ok(DeletePayload { deleted_id: encode(NodeKind::Post, post.id) })
+        Ok(DeletePayload { deleted_id: encode(NodeKind::Post, post.id), post: None, comment: None })
     }
 }
 
@@ -191,7 +191,14 @@ impl CommentMutations {
             (NodeKind::Comment, ActivityKind::CommentDeleted)
         };
         publish(ctx, comment.course_id, activity, comment.id, comment.post_id).await?;
-        Ok(DeletePayload { deleted_id: encode(kind, comment.id) })
+        // The parents as they are now, read from PostgreSQL (not the cache just invalidated).
+        let db = &state(ctx)?.db;
+        let post = posts::find(db, comment.post_id).await?.map(Post);
+        let parent = match comment.parent_id {
+            Some(root_id) => comments::find_many(db, &[root_id]).await?.into_iter().next().map(Comment),
+            None => None,
+        };
+        Ok(DeletePayload { deleted_id: encode(kind, comment.id), post, comment: parent })
     }
 }
 

@@ -455,4 +455,11 @@ pub struct ViewResult {
 pub struct DeletePayload {
     /// The global id of what was deleted (evict it from client caches).
     pub deleted_id: ID,
+    /// The post a deleted comment or reply was on, read after the delete: its `commentCount` is
+    /// the new one, so a normalized cache updates it without a refetch. Null when the deleted
+    /// object was a post.
+    pub post: Option<Post>,
+    /// The comment a deleted reply was under, read after the delete, with its new
+    /// `replyCount`. Null unless the deleted object was a reply.
+    pub comment: Option<Comment>,
 }
