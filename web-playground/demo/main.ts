@@ -24,6 +24,11 @@ onLive((up) => {
   live.dataset.state = up ? 'up' : 'down';
 });
 
+/** "1 like", "2 likes", "0 likes": the count and its noun, in agreement. */
+const counted = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+/** The noun alone, for a count shown in its own element. */
+const noun = (n: number, one: string, many = `${one}s`) => (n === 1 ? one : many);
+
 const esc = (s: unknown) =>
   String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 
@@ -84,7 +89,7 @@ async function courses() {
   const data = await gql(`query { me { handle displayName } myCourses { id code title myRole memberCount } }`);
   app.innerHTML = `<h1>Your courses</h1>
     ${data.myCourses.map((c: any) => `<div class="card"><a data-testid="course-${esc(c.code)}" href="#/course/${esc(c.id)}">
-      ${esc(c.code)} · ${esc(c.title)}</a> <span class="muted">${esc(c.myRole.toLowerCase())}, ${c.memberCount} members</span></div>`).join('')}`;
+      ${esc(c.code)} · ${esc(c.title)}</a> <span class="muted">${esc(c.myRole.toLowerCase())}, ${counted(c.memberCount, 'member')}</span></div>`).join('')}`;
 }
 
 const POST_FIELDS = `id title likeCount likedByMe commentCount createdAt author { handle }`;
@@ -110,11 +115,11 @@ async function course(courseId: string) {
     pages += 1;
     postsEl.insertAdjacentHTML('beforeend', conn.edges.map((e: any) => `<div class="card" data-testid="post-item">
       <a href="#/post/${esc(e.node.id)}">${esc(e.node.title)}</a>
-      <div class="muted">@${esc(e.node.author.handle)} · ♥ ${e.node.likeCount} · ${e.node.commentCount} comments</div></div>`).join(''));
+      <div class="muted">@${esc(e.node.author.handle)} · ${counted(e.node.likeCount, 'like')} · ${counted(e.node.commentCount, 'comment')}</div></div>`).join(''));
     after = conn.pageInfo.endCursor;
     more.hidden = !conn.pageInfo.hasNextPage;
     more.disabled = false;
-    app.querySelector('#page-info')!.textContent = `${postsEl.children.length} posts, ${pages} page(s)`;
+    app.querySelector('#page-info')!.textContent = `${counted(postsEl.children.length, 'post')}, ${counted(pages, 'page')}`;
   };
   more.addEventListener('click', loadPage);
   await loadPage();
@@ -137,7 +142,7 @@ async function post(postId: string) {
       <div class="muted">@${esc(p.author.handle)} · ${new Date(p.createdAt).toLocaleString()}</div>
       <p>${esc(p.body)}</p>
       <button class="like" data-testid="like" aria-pressed="false"></button>
-      <span data-testid="like-count"></span> likes · <span data-testid="comment-count">${p.commentCount}</span> comments
+      <span data-testid="like-count"></span> <span data-testid="like-noun"></span> · <span data-testid="comment-count">${p.commentCount}</span> <span data-testid="comment-noun">${noun(p.commentCount, 'comment')}</span>
     </article>
     <h2>Comments</h2>
     <div id="comments" data-testid="comments"></div>
@@ -152,10 +157,12 @@ async function post(postId: string) {
   let inFlight = 0;
   const likeBtn = app.querySelector<HTMLButtonElement>('[data-testid=like]')!;
   const countEl = app.querySelector<HTMLElement>('[data-testid=like-count]')!;
+  const likeNounEl = app.querySelector<HTMLElement>('[data-testid=like-noun]')!;
   const paint = () => {
     likeBtn.textContent = liked ? '♥ Unlike' : '♡ Like';
     likeBtn.setAttribute('aria-pressed', String(liked));
     countEl.textContent = String(count);
+    likeNounEl.textContent = noun(count, 'like');
   };
   paint();
   likeBtn.addEventListener('click', async () => {
@@ -183,6 +190,7 @@ async function post(postId: string) {
   const commentsEl = app.querySelector('#comments')!;
   const shown = new Set<string>();
   const commentCountEl = app.querySelector('[data-testid=comment-count]')!;
+  const commentNounEl = app.querySelector('[data-testid=comment-noun]')!;
   const addComment = (c: Comment, bump = false) => {
     if (shown.has(c.id)) return;
     shown.add(c.id);
@@ -192,7 +200,11 @@ async function post(postId: string) {
       <div class="replies">${(c.replies?.nodes ?? []).map((r) => `<div data-testid="reply">
         <span class="muted">@${esc(r.author.handle)} → @${esc(r.replyTo.handle)} · ♥ <span data-like-of="${esc(r.id)}">${r.likeCount}</span></span>
         <p>${esc(r.body)}</p></div>`).join('')}</div></div>`);
-    if (bump) commentCountEl.textContent = String(Number(commentCountEl.textContent) + 1);
+    if (bump) {
+      const comments = Number(commentCountEl.textContent) + 1;
+      commentCountEl.textContent = String(comments);
+      commentNounEl.textContent = noun(comments, 'comment');
+    }
   };
   p.comments.nodes.forEach((c) => addComment(c));
 

@@ -1,5 +1,6 @@
 // The demo forum with two users in two browser contexts on the same post: likes are
-// optimistic for the liker and arrive live for the other; a new comment appears live.
+// optimistic for the liker and arrive live for the other; a new comment appears live; every
+// count reads with its noun in agreement ("1 like", "2 comments").
 import { test, beforeEach, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, launchBrowser, blockOutside, screenshotsOnFailure } from './harness.mjs';
@@ -47,6 +48,14 @@ async function bothOnOnePost() {
 
 const count = async (page) => Number(await page.getByTestId('like-count').innerText());
 
+/** The noun beside a count agrees with it: "1 like", "0 likes", "2 comments". */
+async function assertNouns(page) {
+  for (const [what, one] of [['like', 'like'], ['comment', 'comment']]) {
+    const n = Number(await page.getByTestId(`${what}-count`).innerText());
+    assert.equal(await page.getByTestId(`${what}-noun`).innerText(), n === 1 ? one : `${one}s`, `${n} ${what}(s)`);
+  }
+}
+
 async function waitForCount(page, expected, ms) {
   const start = Date.now();
   while (Date.now() - start < ms) {
@@ -61,6 +70,7 @@ test('A likes: A sees it at once (optimistic), B sees it live within 3 s, and it
     const { a, b } = await bothOnOnePost();
     const before = await count(a.page);
     assert.equal(await count(b.page), before);
+    await assertNouns(a.page);
     const wasLiked = (await a.page.getByTestId('like').getAttribute('aria-pressed')) === 'true';
     const expected = before + (wasLiked ? -1 : 1);
     // Click and read in one task: the count must change before any answer from the server.
@@ -69,6 +79,7 @@ test('A likes: A sees it at once (optimistic), B sees it live within 3 s, and it
       return Number(document.querySelector('[data-testid=like-count]').textContent);
     });
     assert.equal(atOnce, expected, 'optimistic update');
+    await assertNouns(a.page);
     const tookB = await waitForCount(b.page, expected, 3000);
     console.log(`# B saw the new count after ${tookB} ms`);
     // Past the mutation's answer and the live updates, A's count is still right and B agrees.
@@ -80,6 +91,8 @@ test('A likes: A sees it at once (optimistic), B sees it live within 3 s, and it
     await a.page.reload();
     await a.page.getByTestId('post-title').waitFor();
     assert.equal(await count(a.page), expected);
+    await assertNouns(a.page);
+    await assertNouns(b.page);
     assert.deepEqual([...a.blocked, ...b.blocked], []);
   });
 });
@@ -95,6 +108,7 @@ test('B comments: A sees the comment appear without a reload', async () => {
     await a.page.getByTestId('comment-text').getByText(body).waitFor({ timeout: 3000 });
     assert.equal(await a.page.getByTestId('comment-text').getByText(body).count(), 1);
     assert.equal(Number(await a.page.getByTestId('comment-count').innerText()), commentsBefore + 1);
+    await assertNouns(a.page);
     assert.equal(await b.page.getByTestId('comment-text').getByText(body).count(), 1, 'B shows its comment once');
     assert.deepEqual([...a.blocked, ...b.blocked], []);
   });
