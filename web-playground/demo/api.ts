@@ -10,7 +10,13 @@ export class GraphQLError extends Error {
 
 let token: string | null = null;
 let socket: Client | null = null;
-const liveListeners = new Set<(up: boolean) => void>();
+/** The websocket's state: connected, reconnecting, or refused for good (a bad or expired token). */
+export type LiveState = 'up' | 'down' | 'refused';
+const liveListeners = new Set<(state: LiveState) => void>();
+/** The server's close code for a refused or expired token: retrying with it cannot succeed. */
+const TOKEN_REFUSED = 4403;
+const closeCode = (event: unknown) =>
+  typeof event === 'object' && event !== null && 'code' in event ? (event as { code: number }).code : undefined;
 
 export function setToken(next: string | null) {
   if (next === token) return;
@@ -30,7 +36,7 @@ export async function gql<T = any>(query: string, variables: Record<string, unkn
   return body.data as T;
 }
 
-export function onLive(listener: (up: boolean) => void) {
+export function onLive(listener: (state: LiveState) => void) {
   liveListeners.add(listener);
 }
 
@@ -40,10 +46,15 @@ function ws(): Client {
       url: `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/graphql/ws`,
       connectionParams: () => (token ? { authorization: `Bearer ${token}` } : {}),
       retryAttempts: Infinity,
-      shouldRetry: () => true,
+      // Network trouble and restarts are retried forever; a refused token never is: the
+      // same token would be refused again, so the page says so and waits for a new sign-in.
+      shouldRetry: (event) => closeCode(event) !== TOKEN_REFUSED,
       on: {
-        connected: () => liveListeners.forEach((l) => l(true)),
-        closed: () => liveListeners.forEach((l) => l(false)),
+        connected: () => liveListeners.forEach((l) => l('up')),
+        closed: (event) => {
+          const state = closeCode(event) === TOKEN_REFUSED ? 'refused' : 'down';
+          liveListeners.forEach((l) => l(state));
+        },
       },
     });
   }

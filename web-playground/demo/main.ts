@@ -19,9 +19,9 @@ const whoami = document.getElementById('whoami')!;
 const live = document.getElementById('live')!;
 let stopPage: (() => void)[] = [];
 
-onLive((up) => {
-  live.textContent = up ? '● live' : '○ offline';
-  live.dataset.state = up ? 'up' : 'down';
+onLive((state) => {
+  live.textContent = { up: '● live', down: '○ offline', refused: '✕ signed out: token refused or expired' }[state];
+  live.dataset.state = state;
 });
 
 /** "1 like", "2 likes", "0 likes": the count and its noun, in agreement. */

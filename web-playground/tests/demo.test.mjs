@@ -113,3 +113,30 @@ test('B comments: A sees the comment appear without a reload', async () => {
     assert.deepEqual([...a.blocked, ...b.blocked], []);
   });
 });
+
+test('a token that expires: the socket is refused with 4403, the page says so and stops retrying', async () => {
+  await screenshotsOnFailure('expired-token', () => pages, async () => {
+    const alice = server.demo.users.find((u) => u.handle === 'alice');
+    const token = await server.token(alice.id, '5s');
+    const context = await browser.newContext();
+    await blockOutside(context);
+    const page = await context.newPage();
+    pages.alice = page;
+    let sockets = 0;
+    page.on('websocket', () => (sockets += 1));
+    await page.goto(`${server.url}/demo`);
+    await page.locator('#token-form input[name=token]').fill(token);
+    await page.locator('#token-form button').click();
+    await page.getByTestId('course-CS101').click();
+    await page.getByTestId('post-item').first().locator('a').click();
+    await page.getByTestId('post-title').waitFor();
+    await page.locator('#live[data-state=up]').waitFor({ timeout: 5000 });
+    // The token's exp passes: the server closes the socket with 4403.
+    await page.locator('#live[data-state=refused]').waitFor({ timeout: 10_000 });
+    assert.match(await page.getByTestId('live').innerText(), /token refused or expired/);
+    const opened = sockets;
+    await new Promise((r) => setTimeout(r, 4000));
+    assert.equal(sockets, opened, 'no reconnect after 4403');
+    assert.equal(await page.locator('#live').getAttribute('data-state'), 'refused');
+  });
+});

@@ -90,7 +90,9 @@ export async function startServer(extraEnv = {}) {
       if (Date.now() > deadline) throw new Error(`server did not answer /healthz in 30 s:\n${log}`);
       await new Promise((r) => setTimeout(r, 100));
     }
-    return { url, demo, stop, log: () => log };
+    /** Mints a bearer token for a user (global id) valid for `ttl` (e.g. `4s`). */
+    const token = async (user, ttl) => (await run(bin, ['token', '--user', user, '--ttl', ttl], { env })).stdout.trim();
+    return { url, demo, stop, token, log: () => log };
   } catch (err) {
     await stop();
     throw err;
