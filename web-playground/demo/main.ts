@@ -6,8 +6,8 @@ import { gql, subscribe, setToken, onLive, GraphQLError } from './api';
 
 type DemoUser = { id: string; handle: string; token: string; courses: string[] };
 type Author = { handle: string; displayName?: string };
-type Reply = { id: string; body: string; author: Author; replyTo: Author; likeCount: number };
-type Comment = { id: string; body: string; author: Author; likeCount: number; replies: { nodes: Reply[] } };
+type Reply = { id: string; body: string; author: Author; replyTo: Author; likeCount: number; likedByMe: boolean; comment?: { id: string } };
+type Comment = { id: string; body: string; author: Author; likeCount: number; likedByMe: boolean; replies: { nodes: Reply[] } };
 type Post = {
   id: string; title: string; body: string; likeCount: number; likedByMe: boolean; commentCount: number;
   author: Author; course: { id: string; code: string; title: string }; createdAt: string;
@@ -125,8 +125,8 @@ async function course(courseId: string) {
   await loadPage();
 }
 
-const COMMENT_FIELDS = `id body likeCount author { handle }
-  replies(first: 20) { nodes { id body likeCount author { handle } replyTo { handle } } }`;
+const REPLY_FIELDS = `id body likeCount likedByMe author { handle } replyTo { handle }`;
+const COMMENT_FIELDS = `id body likeCount likedByMe author { handle } replies(first: 20) { nodes { ${REPLY_FIELDS} } }`;
 
 async function post(postId: string) {
   const data = await gql(
@@ -191,21 +191,68 @@ async function post(postId: string) {
   const shown = new Set<string>();
   const commentCountEl = app.querySelector('[data-testid=comment-count]')!;
   const commentNounEl = app.querySelector('[data-testid=comment-noun]')!;
+  // The post's commentCount counts comments and replies together.
+  const bumpComments = (by: number) => {
+    const comments = Math.max(0, Number(commentCountEl.textContent) + by);
+    commentCountEl.textContent = String(comments);
+    commentNounEl.textContent = noun(comments, 'comment');
+  };
+  // A comment's or reply's like button: optimistic, corrected by the mutation's answer and by
+  // committed counts from likeCounts (which patch every [data-like-of] element).
+  const likeButton = (id: string, liked: boolean, count: number) =>
+    `<button class="like small" data-testid="like-comment" data-target="${esc(id)}" aria-pressed="${liked}">${liked ? '♥' : '♡'}</button>
+     <span data-like-of="${esc(id)}">${count}</span>`;
+  const replyHtml = (r: Reply) => `<div data-testid="reply" data-id="${esc(r.id)}">
+    <span class="muted">@${esc(r.author.handle)} → @${esc(r.replyTo.handle)} · ${likeButton(r.id, r.likedByMe, r.likeCount)}</span>
+    <p data-testid="reply-text">${esc(r.body)}</p></div>`;
   const addComment = (c: Comment, bump = false) => {
     if (shown.has(c.id)) return;
     shown.add(c.id);
+    (c.replies?.nodes ?? []).forEach((r) => shown.add(r.id));
     commentsEl.insertAdjacentHTML('beforeend', `<div class="card" data-testid="comment" data-id="${esc(c.id)}">
-      <div class="muted">@${esc(c.author.handle)} · ♥ <span data-like-of="${esc(c.id)}">${c.likeCount}</span></div>
+      <div class="muted">@${esc(c.author.handle)} · ${likeButton(c.id, c.likedByMe, c.likeCount)}</div>
       <p data-testid="comment-text">${esc(c.body)}</p>
-      <div class="replies">${(c.replies?.nodes ?? []).map((r) => `<div data-testid="reply">
-        <span class="muted">@${esc(r.author.handle)} → @${esc(r.replyTo.handle)} · ♥ <span data-like-of="${esc(r.id)}">${r.likeCount}</span></span>
-        <p>${esc(r.body)}</p></div>`).join('')}</div></div>`);
-    if (bump) {
-      const comments = Number(commentCountEl.textContent) + 1;
-      commentCountEl.textContent = String(comments);
-      commentNounEl.textContent = noun(comments, 'comment');
-    }
+      <div class="replies">${(c.replies?.nodes ?? []).map(replyHtml).join('')}</div></div>`);
+    if (bump) bumpComments(1);
   };
+  const addReply = (r: Reply, commentId: string) => {
+    if (shown.has(r.id)) return;
+    const parent = commentsEl.querySelector(`[data-testid=comment][data-id="${CSS.escape(commentId)}"] .replies`);
+    if (!parent) return; // under a comment this page does not show
+    shown.add(r.id);
+    parent.insertAdjacentHTML('beforeend', replyHtml(r));
+    bumpComments(1);
+  };
+  const removeNode = (id: string) => {
+    const el = commentsEl.querySelector(`[data-id="${CSS.escape(id)}"]`);
+    if (!el) return;
+    // A deleted comment takes its replies with it.
+    const gone = [el, ...el.querySelectorAll('[data-testid=reply]')];
+    gone.forEach((node) => shown.delete((node as HTMLElement).dataset.id ?? ''));
+    el.remove();
+    bumpComments(-gone.length);
+  };
+  commentsEl.addEventListener('click', async (e) => {
+    const btn = (e.target as HTMLElement).closest<HTMLButtonElement>('[data-testid=like-comment]');
+    if (!btn) return;
+    const id = btn.dataset.target!;
+    const countOf = commentsEl.querySelector<HTMLElement>(`[data-like-of="${CSS.escape(id)}"]`)!;
+    const before = { liked: btn.getAttribute('aria-pressed') === 'true', count: Number(countOf.textContent) };
+    const show = (liked: boolean, count: number) => {
+      btn.setAttribute('aria-pressed', String(liked));
+      btn.textContent = liked ? '♥' : '♡';
+      countOf.textContent = String(count);
+    };
+    show(!before.liked, before.count + (before.liked ? -1 : 1));
+    try {
+      const field = before.liked ? 'unlikeComment' : 'likeComment';
+      const res = await gql(`mutation($id: ID!) { r: ${field}(commentId: $id) { likeCount likedByMe } }`, { id });
+      show(res.r.likedByMe, res.r.likeCount);
+    } catch (err) {
+      show(before.liked, before.count);
+      alert(`Like failed: ${(err as Error).message}`);
+    }
+  });
   p.comments.nodes.forEach((c) => addComment(c));
 
   app.querySelector<HTMLFormElement>('#comment-form')!.addEventListener('submit', async (e) => {
@@ -242,11 +289,21 @@ async function post(postId: string) {
       }
     }),
     subscribe(
-      `subscription($course: ID!) { courseActivity(courseId: $course) { kind postId comment { ${COMMENT_FIELDS} } } }`,
+      `subscription($course: ID!) { courseActivity(courseId: $course) { kind nodeId postId
+         comment { ${COMMENT_FIELDS} } reply { ${REPLY_FIELDS} comment { id } } } }`,
       { course: p.course.id },
       (d: any) => {
         const a = d.courseActivity;
-        if (a.kind === 'COMMENT_CREATED' && a.postId === p.id && a.comment) addComment(a.comment, true);
+        if (a.postId !== p.id) return;
+        if (a.kind === 'COMMENT_CREATED' && a.comment) addComment(a.comment, true);
+        if (a.kind === 'REPLY_CREATED' && a.reply?.comment) addReply(a.reply, a.reply.comment.id);
+        if (a.kind === 'COMMENT_DELETED' || a.kind === 'REPLY_DELETED') removeNode(a.nodeId);
+        if (a.kind === 'POST_DELETED') {
+          app.querySelector('[data-testid=post]')!.insertAdjacentHTML(
+            'afterbegin',
+            '<p class="error" data-testid="post-deleted">This post was deleted.</p>',
+          );
+        }
       },
     ),
   );

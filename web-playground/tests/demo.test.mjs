@@ -1,6 +1,7 @@
 // The demo forum with two users in two browser contexts on the same post: likes are
 // optimistic for the liker and arrive live for the other; a new comment appears live; every
-// count reads with its noun in agreement ("1 like", "2 comments").
+// count reads with its noun in agreement ("1 like", "2 comments"); replies and deletions arrive
+// live, and comments and replies can be liked.
 import { test, beforeEach, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, launchBrowser, blockOutside, screenshotsOnFailure } from './harness.mjs';
@@ -138,5 +139,69 @@ test('a token that expires: the socket is refused with 4403, the page says so an
     await new Promise((r) => setTimeout(r, 4000));
     assert.equal(sockets, opened, 'no reconnect after 4403');
     assert.equal(await page.locator('#live').getAttribute('data-state'), 'refused');
+  });
+});
+
+/** A GraphQL call from outside the browser, as another client of the same server would make. */
+async function api(token, query, variables) {
+  const res = await fetch(`${server.url}/graphql`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query, variables }),
+  });
+  const body = await res.json();
+  assert.equal(body.errors, undefined, JSON.stringify(body));
+  return body.data;
+}
+
+const postIdOf = (page) => decodeURIComponent(page.url().split('#/post/')[1]);
+const commentCount = async (page) => Number(await page.getByTestId('comment-count').innerText());
+
+test('replies and deletions arrive live; comments and replies can be liked', async () => {
+  await screenshotsOnFailure('threads', () => pages, async () => {
+    const { a, b } = await bothOnOnePost();
+    const bob = server.demo.users.find((u) => u.handle === 'bob').token;
+    const postId = postIdOf(a.page);
+    const before = await commentCount(a.page);
+
+    // Bob comments and replies from another client: both appear on Alice's page, counted.
+    const stamp = Date.now();
+    const { createComment } = await api(bob, 'mutation($p: ID!, $b: String!) { createComment(postId: $p, body: $b) { id } }',
+      { p: postId, b: `root ${stamp}` });
+    await a.page.getByTestId('comment-text').getByText(`root ${stamp}`).waitFor({ timeout: 3000 });
+    const { createReply } = await api(bob, 'mutation($c: ID!, $b: String!) { createReply(commentId: $c, body: $b) { id } }',
+      { c: createComment.id, b: `reply ${stamp}` });
+    const reply = a.page.locator(`[data-testid=reply][data-id="${createReply.id}"]`);
+    await reply.getByText(`reply ${stamp}`).waitFor({ timeout: 3000 });
+    assert.equal(await commentCount(a.page), before + 2);
+    await assertNouns(a.page);
+
+    // Alice likes the reply: at once on her page, live on Bob's once he reloads and watches it.
+    await reply.getByTestId('like-comment').click();
+    assert.equal(await reply.locator(`[data-like-of="${createReply.id}"]`).innerText(), '1');
+    await a.page.waitForFunction((id) => document.querySelector(`[data-testid=like-comment][data-target="${id}"]`)
+      ?.getAttribute('aria-pressed') === 'true', createReply.id);
+    await b.page.reload();
+    await b.page.locator(`[data-testid=reply][data-id="${createReply.id}"]`).waitFor({ timeout: 3000 });
+    assert.equal(await b.page.locator(`[data-like-of="${createReply.id}"]`).innerText(), '1');
+    const bobsComment = b.page.locator(`[data-testid=comment][data-id="${createComment.id}"]`);
+    await b.page.locator('#live[data-state=up]').waitFor({ timeout: 5000 });
+    await new Promise((r) => setTimeout(r, 300));
+    // Alice likes Bob's comment: Bob sees the committed count arrive live.
+    const alicesView = a.page.locator(`[data-testid=comment][data-id="${createComment.id}"]`);
+    await alicesView.locator(`[data-target="${createComment.id}"]`).click();
+    await b.page.waitForFunction((id) => document.querySelector(`[data-like-of="${id}"]`)?.textContent === '1',
+      createComment.id, { timeout: 3000 });
+    assert.equal(await bobsComment.locator(`[data-like-of="${createComment.id}"]`).innerText(), '1');
+
+    // Bob deletes the reply, then the comment: both leave Alice's page, and the count follows.
+    const del = 'mutation($id: ID!) { deleteComment(commentId: $id) { deletedId } }';
+    await api(bob, del, { id: createReply.id });
+    await reply.waitFor({ state: 'detached', timeout: 3000 });
+    assert.equal(await commentCount(a.page), before + 1);
+    await api(bob, del, { id: createComment.id });
+    await alicesView.waitFor({ state: 'detached', timeout: 3000 });
+    assert.equal(await commentCount(a.page), before);
+    await assertNouns(a.page);
   });
 });
