@@ -82,3 +82,12 @@ pub fn assign_code(err: &mut ServerError) {
         err.extensions.get_or_insert_with(Default::default).set("retryAfterMs", retry);
     }
 }
+
+/// Runs a root field's resolver as a nullable field: every query and mutation root field is
+/// nullable, so a failure (FORBIDDEN, RATE_LIMITED, NOT_FOUND…) nulls that field alone, with its
+/// error at its path, and its siblings keep their data (docs/api.md, "Nullability").
+pub async fn nullable<T>(
+    resolver: impl std::future::Future<Output = async_graphql::Result<T>>,
+) -> async_graphql::Result<Option<T>> {
+    resolver.await.map(Some)
+}

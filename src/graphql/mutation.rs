@@ -11,6 +11,7 @@ use async_graphql::{Context, ID, MergedObject, Object, Result};
 
 use super::access::{self, require_author, require_author_or_instructor};
 use super::context::{state, viewer};
+use super::errors::nullable;
 use super::ids::{self, NodeKind, encode};
 use super::loaders::record_liked;
 use super::types::{AnyComment, Comment, DeletePayload, Post, Reply, ViewResult, ViewTicket};
@@ -44,18 +45,21 @@ impl PostMutations {
         title: String,
         #[graphql(desc = "1 to 20,000 characters after trimming; no control characters but newlines and tabs.")]
         body: String,
-    ) -> Result<Post> {
-        let viewer = viewer(ctx)?;
-        let course_id = ids::decode_one(&course_id, NodeKind::Course)?;
-        let title = validate_text("title", &title, MAX_TITLE_CHARS)?;
-        let body = validate_text("body", &body, MAX_BODY_CHARS)?;
-        within_limit(ctx, viewer.user_id, WriteKind::Post).await?;
-        let (course, _) = access::course(ctx, course_id).await?;
-        let row = posts::create(&state(ctx)?.db, course.course_id, viewer.user_id, &title, &body).await?;
-        // Its id may have been asked for before it existed: drop any "missing" marker.
-        state(ctx)?.post_cache.invalidate(row.id).await;
-        publish(ctx, row.course_id, ActivityKind::PostCreated, row.id, row.id).await?;
-        Ok(Post(row))
+    ) -> Result<Option<Post>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let course_id = ids::decode_one(&course_id, NodeKind::Course)?;
+            let title = validate_text("title", &title, MAX_TITLE_CHARS)?;
+            let body = validate_text("body", &body, MAX_BODY_CHARS)?;
+            within_limit(ctx, viewer.user_id, WriteKind::Post).await?;
+            let (course, _) = access::course(ctx, course_id).await?;
+            let row = posts::create(&state(ctx)?.db, course.course_id, viewer.user_id, &title, &body).await?;
+            // Its id may have been asked for before it existed: drop any "missing" marker.
+            state(ctx)?.post_cache.invalidate(row.id).await;
+            publish(ctx, row.course_id, ActivityKind::PostCreated, row.id, row.id).await?;
+            Ok(Post(row))
+        })
+        .await
     }
 
     /// Changes the title and/or body of your own post (FORBIDDEN for anyone else's) and sets
@@ -70,20 +74,23 @@ impl PostMutations {
             desc = "The new body (1 to 20,000 characters after trimming); omit to keep the old one. Give `title`, `body` or both, else BAD_USER_INPUT."
         )]
         body: Option<String>,
-    ) -> Result<Post> {
-        let viewer = viewer(ctx)?;
-        let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
-        if title.is_none() && body.is_none() {
-            return Err(AppError::bad_input("give a new `title`, a new `body`, or both").into());
-        }
-        let title = title.map(|t| validate_text("title", &t, MAX_TITLE_CHARS)).transpose()?;
-        let body = body.map(|b| validate_text("body", &b, MAX_BODY_CHARS)).transpose()?;
-        within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
-        let (post, _) = access::post(ctx, post_id).await?;
-        require_author(viewer.user_id, post.user_id)?;
-        let row = posts::edit(&state(ctx)?.db, post.id, title.as_deref(), body.as_deref()).await?;
-        state(ctx)?.post_cache.invalidate(post.id).await;
-        Ok(Post(row))
+    ) -> Result<Option<Post>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
+            if title.is_none() && body.is_none() {
+                return Err(AppError::bad_input("give a new `title`, a new `body`, or both").into());
+            }
+            let title = title.map(|t| validate_text("title", &t, MAX_TITLE_CHARS)).transpose()?;
+            let body = body.map(|b| validate_text("body", &b, MAX_BODY_CHARS)).transpose()?;
+            within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
+            let (post, _) = access::post(ctx, post_id).await?;
+            require_author(viewer.user_id, post.user_id)?;
+            let row = posts::edit(&state(ctx)?.db, post.id, title.as_deref(), body.as_deref()).await?;
+            state(ctx)?.post_cache.invalidate(post.id).await;
+            Ok(Post(row))
+        })
+        .await
     }
 
     /// Soft-deletes a post: yours, or any in a course you teach.
@@ -91,20 +98,23 @@ impl PostMutations {
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
-    ) -> Result<DeletePayload> {
-        let viewer = viewer(ctx)?;
-        let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
-        within_limit(ctx, viewer.user_id, WriteKind::Delete).await?;
-        let (post, role) = access::post(ctx, post_id).await?;
-        require_author_or_instructor(viewer.user_id, post.user_id, role)?;
-        let deleted = posts::soft_delete(&state(ctx)?.db, post.id).await?;
-        // Also when it was gone already: then the cached entry that let us get here was stale.
-        state(ctx)?.post_cache.post_deleted(post.id).await;
-        if !deleted {
-            return Err(AppError::not_found("post").into());
-        }
-        publish(ctx, post.course_id, ActivityKind::PostDeleted, post.id, post.id).await?;
-        Ok(DeletePayload { deleted_id: encode(NodeKind::Post, post.id), post: None, comment: None })
+    ) -> Result<Option<DeletePayload>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
+            within_limit(ctx, viewer.user_id, WriteKind::Delete).await?;
+            let (post, role) = access::post(ctx, post_id).await?;
+            require_author_or_instructor(viewer.user_id, post.user_id, role)?;
+            let deleted = posts::soft_delete(&state(ctx)?.db, post.id).await?;
+            // Also when it was gone already: then the cached entry that let us get here was stale.
+            state(ctx)?.post_cache.post_deleted(post.id).await;
+            if !deleted {
+                return Err(AppError::not_found("post").into());
+            }
+            publish(ctx, post.course_id, ActivityKind::PostDeleted, post.id, post.id).await?;
+            Ok(DeletePayload { deleted_id: encode(NodeKind::Post, post.id), post: None, comment: None })
+        })
+        .await
     }
 }
 
@@ -120,16 +130,19 @@ impl CommentMutations {
         #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
         #[graphql(desc = "1 to 5,000 characters after trimming; no control characters but newlines and tabs.")]
         body: String,
-    ) -> Result<Comment> {
-        let viewer = viewer(ctx)?;
-        let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
-        let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
-        within_limit(ctx, viewer.user_id, WriteKind::Comment).await?;
-        let (post, _) = access::post(ctx, post_id).await?;
-        let row = comments::create_comment(&state(ctx)?.db, post.id, post.course_id, viewer.user_id, &body).await?;
-        state(ctx)?.post_cache.invalidate(row.post_id).await;
-        publish(ctx, row.course_id, ActivityKind::CommentCreated, row.id, row.post_id).await?;
-        Ok(Comment(row))
+    ) -> Result<Option<Comment>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
+            let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
+            within_limit(ctx, viewer.user_id, WriteKind::Comment).await?;
+            let (post, _) = access::post(ctx, post_id).await?;
+            let row = comments::create_comment(&state(ctx)?.db, post.id, post.course_id, viewer.user_id, &body).await?;
+            state(ctx)?.post_cache.invalidate(row.post_id).await;
+            publish(ctx, row.course_id, ActivityKind::CommentCreated, row.id, row.post_id).await?;
+            Ok(Comment(row))
+        })
+        .await
     }
 
     /// A reply to a comment or to a reply. Replies are two levels deep: a reply to a reply is
@@ -140,16 +153,19 @@ impl CommentMutations {
         #[graphql(desc = "The global id of the Comment or Reply answered.")] comment_id: ID,
         #[graphql(desc = "1 to 5,000 characters after trimming; no control characters but newlines and tabs.")]
         body: String,
-    ) -> Result<Reply> {
-        let viewer = viewer(ctx)?;
-        let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
-        let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
-        within_limit(ctx, viewer.user_id, WriteKind::Comment).await?;
-        let (target, _) = access::comment(ctx, kind, comment_id).await?;
-        let row = comments::create_reply(&state(ctx)?.db, &target, viewer.user_id, &body).await?;
-        state(ctx)?.post_cache.invalidate(row.post_id).await;
-        publish(ctx, row.course_id, ActivityKind::ReplyCreated, row.id, row.post_id).await?;
-        Ok(Reply(row))
+    ) -> Result<Option<Reply>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
+            let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
+            within_limit(ctx, viewer.user_id, WriteKind::Comment).await?;
+            let (target, _) = access::comment(ctx, kind, comment_id).await?;
+            let row = comments::create_reply(&state(ctx)?.db, &target, viewer.user_id, &body).await?;
+            state(ctx)?.post_cache.invalidate(row.post_id).await;
+            publish(ctx, row.course_id, ActivityKind::ReplyCreated, row.id, row.post_id).await?;
+            Ok(Reply(row))
+        })
+        .await
     }
 
     /// Changes the body of your own comment or reply (FORBIDDEN for anyone else's) and sets its
@@ -159,15 +175,18 @@ impl CommentMutations {
         ctx: &Context<'_>,
         #[graphql(desc = "The global id of a Comment or a Reply.")] comment_id: ID,
         #[graphql(desc = "The new text: 1 to 5,000 characters after trimming.")] body: String,
-    ) -> Result<AnyComment> {
-        let viewer = viewer(ctx)?;
-        let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
-        let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
-        within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
-        let (comment, _) = access::comment(ctx, kind, comment_id).await?;
-        require_author(viewer.user_id, comment.user_id)?;
-        let row = comments::edit(&state(ctx)?.db, &comment, &body).await?;
-        Ok(AnyComment::from_row(row))
+    ) -> Result<Option<AnyComment>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
+            let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
+            within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
+            let (comment, _) = access::comment(ctx, kind, comment_id).await?;
+            require_author(viewer.user_id, comment.user_id)?;
+            let row = comments::edit(&state(ctx)?.db, &comment, &body).await?;
+            Ok(AnyComment::from_row(row))
+        })
+        .await
     }
 
     /// Soft-deletes a comment (with its replies) or a reply: yours, or any in a course you teach.
@@ -175,30 +194,33 @@ impl CommentMutations {
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "The global id of a Comment or a Reply.")] comment_id: ID,
-    ) -> Result<DeletePayload> {
-        let viewer = viewer(ctx)?;
-        let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
-        within_limit(ctx, viewer.user_id, WriteKind::Delete).await?;
-        let (comment, role) = access::comment(ctx, kind, comment_id).await?;
-        require_author_or_instructor(viewer.user_id, comment.user_id, role)?;
-        if !comments::soft_delete(&state(ctx)?.db, &comment).await? {
-            return Err(AppError::not_found("comment").into());
-        }
-        state(ctx)?.post_cache.invalidate(comment.post_id).await;
-        let (kind, activity) = if comment.parent_id.is_some() {
-            (NodeKind::Reply, ActivityKind::ReplyDeleted)
-        } else {
-            (NodeKind::Comment, ActivityKind::CommentDeleted)
-        };
-        publish(ctx, comment.course_id, activity, comment.id, comment.post_id).await?;
-        // The parents as they are now, read from PostgreSQL (not the cache just invalidated).
-        let db = &state(ctx)?.db;
-        let post = posts::find(db, comment.post_id).await?.map(Post);
-        let parent = match comment.parent_id {
-            Some(root_id) => comments::find_many(db, &[root_id]).await?.into_iter().next().map(Comment),
-            None => None,
-        };
-        Ok(DeletePayload { deleted_id: encode(kind, comment.id), post, comment: parent })
+    ) -> Result<Option<DeletePayload>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
+            within_limit(ctx, viewer.user_id, WriteKind::Delete).await?;
+            let (comment, role) = access::comment(ctx, kind, comment_id).await?;
+            require_author_or_instructor(viewer.user_id, comment.user_id, role)?;
+            if !comments::soft_delete(&state(ctx)?.db, &comment).await? {
+                return Err(AppError::not_found("comment").into());
+            }
+            state(ctx)?.post_cache.invalidate(comment.post_id).await;
+            let (kind, activity) = if comment.parent_id.is_some() {
+                (NodeKind::Reply, ActivityKind::ReplyDeleted)
+            } else {
+                (NodeKind::Comment, ActivityKind::CommentDeleted)
+            };
+            publish(ctx, comment.course_id, activity, comment.id, comment.post_id).await?;
+            // The parents as they are now, read from PostgreSQL (not the cache just invalidated).
+            let db = &state(ctx)?.db;
+            let post = posts::find(db, comment.post_id).await?.map(Post);
+            let parent = match comment.parent_id {
+                Some(root_id) => comments::find_many(db, &[root_id]).await?.into_iter().next().map(Comment),
+                None => None,
+            };
+            Ok(DeletePayload { deleted_id: encode(kind, comment.id), post, comment: parent })
+        })
+        .await
     }
 }
 
@@ -212,8 +234,8 @@ impl LikeMutations {
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
-    ) -> Result<Post> {
-        set_post_like(ctx, &post_id, true).await
+    ) -> Result<Option<Post>> {
+        nullable(async { set_post_like(ctx, &post_id, true).await }).await
     }
 
     /// Takes back a like; unliking again changes nothing.
@@ -221,8 +243,8 @@ impl LikeMutations {
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
-    ) -> Result<Post> {
-        set_post_like(ctx, &post_id, false).await
+    ) -> Result<Option<Post>> {
+        nullable(async { set_post_like(ctx, &post_id, false).await }).await
     }
 
     /// Likes a comment or a reply; idempotent.
@@ -230,8 +252,8 @@ impl LikeMutations {
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "The global id of a Comment or a Reply.")] comment_id: ID,
-    ) -> Result<AnyComment> {
-        set_comment_like(ctx, &comment_id, true).await
+    ) -> Result<Option<AnyComment>> {
+        nullable(async { set_comment_like(ctx, &comment_id, true).await }).await
     }
 
     /// Takes back a like on a comment or reply; idempotent.
@@ -239,8 +261,8 @@ impl LikeMutations {
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "The global id of a Comment or a Reply.")] comment_id: ID,
-    ) -> Result<AnyComment> {
-        set_comment_like(ctx, &comment_id, false).await
+    ) -> Result<Option<AnyComment>> {
+        nullable(async { set_comment_like(ctx, &comment_id, false).await }).await
     }
 }
 
@@ -256,24 +278,27 @@ impl ViewMutations {
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
-    ) -> Result<ViewTicket> {
-        let viewer = viewer(ctx)?;
-        let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
-        let ip = client_ip(ctx)?;
-        let views = &state(ctx)?.views;
-        let admission = views.admit(viewer.user_id, post_id).await?;
-        let started = match access::post(ctx, post_id).await {
-            Ok(_) => views.open(&admission, ip).await,
-            Err(err) => Err(err),
-        };
-        let started = match started {
-            Ok(started) => started,
-            Err(err) => {
-                views.withdraw(&admission).await;
-                return Err(err.into());
-            }
-        };
-        Ok(ViewTicket { ticket: started.ticket, min_dwell_ms: started.min_dwell.as_millis() as i64 })
+    ) -> Result<Option<ViewTicket>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
+            let ip = client_ip(ctx)?;
+            let views = &state(ctx)?.views;
+            let admission = views.admit(viewer.user_id, post_id).await?;
+            let started = match access::post(ctx, post_id).await {
+                Ok(_) => views.open(&admission, ip).await,
+                Err(err) => Err(err),
+            };
+            let started = match started {
+                Ok(started) => started,
+                Err(err) => {
+                    views.withdraw(&admission).await;
+                    return Err(err.into());
+                }
+            };
+            Ok(ViewTicket { ticket: started.ticket, min_dwell_ms: started.min_dwell.as_millis() as i64 })
+        })
+        .await
     }
 
     /// Completes a view. It counts if it lasted long enough, the ticket is unused and the
@@ -283,14 +308,17 @@ impl ViewMutations {
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "The `ticket` that `startPostView` returned.")] ticket: String,
-    ) -> Result<ViewResult> {
-        let viewer = viewer(ctx)?;
-        let ip = client_ip(ctx)?;
-        let outcome = state(ctx)?.views.complete(viewer.user_id, &ticket, ip).await?;
-        Ok(match outcome {
-            ViewOutcome::Counted => ViewResult { counted: true, reason: None },
-            ViewOutcome::Refused(why) => ViewResult { counted: false, reason: Some(why) },
+    ) -> Result<Option<ViewResult>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let ip = client_ip(ctx)?;
+            let outcome = state(ctx)?.views.complete(viewer.user_id, &ticket, ip).await?;
+            Ok(match outcome {
+                ViewOutcome::Counted => ViewResult { counted: true, reason: None },
+                ViewOutcome::Refused(why) => ViewResult { counted: false, reason: Some(why) },
+            })
         })
+        .await
     }
 }
 

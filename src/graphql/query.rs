@@ -6,6 +6,7 @@ use async_graphql::{Context, ID, Object, Result};
 use super::access;
 use super::context::{state, viewer};
 use super::cursor::{self, KeyCursor};
+use super::errors::nullable;
 use super::ids::{self, NodeKind};
 use super::loaders::prime_liked;
 use super::types::{Comment, Course, Node, Post, Reply, User, connection, page_cost};
@@ -24,17 +25,23 @@ pub struct Query;
 #[Object]
 impl Query {
     /// The signed-in user.
-    async fn me(&self, ctx: &Context<'_>) -> Result<User> {
-        let viewer = viewer(ctx)?;
-        let row = users::find(&state(ctx)?.db, viewer.user_id).await?;
-        row.map(User).ok_or_else(|| AppError::Unauthenticated("the token's user does not exist".into()).into())
+    async fn me(&self, ctx: &Context<'_>) -> Result<Option<User>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let row = users::find(&state(ctx)?.db, viewer.user_id).await?;
+            row.map(User).ok_or_else(|| AppError::Unauthenticated("the token's user does not exist".into()).into())
+        })
+        .await
     }
 
     /// The courses the signed-in user belongs to.
-    async fn my_courses(&self, ctx: &Context<'_>) -> Result<Vec<Course>> {
-        let viewer = viewer(ctx)?;
-        let rows = courses::of_user(&state(ctx)?.db, viewer.user_id).await?;
-        Ok(rows.into_iter().map(|row| Course::from_row(row).in_list()).collect())
+    async fn my_courses(&self, ctx: &Context<'_>) -> Result<Option<Vec<Course>>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let rows = courses::of_user(&state(ctx)?.db, viewer.user_id).await?;
+            Ok(rows.into_iter().map(|row| Course::from_row(row).in_list()).collect())
+        })
+        .await
     }
 
     /// Posts from all the signed-in user's courses, newest first: the home feed. Pages forward
@@ -49,14 +56,17 @@ impl Query {
             desc = "Return the posts after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A malformed cursor is BAD_USER_INPUT."
         )]
         after: Option<String>,
-    ) -> Result<Connection<KeyCursor, Post>> {
-        let viewer = viewer(ctx)?;
-        let page = PageRequest::new(first, cursor::decode(after.as_deref())?, None, None)?;
-        let state = state(ctx)?;
-        let courses: Vec<i64> = viewer.memberships(&state.db).await?.keys().copied().collect();
-        let rows = state.feed.page(viewer.user_id, &courses, &page).await?;
-        prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
-        Ok(connection(rows, |r| r.id, Post))
+    ) -> Result<Option<Connection<KeyCursor, Post>>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let page = PageRequest::new(first, cursor::decode(after.as_deref())?, None, None)?;
+            let state = state(ctx)?;
+            let courses: Vec<i64> = viewer.memberships(&state.db).await?.keys().copied().collect();
+            let rows = state.feed.page(viewer.user_id, &courses, &page).await?;
+            prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
+            Ok(connection(rows, |r| r.id, Post))
+        })
+        .await
     }
 
     /// A course by its global id: NOT_FOUND if there is none, FORBIDDEN if the signed-in user
@@ -65,10 +75,13 @@ impl Query {
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "The course's global id (`Course.id`).")] id: ID,
-    ) -> Result<Course> {
-        viewer(ctx)?;
-        let (course, _) = access::course(ctx, ids::decode_one(&id, NodeKind::Course)?).await?;
-        Ok(course)
+    ) -> Result<Option<Course>> {
+        nullable(async {
+            viewer(ctx)?;
+            let (course, _) = access::course(ctx, ids::decode_one(&id, NodeKind::Course)?).await?;
+            Ok(course)
+        })
+        .await
     }
 
     /// A post by its global id: NOT_FOUND if there is none or it was deleted, FORBIDDEN if the
@@ -77,10 +90,13 @@ impl Query {
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "The post's global id (`Post.id`).")] id: ID,
-    ) -> Result<Post> {
-        viewer(ctx)?;
-        let (row, _) = access::post(ctx, ids::decode_one(&id, NodeKind::Post)?).await?;
-        Ok(Post(row))
+    ) -> Result<Option<Post>> {
+        nullable(async {
+            viewer(ctx)?;
+            let (row, _) = access::post(ctx, ids::decode_one(&id, NodeKind::Post)?).await?;
+            Ok(Post(row))
+        })
+        .await
     }
 
     /// Any object by its global id, with the same access checks as the typed entry points
@@ -89,9 +105,12 @@ impl Query {
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "A global id of any type (`Node.id`).")] id: ID,
-    ) -> Result<Node> {
-        viewer(ctx)?;
-        node_by_id(ctx, &id).await
+    ) -> Result<Option<Node>> {
+        nullable(async {
+            viewer(ctx)?;
+            node_by_id(ctx, &id).await
+        })
+        .await
     }
 
     /// Several objects by global id, in the order given, with the same access checks as

@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::TransactionTrait;
 
 use super::context::{state, viewer};
+use super::errors::nullable;
 use super::ids::{self, NodeKind, encode};
 use super::types::User;
 use crate::error::{AppError, AppResult};
@@ -80,13 +81,16 @@ impl RosterMutations {
         ctx: &Context<'_>,
         #[graphql(desc = "Short code, unique, e.g. `CS101`: 1 to 32 characters after trimming.")] code: String,
         #[graphql(desc = "Full name: 1 to 200 characters after trimming.")] title: String,
-    ) -> Result<RosterCourse> {
-        let viewer = viewer(ctx)?;
-        let db = &state(ctx)?.db;
-        let txn = db.begin().await.map_err(AppError::from)?;
-        let row = roster::create_course(&txn, Actor::User(viewer.user_id), &code, &title).await?;
-        txn.commit().await.map_err(AppError::from)?;
-        Ok(row.into())
+    ) -> Result<Option<RosterCourse>> {
+        nullable(async {
+            let viewer = viewer(ctx)?;
+            let db = &state(ctx)?.db;
+            let txn = db.begin().await.map_err(AppError::from)?;
+            let row = roster::create_course(&txn, Actor::User(viewer.user_id), &code, &title).await?;
+            txn.commit().await.map_err(AppError::from)?;
+            Ok(row.into())
+        })
+        .await
     }
 
     /// Adds a user to a course (an administrator, or an instructor of the course). Adding a
@@ -98,9 +102,12 @@ impl RosterMutations {
         #[graphql(desc = "The course's global id (`Course.id` or `RosterCourse.id`).")] course_id: ID,
         #[graphql(desc = "The global id of the user to add (`User.id`).")] user_id: ID,
         #[graphql(desc = "The role to give them.")] role: Role,
-    ) -> Result<CourseMembership> {
-        let change = change_roster(ctx, &course_id, &user_id, Change::Add(role)).await?;
-        Ok(change.into())
+    ) -> Result<Option<CourseMembership>> {
+        nullable(async {
+            let change = change_roster(ctx, &course_id, &user_id, Change::Add(role)).await?;
+            Ok(change.into())
+        })
+        .await
     }
 
     /// Removes a member from a course; their posts, comments and likes stay. Someone who is not
@@ -110,9 +117,12 @@ impl RosterMutations {
         ctx: &Context<'_>,
         #[graphql(desc = "The course's global id (`Course.id` or `RosterCourse.id`).")] course_id: ID,
         #[graphql(desc = "The global id of the member to remove (`User.id`).")] user_id: ID,
-    ) -> Result<CourseMembership> {
-        let change = change_roster(ctx, &course_id, &user_id, Change::Remove).await?;
-        Ok(change.into())
+    ) -> Result<Option<CourseMembership>> {
+        nullable(async {
+            let change = change_roster(ctx, &course_id, &user_id, Change::Remove).await?;
+            Ok(change.into())
+        })
+        .await
     }
 
     /// Changes a member's role. Someone who is not a member is NOT_FOUND. An instructor may not
@@ -123,9 +133,12 @@ impl RosterMutations {
         #[graphql(desc = "The course's global id (`Course.id` or `RosterCourse.id`).")] course_id: ID,
         #[graphql(desc = "The member's global id (`User.id`).")] user_id: ID,
         #[graphql(desc = "Their new role.")] role: Role,
-    ) -> Result<CourseMembership> {
-        let change = change_roster(ctx, &course_id, &user_id, Change::SetRole(role)).await?;
-        Ok(change.into())
+    ) -> Result<Option<CourseMembership>> {
+        nullable(async {
+            let change = change_roster(ctx, &course_id, &user_id, Change::SetRole(role)).await?;
+            Ok(change.into())
+        })
+        .await
     }
 }
 
