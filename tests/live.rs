@@ -77,7 +77,7 @@ async fn an_update_carries_the_time_its_transaction_committed() {
     socket
         .subscribe(
             "1",
-            "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount committedAt } }",
+            "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount likeCountCommittedAt } }",
             json!({ "ids": [gid("Post", post)] }),
         )
         .await;
@@ -87,10 +87,11 @@ async fn an_update_carries_the_time_its_transaction_committed() {
     let data = socket.next_data(Duration::from_secs(10)).await.expect("an update");
     let received = chrono::Utc::now();
     assert_eq!(data["likeCounts"]["likeCount"], 1);
-    let committed =
-        chrono::DateTime::parse_from_rfc3339(data["likeCounts"]["committedAt"].as_str().expect("committedAt"))
-            .expect("an RFC 3339 time")
-            .to_utc();
+    let committed = chrono::DateTime::parse_from_rfc3339(
+        data["likeCounts"]["likeCountCommittedAt"].as_str().expect("likeCountCommittedAt"),
+    )
+    .expect("an RFC 3339 time")
+    .to_utc();
     assert!(before_like <= committed && committed <= received, "{before_like} <= {committed} <= {received}");
 }
 

@@ -36,7 +36,7 @@ use sea_orm::DatabaseConnection;
 
 use crate::config::Settings;
 use crate::error::{AppError, AppResult};
-use crate::forum::posts::{self, PostRow, VersionedPostRow};
+use crate::forum::posts::{self, PostRow};
 use crate::hooks::Gate;
 use crate::kv::keys::Keys;
 use crate::kv::lock::Locks;
@@ -352,7 +352,7 @@ impl PostCache {
     /// generation moved) and releasing its lock.
     async fn load_and_store(&self, claims: Vec<Claim>) -> AppResult<HashMap<i64, PostRow>> {
         let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
-        let mut rows = match self.load_rows(&ids).await {
+        let rows = match self.load_rows(&ids).await {
             Ok(rows) => rows,
             Err(err) => {
                 // Give the locks back now, so the next request retries at once.
@@ -371,19 +371,19 @@ impl PostCache {
             let mut store = self.inner.scripts.store.prepare_invoke();
             store.key(keys.post_cache_entry(claim.id)).key(keys.post_cache_gen(claim.id)).arg(&claim.generation);
             match rows.get(&claim.id) {
-                Some(versioned) => {
+                Some(row) => {
                     let (fresh_until, keep) = self.live_expiry();
-                    let row = serde_json::to_string(&versioned.row)
+                    let json = serde_json::to_string(row)
                         .map_err(|e| AppError::Internal(format!("cannot encode a post for the cache: {e}")))?;
                     store
                         .arg("live")
                         .arg(fresh_until)
                         .arg(keep.as_millis() as u64)
-                        .arg(row)
-                        .arg(versioned.row.like_count)
-                        .arg(versioned.like_version)
-                        .arg(versioned.row.comment_count)
-                        .arg(versioned.row.view_count);
+                        .arg(json)
+                        .arg(row.like_count)
+                        .arg(row.like_version)
+                        .arg(row.comment_count)
+                        .arg(row.view_count);
                 }
                 None => {
                     let ttl = self.inner.config.missing_ttl;
@@ -407,7 +407,7 @@ impl PostCache {
             self.inner.stats.stores_refused.fetch_add(refused as u64, Ordering::Relaxed);
             metrics::counter!(names::CACHE_STORES_REFUSED, "cache" => "post").increment(refused as u64);
         }
-        Ok(rows.drain().map(|(id, versioned)| (id, versioned.row)).collect())
+        Ok(rows)
     }
 
     /// Reads posts straight from PostgreSQL and stores nothing (Redis failing, or waiting for a
@@ -415,15 +415,15 @@ impl PostCache {
     async fn load_uncached(&self, ids: &[i64], reason: &'static str) -> AppResult<HashMap<i64, PostRow>> {
         self.inner.stats.bypasses.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(names::CACHE_BYPASSES, "cache" => "post", "reason" => reason).increment(1);
-        Ok(self.load_rows(ids).await?.into_iter().map(|(id, v)| (id, v.row)).collect())
+        self.load_rows(ids).await
     }
 
     /// The loader's one SQL statement (counted: tests assert how many loads a burst caused).
-    async fn load_rows(&self, ids: &[i64]) -> AppResult<HashMap<i64, VersionedPostRow>> {
+    async fn load_rows(&self, ids: &[i64]) -> AppResult<HashMap<i64, PostRow>> {
         self.inner.stats.loads.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(names::CACHE_LOADS, "cache" => "post").increment(1);
-        let rows = posts::find_many_versioned(&self.inner.db, ids).await?;
-        Ok(rows.into_iter().map(|v| (v.row.id, v)).collect())
+        let rows = posts::find_many(&self.inner.db, ids).await?;
+        Ok(rows.into_iter().map(|row| (row.id, row)).collect())
     }
 
     /// Every entry in one pipelined round trip (HMGET per post).
@@ -595,6 +595,7 @@ fn parse_entry(fields: &[Option<String>]) -> Option<Entry> {
         "live" => {
             let mut row: PostRow = serde_json::from_str(field(2)?).ok()?;
             row.like_count = field(3)?.parse().ok()?;
+            row.like_version = field(4)?.parse().ok()?;
             row.comment_count = field(5)?.parse().ok()?;
             row.view_count = field(6)?.parse().ok()?;
             Some(Entry::Live { row, fresh_until })

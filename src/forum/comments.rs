@@ -26,6 +26,8 @@ pub struct CommentRow {
     pub user_id: i64,
     pub body: String,
     pub like_count: i32,
+    /// Orders its like counts: moved by every committed change of `like_count`.
+    pub like_version: i64,
     pub reply_count: i32,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub edited_at: Option<chrono::DateTime<chrono::Utc>>,
@@ -33,13 +35,12 @@ pub struct CommentRow {
 
 pub const MAX_COMMENT_CHARS: usize = 5_000;
 
-const COMMENT_COLUMNS: &str =
-    "id, post_id, parent_id, reply_to_user_id, user_id, body, like_count, reply_count, created_at, edited_at";
+const COMMENT_COLUMNS: &str = "id, post_id, parent_id, reply_to_user_id, user_id, body, like_count, like_version, reply_count, created_at, edited_at";
 
 /// A live comment or reply on a live post.
 pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<CommentRow>> {
     let sql = "SELECT c.id, c.post_id, p.course_id, c.parent_id, c.reply_to_user_id, c.user_id, c.body, \
-               c.like_count, c.reply_count, c.created_at, c.edited_at \
+               c.like_count, c.like_version, c.reply_count, c.created_at, c.edited_at \
                FROM comments c JOIN posts p ON p.id = c.post_id \
                WHERE c.id = $1 AND c.deleted_at IS NULL AND p.deleted_at IS NULL";
     Ok(CommentRow::find_by_statement(stmt(sql, [id.into()])).one(db).await?)
@@ -126,7 +127,7 @@ pub async fn pages_of_threads(
 /// Live comments (or replies) by id, with their post's course, in one statement.
 pub async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<CommentRow>> {
     let sql = "SELECT c.id, c.post_id, p.course_id, c.parent_id, c.reply_to_user_id, c.user_id, c.body, \
-               c.like_count, c.reply_count, c.created_at, c.edited_at \
+               c.like_count, c.like_version, c.reply_count, c.created_at, c.edited_at \
                FROM comments c JOIN posts p ON p.id = c.post_id \
                WHERE c.id = ANY($1) AND c.deleted_at IS NULL AND p.deleted_at IS NULL";
     Ok(CommentRow::find_by_statement(stmt(sql, [ids.to_vec().into()])).all(db).await?)

@@ -17,6 +17,11 @@ pub struct PostRow {
     pub title: String,
     pub body: String,
     pub like_count: i32,
+    /// Orders the post's like counts: moved by every committed change of `like_count`.
+    /// (Absent from post-cache entries written before it was cached; the entry's own
+    /// `like_v` field supplies it.)
+    #[serde(default)]
+    pub like_version: i64,
     pub comment_count: i32,
     pub view_count: i64,
     pub created_at: chrono::DateTime<chrono::Utc>,
@@ -24,7 +29,7 @@ pub struct PostRow {
 }
 
 const POST_COLUMNS: &str =
-    "id, course_id, user_id, title, body, like_count, comment_count, view_count, created_at, edited_at";
+    "id, course_id, user_id, title, body, like_count, like_version, comment_count, view_count, created_at, edited_at";
 
 fn select_post() -> String {
     format!("SELECT {POST_COLUMNS} FROM posts")
@@ -140,19 +145,10 @@ pub async fn soft_delete(db: &impl ConnectionTrait, id: i64) -> AppResult<bool> 
     Ok(result.rows_affected() == 1)
 }
 
-/// A live post with its `like_version`: what the post cache stores, so a like count patched in
-/// later can be told apart from an older one.
-#[derive(Clone, Debug, FromQueryResult)]
-pub struct VersionedPostRow {
-    #[sea_orm(nested)]
-    pub row: PostRow,
-    pub like_version: i64,
-}
-
 /// The live posts among `ids`, in one statement (the post cache's loader).
-pub async fn find_many_versioned(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<VersionedPostRow>> {
-    Ok(VersionedPostRow::find_by_statement(stmt(
-        &format!("SELECT {POST_COLUMNS}, like_version FROM posts WHERE id = ANY($1) AND deleted_at IS NULL"),
+pub async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<PostRow>> {
+    Ok(PostRow::find_by_statement(stmt(
+        &format!("SELECT {POST_COLUMNS} FROM posts WHERE id = ANY($1) AND deleted_at IS NULL"),
         [ids.to_vec().into()],
     ))
     .all(db)

@@ -19,7 +19,7 @@ use crate::error::AppError;
 use crate::forum::comments::{self, MAX_COMMENT_CHARS};
 use crate::forum::posts::{self, MAX_BODY_CHARS, MAX_TITLE_CHARS, validate_text};
 use crate::kv::ratelimit::WriteKind;
-use crate::likes::{LikeTarget, Membership};
+use crate::likes::{LikeTarget, Membership, ShownCount};
 use crate::live::{Activity, ActivityKind};
 use crate::views::{ClientIp, ViewOutcome};
 
@@ -57,7 +57,7 @@ impl PostMutations {
             // Its id may have been asked for before it existed: drop any "missing" marker.
             state(ctx)?.post_cache.invalidate(row.id).await;
             publish(ctx, row.course_id, ActivityKind::PostCreated, row.id, row.id).await?;
-            Ok(Post(row))
+            Ok(Post::from(row))
         })
         .await
     }
@@ -88,7 +88,7 @@ impl PostMutations {
             require_author(viewer.user_id, post.user_id)?;
             let row = posts::edit(&state(ctx)?.db, post.id, title.as_deref(), body.as_deref()).await?;
             state(ctx)?.post_cache.invalidate(post.id).await;
-            Ok(Post(row))
+            Ok(Post::from(row))
         })
         .await
     }
@@ -140,7 +140,7 @@ impl CommentMutations {
             let row = comments::create_comment(&state(ctx)?.db, post.id, post.course_id, viewer.user_id, &body).await?;
             state(ctx)?.post_cache.invalidate(row.post_id).await;
             publish(ctx, row.course_id, ActivityKind::CommentCreated, row.id, row.post_id).await?;
-            Ok(Comment(row))
+            Ok(Comment::from(row))
         })
         .await
     }
@@ -163,7 +163,7 @@ impl CommentMutations {
             let row = comments::create_reply(&state(ctx)?.db, &target, viewer.user_id, &body).await?;
             state(ctx)?.post_cache.invalidate(row.post_id).await;
             publish(ctx, row.course_id, ActivityKind::ReplyCreated, row.id, row.post_id).await?;
-            Ok(Reply(row))
+            Ok(Reply::from(row))
         })
         .await
     }
@@ -213,9 +213,9 @@ impl CommentMutations {
             publish(ctx, comment.course_id, activity, comment.id, comment.post_id).await?;
             // The parents as they are now, read from PostgreSQL (not the cache just invalidated).
             let db = &state(ctx)?.db;
-            let post = posts::find(db, comment.post_id).await?.map(Post);
+            let post = posts::find(db, comment.post_id).await?.map(Post::from);
             let parent = match comment.parent_id {
-                Some(root_id) => comments::find_many(db, &[root_id]).await?.into_iter().next().map(Comment),
+                Some(root_id) => comments::find_many(db, &[root_id]).await?.into_iter().next().map(Comment::from),
                 None => None,
             };
             Ok(DeletePayload { deleted_id: encode(kind, comment.id), post, comment: parent })
@@ -349,28 +349,25 @@ async fn set_post_like(ctx: &Context<'_>, post_id: &ID, liked: bool) -> Result<P
     let viewer = viewer(ctx)?;
     let post_id = ids::decode_one(post_id, NodeKind::Post)?;
     let (mut post, membership) = access::post_to_like(ctx, post_id).await?;
-    post.like_count = state(ctx)?
+    let read = ShownCount { like_count: post.like_count, version: post.like_version };
+    let shown = state(ctx)?
         .likes
-        .set(viewer.user_id, post.course_id, LikeTarget::Post(post.id), liked, post.like_count, membership)
+        .set(viewer.user_id, post.course_id, LikeTarget::Post(post.id), liked, read, membership)
         .await?;
+    (post.like_count, post.like_version) = (shown.like_count, shown.version);
     record_liked(ctx, post.course_id, LikeTarget::Post(post.id), liked).await?;
-    Ok(Post(post))
+    Ok(Post::from(post))
 }
 
 async fn set_comment_like(ctx: &Context<'_>, comment_id: &ID, liked: bool) -> Result<AnyComment> {
     let viewer = viewer(ctx)?;
     let (mut comment, _) = access::any_comment(ctx, comment_id).await?;
-    comment.like_count = state(ctx)?
+    let read = ShownCount { like_count: comment.like_count, version: comment.like_version };
+    let shown = state(ctx)?
         .likes
-        .set(
-            viewer.user_id,
-            comment.course_id,
-            LikeTarget::Comment(comment.id),
-            liked,
-            comment.like_count,
-            Membership::Verified,
-        )
+        .set(viewer.user_id, comment.course_id, LikeTarget::Comment(comment.id), liked, read, Membership::Verified)
         .await?;
+    (comment.like_count, comment.like_version) = (shown.like_count, shown.version);
     record_liked(ctx, comment.course_id, LikeTarget::Comment(comment.id), liked).await?;
     Ok(AnyComment::from_row(comment))
 }

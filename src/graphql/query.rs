@@ -9,7 +9,7 @@ use super::cursor::{self, KeyCursor};
 use super::errors::nullable;
 use super::ids::{self, NodeKind};
 use super::loaders::prime_liked;
-use super::types::{Comment, Course, Node, Post, Reply, User, connection, page_cost};
+use super::types::{Course, Node, Post, User, connection, page_cost};
 use crate::error::AppError;
 use crate::forum::paging::PageRequest;
 use crate::forum::{courses, users};
@@ -64,7 +64,7 @@ impl Query {
             let courses: Vec<i64> = viewer.memberships(&state.db).await?.keys().copied().collect();
             let rows = state.feed.page(viewer.user_id, &courses, &page).await?;
             prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
-            Ok(connection(rows, |r| r.id, Post))
+            Ok(connection(rows, |r| r.id, Post::from))
         })
         .await
     }
@@ -94,7 +94,7 @@ impl Query {
         nullable(async {
             viewer(ctx)?;
             let (row, _) = access::post(ctx, ids::decode_one(&id, NodeKind::Post)?).await?;
-            Ok(Post(row))
+            Ok(Post::from(row))
         })
         .await
     }
@@ -144,8 +144,8 @@ async fn node_by_id(ctx: &Context<'_>, id: &ID) -> Result<Node> {
             Node::User(User(row.ok_or_else(|| AppError::not_found("user"))?))
         }
         NodeKind::Course => Node::Course(access::course(ctx, raw_id).await?.0),
-        NodeKind::Post => Node::Post(Post(access::post(ctx, raw_id).await?.0)),
-        NodeKind::Comment => Node::Comment(Comment(access::comment(ctx, kind, raw_id).await?.0)),
-        NodeKind::Reply => Node::Reply(Reply(access::comment(ctx, kind, raw_id).await?.0)),
+        NodeKind::Post => Node::Post(access::post(ctx, raw_id).await?.0.into()),
+        NodeKind::Comment => Node::Comment(access::comment(ctx, kind, raw_id).await?.0.into()),
+        NodeKind::Reply => Node::Reply(access::comment(ctx, kind, raw_id).await?.0.into()),
     })
 }

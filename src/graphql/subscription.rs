@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use async_graphql::{Context, ID, Object, SimpleObject, Subscription};
-use chrono::{DateTime, Utc};
+use async_graphql::{Context, ID, Object, Subscription};
+use chrono::DateTime;
 use futures_util::Stream;
 use futures_util::StreamExt;
 use tokio::time::Instant;
@@ -18,7 +18,7 @@ use super::access;
 use super::context::{state, viewer};
 use super::ids::{self, NodeKind, encode};
 use super::revocation::{AccessScope, until_access_lost};
-use super::types::{Comment, Post, Reply};
+use super::types::{Comment, Likeable, LiveLikes, Post, Reply};
 use crate::error::AppError;
 use crate::forum::comments;
 use crate::likes::LikeTarget;
@@ -67,18 +67,6 @@ fn permit(ctx: &Context<'_>) -> Result<Option<BudgetPermit>, AppError> {
     ctx.data_opt::<SubscriptionBudget>().map(|b| b.take()).transpose()
 }
 
-/// A committed like count.
-#[derive(SimpleObject, Clone)]
-pub struct LikeCountUpdate {
-    /// The global id as the client passed it (Post, Comment or Reply).
-    pub id: ID,
-    /// Its committed number of likes.
-    pub like_count: i32,
-    /// When the transaction that produced this count committed, by the publishing server's
-    /// clock (null if it did not say): lets a client measure commit→screen latency.
-    pub committed_at: Option<DateTime<Utc>>,
-}
-
 #[derive(Default)]
 pub struct Subscription;
 
@@ -88,8 +76,12 @@ pub struct Subscription;
 /// holding too many subscriptions is refused with RATE_LIMITED.
 #[Subscription]
 impl Subscription {
-    /// Committed like counts of up to 100 posts, comments or replies, as they change. A burst
-    /// arrives as its latest values: at most one update per target per coalescing interval.
+    /// Committed like counts of up to 100 posts, comments or replies, as they change: each
+    /// update is the liked `Post`, `Comment` or `Reply` itself, so a normalized cache applies it
+    /// in place. A burst arrives as its latest values: at most one update per target per
+    /// coalescing interval, in `likeVersion` order. `id`, `likeCount`, `likeVersion` and
+    /// `likeCountCommittedAt` come with the update; any other field selected is read per
+    /// update.
     async fn like_counts(
         &self,
         ctx: &Context<'_>,
@@ -97,7 +89,7 @@ impl Subscription {
             desc = "1 to 100 global ids of posts, comments or replies (else BAD_USER_INPUT), each in a course the user belongs to."
         )]
         ids: Vec<ID>,
-    ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<LikeCountUpdate>> + use<>> {
+    ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<Likeable>> + use<>> {
         // The budget first: a connection at its cap costs no access lookup.
         let permit = permit(ctx)?;
         let viewer = viewer(ctx)?;
@@ -114,7 +106,7 @@ impl Subscription {
                 NodeKind::Post => (LikeTarget::Post(raw), access::post(ctx, raw).await?.0.course_id),
                 _ => (LikeTarget::Comment(raw), access::comment(ctx, kind, raw).await?.0.course_id),
             };
-            targets.insert(target, id.clone());
+            targets.insert(target, kind);
             if !courses.contains(&course_id) {
                 courses.push(course_id);
             }
@@ -156,13 +148,14 @@ fn access_scope(state: &AppState, user_id: i64, courses: Vec<i64>) -> AccessScop
 
 struct Coalescer {
     watch: CountWatch,
-    ids: HashMap<LikeTarget, ID>,
+    /// What each target is (a comment and a reply share `LikeTarget::Comment`).
+    kinds: HashMap<LikeTarget, NodeKind>,
     interval: Duration,
     last_emit: HashMap<LikeTarget, Instant>,
     /// The `seq` of the last value this subscriber received (or found at subscribe time).
     seen: HashMap<LikeTarget, u64>,
     pending: HashSet<LikeTarget>,
-    ready: VecDeque<LikeCountUpdate>,
+    ready: VecDeque<Likeable>,
     _permit: Option<BudgetPermit>,
 }
 
@@ -170,14 +163,14 @@ struct Coalescer {
 /// `interval`; the last value always arrives (it stays pending until its slot comes).
 fn coalesced(
     watch: CountWatch,
-    ids: HashMap<LikeTarget, ID>,
+    kinds: HashMap<LikeTarget, NodeKind>,
     interval: Duration,
     permit: Option<BudgetPermit>,
-) -> impl Stream<Item = LikeCountUpdate> {
+) -> impl Stream<Item = Likeable> {
     let seen = watch.receivers.iter().map(|(target, receiver)| (*target, receiver.borrow().seq)).collect();
     let state = Coalescer {
         watch,
-        ids,
+        kinds,
         interval,
         last_emit: HashMap::new(),
         seen,
@@ -213,12 +206,17 @@ fn coalesced(
                         let seen = st.seen.insert(*target, latest.seq).unwrap_or(0);
                         st.watch.guard.delivered(latest.seq.saturating_sub(seen + 1));
                         st.last_emit.insert(*target, now);
-                        st.ready.push_back(LikeCountUpdate {
-                            id: st.ids[target].clone(),
+                        let likes = LiveLikes {
                             like_count: latest.like_count,
+                            like_version: latest.version,
                             committed_at: (latest.committed_at_us > 0)
                                 .then(|| DateTime::from_timestamp_micros(latest.committed_at_us))
                                 .flatten(),
+                        };
+                        st.ready.push_back(match (*target, st.kinds.get(target)) {
+                            (LikeTarget::Post(id), _) => Likeable::Post(Post::live(id, likes)),
+                            (LikeTarget::Comment(id), Some(NodeKind::Reply)) => Likeable::Reply(Reply::live(id, likes)),
+                            (LikeTarget::Comment(id), _) => Likeable::Comment(Comment::live(id, likes)),
                         });
                     }
                 } else {
@@ -278,7 +276,7 @@ impl CourseActivity {
         if self.0.kind != ActivityKind::PostCreated {
             return Ok(None);
         }
-        Ok(state(ctx)?.post_cache.get(self.0.node_id).await?.map(Post))
+        Ok(state(ctx)?.post_cache.get(self.0.node_id).await?.map(Post::from))
     }
 
     /// The new comment for COMMENT_CREATED; null for other kinds, or when it (or its post) was
@@ -287,7 +285,7 @@ impl CourseActivity {
         if self.0.kind != ActivityKind::CommentCreated {
             return Ok(None);
         }
-        Ok(comments::find(&state(ctx)?.db, self.0.node_id).await?.map(Comment))
+        Ok(comments::find(&state(ctx)?.db, self.0.node_id).await?.map(Comment::from))
     }
 
     /// The new reply for REPLY_CREATED; null for other kinds, or when it (or its post) was
@@ -296,6 +294,6 @@ impl CourseActivity {
         if self.0.kind != ActivityKind::ReplyCreated {
             return Ok(None);
         }
-        Ok(comments::find(&state(ctx)?.db, self.0.node_id).await?.filter(|c| c.parent_id.is_some()).map(Reply))
+        Ok(comments::find(&state(ctx)?.db, self.0.node_id).await?.filter(|c| c.parent_id.is_some()).map(Reply::from))
     }
 }

@@ -2,6 +2,8 @@
 //! interfaces, and their connections. Objects wrap rows; a row reaches a client only after the
 //! resolver that produced it checked the viewer's membership of its course.
 
+use std::future::Future;
+
 use async_graphql::connection::{Connection, Edge};
 use async_graphql::{Context, ID, Interface, Object, Result, SimpleObject};
 use chrono::{DateTime, Utc};
@@ -80,7 +82,93 @@ pub enum AnyComment {
 
 impl AnyComment {
     pub fn from_row(row: CommentRow) -> Self {
-        if row.parent_id.is_some() { AnyComment::Reply(Reply(row)) } else { AnyComment::Comment(Comment(row)) }
+        if row.parent_id.is_some() { AnyComment::Reply(row.into()) } else { AnyComment::Comment(row.into()) }
+    }
+}
+
+/// What can be liked: what `likeCounts` delivers. Its concrete type and `id` are the object's
+/// own, so a normalized client cache (keyed by `__typename` and `id`) writes a live count
+/// straight into the `Post`, `Comment` or `Reply` it already holds.
+#[derive(Interface)]
+#[graphql(
+    field(name = "id", ty = "ID", desc = "Global id of the post, comment or reply."),
+    field(name = "like_count", ty = "i32", desc = "How many users like it."),
+    field(
+        name = "like_version",
+        ty = "i64",
+        desc = "Orders its like counts: it moves with every committed change of `likeCount`, so of two values the one with the higher `likeVersion` is the newer."
+    ),
+    field(
+        name = "like_count_committed_at",
+        ty = "Option<DateTime<Utc>>",
+        desc = "When the transaction that set `likeCount` committed, by the publishing server's clock: on a `likeCounts` update; null when read by a query."
+    )
+)]
+pub enum Likeable {
+    Post(Post),
+    Comment(Comment),
+    Reply(Reply),
+}
+
+/// A committed like count, as a live update carries it.
+#[derive(Clone, Copy, Debug)]
+pub struct LiveLikes {
+    pub like_count: i32,
+    pub like_version: i64,
+    pub committed_at: Option<DateTime<Utc>>,
+}
+
+/// What a `Post`, `Comment` or `Reply` knows of its row: all of it (read by the resolver that
+/// checked access), or, for an object a `likeCounts` update built, only its id and committed
+/// like count, with the row read through the request's loaders on first ask. So a subscriber
+/// that selects `id`, `likeCount` and `likeVersion` costs no read per update; one that selects
+/// more pays one read per object (access was checked when it subscribed, and is watched since).
+pub struct Known<R> {
+    id: i64,
+    row: tokio::sync::OnceCell<R>,
+    live: Option<LiveLikes>,
+}
+
+impl<R> Known<R> {
+    fn row(id: i64, row: R) -> Self {
+        Self { id, row: tokio::sync::OnceCell::new_with(Some(row)), live: None }
+    }
+
+    fn live(id: i64, likes: LiveLikes) -> Self {
+        Self { id, row: tokio::sync::OnceCell::new(), live: Some(likes) }
+    }
+
+    /// The row, loading it with `load` the first time (NOT_FOUND, naming `what`, once deleted).
+    async fn get(&self, load: impl Future<Output = Result<Option<R>>>, what: &'static str) -> Result<&R> {
+        self.row.get_or_try_init(|| async { load.await?.ok_or_else(|| AppError::not_found(what).into()) }).await
+    }
+
+    /// The live update's count, else the row's.
+    async fn like_count<'a>(
+        &'a self,
+        row: impl Future<Output = Result<&'a R>>,
+        count: impl Fn(&R) -> i32,
+    ) -> Result<i32> {
+        match self.live {
+            Some(live) => Ok(live.like_count),
+            None => Ok(count(row.await?)),
+        }
+    }
+
+    /// The live update's version, else the row's.
+    async fn like_version<'a>(
+        &'a self,
+        row: impl Future<Output = Result<&'a R>>,
+        version: impl Fn(&R) -> i64,
+    ) -> Result<i64> {
+        match self.live {
+            Some(live) => Ok(live.like_version),
+            None => Ok(version(row.await?)),
+        }
+    }
+
+    fn committed_at(&self) -> Option<DateTime<Utc>> {
+        self.live.and_then(|live| live.committed_at)
     }
 }
 
@@ -204,11 +292,30 @@ impl Course {
             posts::page_in_course(&state(ctx)?.db, self.course_id, &page).await?
         };
         prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
-        Ok(connection(rows, |r| r.id, Post))
+        Ok(connection(rows, |r| r.id, Post::from))
     }
 }
 
-pub struct Post(pub PostRow);
+/// A post: its row as read, or (built from a live like update) its id and committed like
+/// count, with the row read on first ask (see `Known`).
+pub struct Post(Known<PostRow>);
+
+impl From<PostRow> for Post {
+    fn from(row: PostRow) -> Self {
+        Post(Known::row(row.id, row))
+    }
+}
+
+impl Post {
+    /// A post as a `likeCounts` update delivers it.
+    pub fn live(id: i64, likes: LiveLikes) -> Self {
+        Post(Known::live(id, likes))
+    }
+
+    async fn row(&self, ctx: &Context<'_>) -> Result<&PostRow> {
+        self.0.get(async { Ok(loaders(ctx)?.posts.load_one(self.0.id).await?) }, "post").await
+    }
+}
 
 /// A post in a course: a title and a body, with comments under it. Only members of its course
 /// can read it; a deleted post is NOT_FOUND.
@@ -220,34 +327,46 @@ impl Post {
     }
     /// The course it was posted in.
     async fn course(&self, ctx: &Context<'_>) -> Result<Course> {
-        let row = loaders(ctx)?.courses.load_one(self.0.course_id).await?;
+        let course_id = self.row(ctx).await?.course_id;
+        let row = loaders(ctx)?.courses.load_one(course_id).await?;
         let course = row.map(Course::from_row).ok_or_else(|| AppError::Internal("post without course".into()))?;
         Ok(course.in_list())
     }
     /// Who wrote it.
     async fn author(&self, ctx: &Context<'_>) -> Result<User> {
-        Ok(User(user(ctx, self.0.user_id).await?))
+        Ok(User(user(ctx, self.row(ctx).await?.user_id).await?))
     }
     /// The title as written (trimmed), at most 200 characters.
-    async fn title(&self) -> &String {
-        &self.0.title
+    async fn title(&self, ctx: &Context<'_>) -> Result<&String> {
+        Ok(&self.row(ctx).await?.title)
     }
     /// The text as written (trimmed), at most 20,000 characters.
-    async fn body(&self) -> &String {
-        &self.0.body
+    async fn body(&self, ctx: &Context<'_>) -> Result<&String> {
+        Ok(&self.row(ctx).await?.body)
     }
     /// How many users like it.
-    async fn like_count(&self) -> i32 {
-        self.0.like_count
+    async fn like_count(&self, ctx: &Context<'_>) -> Result<i32> {
+        self.0.like_count(self.row(ctx), |r| r.like_count).await
+    }
+    /// Orders this post's like counts: it moves with every committed change of `likeCount`, so
+    /// of two values the one with the higher `likeVersion` is the newer.
+    async fn like_version(&self, ctx: &Context<'_>) -> Result<i64> {
+        self.0.like_version(self.row(ctx), |r| r.like_version).await
+    }
+    /// When the transaction that set `likeCount` committed, by the publishing server's clock: on
+    /// a `likeCounts` update (lets a client measure commit→screen latency); null when read by a
+    /// query.
+    async fn like_count_committed_at(&self) -> Option<DateTime<Utc>> {
+        self.0.committed_at()
     }
     /// How many comments and replies it has, together (deleted ones not counted).
-    async fn comment_count(&self) -> i32 {
-        self.0.comment_count
+    async fn comment_count(&self, ctx: &Context<'_>) -> Result<i32> {
+        Ok(self.row(ctx).await?.comment_count)
     }
     /// Counted views: the database's flushed count plus the views not flushed yet.
     async fn view_count(&self, ctx: &Context<'_>) -> Result<i64> {
         let live = loaders(ctx)?.views.load_one(self.0.id).await?.unwrap_or_default();
-        Ok(self.0.view_count + live.unflushed)
+        Ok(self.row(ctx).await?.view_count + live.unflushed)
     }
     /// Distinct users with a counted view (HyperLogLog: about 0.81 % standard error).
     async fn unique_viewers(&self, ctx: &Context<'_>) -> Result<i64> {
@@ -255,15 +374,15 @@ impl Post {
     }
     /// Whether the signed-in user likes it.
     async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
-        liked_by_me(ctx, self.0.course_id, LikeTarget::Post(self.0.id)).await
+        liked_by_me(ctx, self.row(ctx).await?.course_id, LikeTarget::Post(self.0.id)).await
     }
     /// When it was posted.
-    async fn created_at(&self) -> DateTime<Utc> {
-        self.0.created_at
+    async fn created_at(&self, ctx: &Context<'_>) -> Result<DateTime<Utc>> {
+        Ok(self.row(ctx).await?.created_at)
     }
     /// When the author last edited it; null if never.
-    async fn edited_at(&self) -> Option<DateTime<Utc>> {
-        self.0.edited_at
+    async fn edited_at(&self, ctx: &Context<'_>) -> Result<Option<DateTime<Utc>>> {
+        Ok(self.row(ctx).await?.edited_at)
     }
     /// Top-level comments, oldest first (replies are under each comment's `replies`); deleted
     /// ones are left out. 1 to 100 a page, 20 by default.
@@ -289,17 +408,17 @@ impl Post {
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Comment>> {
         let page = page_request(first, after, last, before)?;
-        let thread = Thread::Post { post_id: self.0.id, course_id: self.0.course_id };
+        let thread = Thread::Post { post_id: self.0.id, course_id: self.row(ctx).await?.course_id };
         let rows = thread_page(ctx, thread, page).await?;
         prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Comment(r.id)))).await?;
-        Ok(connection(rows, |r| r.id, Comment))
+        Ok(connection(rows, |r| r.id, Comment::from))
     }
 }
 
 /// Resolves the live post a comment belongs to (through the post cache, batched per level).
 async fn post_of(ctx: &Context<'_>, comment: &CommentRow) -> Result<Post> {
     let row = loaders(ctx)?.posts.load_one(comment.post_id).await?;
-    row.map(Post).ok_or_else(|| AppError::not_found("post").into())
+    row.map(Post::from).ok_or_else(|| AppError::not_found("post").into())
 }
 
 /// One thread's page, loaded with the same page of every other thread at its level.
@@ -309,7 +428,30 @@ async fn thread_page(ctx: &Context<'_>, thread: Thread, page: PageRequest) -> Re
     Ok(Page { items: rows.items.clone(), has_next: rows.has_next, has_prev: rows.has_prev })
 }
 
-pub struct Comment(pub CommentRow);
+/// A top-level comment: its row as read, or (from a live like update) its id and count.
+pub struct Comment(Known<CommentRow>);
+
+impl From<CommentRow> for Comment {
+    fn from(row: CommentRow) -> Self {
+        Comment(Known::row(row.id, row))
+    }
+}
+
+impl Comment {
+    /// A comment as a `likeCounts` update delivers it.
+    pub fn live(id: i64, likes: LiveLikes) -> Self {
+        Comment(Known::live(id, likes))
+    }
+
+    async fn row(&self, ctx: &Context<'_>) -> Result<&CommentRow> {
+        self.0.get(comment_row(ctx, self.0.id), "comment").await
+    }
+}
+
+/// A comment or reply row through the request's loader (None once it or its post is deleted).
+async fn comment_row(ctx: &Context<'_>, id: i64) -> Result<Option<CommentRow>> {
+    Ok(loaders(ctx)?.comments.load_one(id).await?)
+}
 
 /// A top-level comment on a post; replies hang under it (`replies`).
 #[Object]
@@ -320,35 +462,45 @@ impl Comment {
     }
     /// The post it is on; NOT_FOUND once that post is deleted.
     async fn post(&self, ctx: &Context<'_>) -> Result<Post> {
-        post_of(ctx, &self.0).await
+        post_of(ctx, self.row(ctx).await?).await
     }
     /// Who wrote it.
     async fn author(&self, ctx: &Context<'_>) -> Result<User> {
-        Ok(User(user(ctx, self.0.user_id).await?))
+        Ok(User(user(ctx, self.row(ctx).await?.user_id).await?))
     }
     /// The text as written (trimmed), at most 5,000 characters.
-    async fn body(&self) -> &String {
-        &self.0.body
+    async fn body(&self, ctx: &Context<'_>) -> Result<&String> {
+        Ok(&self.row(ctx).await?.body)
     }
     /// How many users like it.
-    async fn like_count(&self) -> i32 {
-        self.0.like_count
+    async fn like_count(&self, ctx: &Context<'_>) -> Result<i32> {
+        self.0.like_count(self.row(ctx), |r| r.like_count).await
+    }
+    /// Orders this comment's like counts: it moves with every committed change of `likeCount`,
+    /// so of two values the one with the higher `likeVersion` is the newer.
+    async fn like_version(&self, ctx: &Context<'_>) -> Result<i64> {
+        self.0.like_version(self.row(ctx), |r| r.like_version).await
+    }
+    /// When the transaction that set `likeCount` committed, by the publishing server's clock: on
+    /// a `likeCounts` update; null when read by a query.
+    async fn like_count_committed_at(&self) -> Option<DateTime<Utc>> {
+        self.0.committed_at()
     }
     /// How many replies it has (deleted ones not counted).
-    async fn reply_count(&self) -> i32 {
-        self.0.reply_count
+    async fn reply_count(&self, ctx: &Context<'_>) -> Result<i32> {
+        Ok(self.row(ctx).await?.reply_count)
     }
     /// Whether the signed-in user likes it.
     async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
-        liked_by_me(ctx, self.0.course_id, LikeTarget::Comment(self.0.id)).await
+        liked_by_me(ctx, self.row(ctx).await?.course_id, LikeTarget::Comment(self.0.id)).await
     }
     /// When it was written.
-    async fn created_at(&self) -> DateTime<Utc> {
-        self.0.created_at
+    async fn created_at(&self, ctx: &Context<'_>) -> Result<DateTime<Utc>> {
+        Ok(self.row(ctx).await?.created_at)
     }
     /// When its author last edited it; null if never.
-    async fn edited_at(&self) -> Option<DateTime<Utc>> {
-        self.0.edited_at
+    async fn edited_at(&self, ctx: &Context<'_>) -> Result<Option<DateTime<Utc>>> {
+        Ok(self.row(ctx).await?.edited_at)
     }
     /// Replies under this comment, oldest first; deleted ones are left out. 1 to 100 a page,
     /// 20 by default.
@@ -374,13 +526,31 @@ impl Comment {
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Reply>> {
         let page = page_request(first, after, last, before)?;
-        let rows = thread_page(ctx, Thread::Replies { root_id: self.0.id, course_id: self.0.course_id }, page).await?;
-        Ok(connection(rows, |r| r.id, Reply))
+        let course_id = self.row(ctx).await?.course_id;
+        let rows = thread_page(ctx, Thread::Replies { root_id: self.0.id, course_id }, page).await?;
+        Ok(connection(rows, |r| r.id, Reply::from))
     }
 }
 
-/// A reply: a comment under a root comment, answering someone.
-pub struct Reply(pub CommentRow);
+/// A reply: its row as read, or (from a live like update) its id and count.
+pub struct Reply(Known<CommentRow>);
+
+impl From<CommentRow> for Reply {
+    fn from(row: CommentRow) -> Self {
+        Reply(Known::row(row.id, row))
+    }
+}
+
+impl Reply {
+    /// A reply as a `likeCounts` update delivers it.
+    pub fn live(id: i64, likes: LiveLikes) -> Self {
+        Reply(Known::live(id, likes))
+    }
+
+    async fn row(&self, ctx: &Context<'_>) -> Result<&CommentRow> {
+        self.0.get(comment_row(ctx, self.0.id), "reply").await
+    }
+}
 
 /// A reply under a top-level comment (`comment`), answering someone (`replyTo`). Threads are
 /// two levels deep: a reply to a reply hangs under the same root comment.
@@ -392,42 +562,53 @@ impl Reply {
     }
     /// The post it is on; NOT_FOUND once that post is deleted.
     async fn post(&self, ctx: &Context<'_>) -> Result<Post> {
-        post_of(ctx, &self.0).await
+        post_of(ctx, self.row(ctx).await?).await
     }
     /// The root comment this reply hangs under; NOT_FOUND once that comment is deleted.
     async fn comment(&self, ctx: &Context<'_>) -> Result<Comment> {
-        let root = self.0.parent_id.ok_or_else(|| AppError::Internal("reply without parent".into()))?;
+        let root = self.row(ctx).await?.parent_id.ok_or_else(|| AppError::Internal("reply without parent".into()))?;
         let row = loaders(ctx)?.comments.load_one(root).await?;
-        row.map(Comment).ok_or_else(|| AppError::not_found("comment").into())
+        row.map(Comment::from).ok_or_else(|| AppError::not_found("comment").into())
     }
     /// The user this reply answers (the author of the comment or reply it was written to).
     async fn reply_to(&self, ctx: &Context<'_>) -> Result<User> {
-        let id = self.0.reply_to_user_id.ok_or_else(|| AppError::Internal("reply without reply_to".into()))?;
+        let row = self.row(ctx).await?;
+        let id = row.reply_to_user_id.ok_or_else(|| AppError::Internal("reply without reply_to".into()))?;
         Ok(User(user(ctx, id).await?))
     }
     /// Who wrote it.
     async fn author(&self, ctx: &Context<'_>) -> Result<User> {
-        Ok(User(user(ctx, self.0.user_id).await?))
+        Ok(User(user(ctx, self.row(ctx).await?.user_id).await?))
     }
     /// The text as written (trimmed), at most 5,000 characters.
-    async fn body(&self) -> &String {
-        &self.0.body
+    async fn body(&self, ctx: &Context<'_>) -> Result<&String> {
+        Ok(&self.row(ctx).await?.body)
     }
     /// How many users like it.
-    async fn like_count(&self) -> i32 {
-        self.0.like_count
+    async fn like_count(&self, ctx: &Context<'_>) -> Result<i32> {
+        self.0.like_count(self.row(ctx), |r| r.like_count).await
+    }
+    /// Orders this reply's like counts: it moves with every committed change of `likeCount`, so
+    /// of two values the one with the higher `likeVersion` is the newer.
+    async fn like_version(&self, ctx: &Context<'_>) -> Result<i64> {
+        self.0.like_version(self.row(ctx), |r| r.like_version).await
+    }
+    /// When the transaction that set `likeCount` committed, by the publishing server's clock: on
+    /// a `likeCounts` update; null when read by a query.
+    async fn like_count_committed_at(&self) -> Option<DateTime<Utc>> {
+        self.0.committed_at()
     }
     /// Whether the signed-in user likes it.
     async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
-        liked_by_me(ctx, self.0.course_id, LikeTarget::Comment(self.0.id)).await
+        liked_by_me(ctx, self.row(ctx).await?.course_id, LikeTarget::Comment(self.0.id)).await
     }
     /// When it was written.
-    async fn created_at(&self) -> DateTime<Utc> {
-        self.0.created_at
+    async fn created_at(&self, ctx: &Context<'_>) -> Result<DateTime<Utc>> {
+        Ok(self.row(ctx).await?.created_at)
     }
     /// When its author last edited it; null if never.
-    async fn edited_at(&self) -> Option<DateTime<Utc>> {
-        self.0.edited_at
+    async fn edited_at(&self, ctx: &Context<'_>) -> Result<Option<DateTime<Utc>>> {
+        Ok(self.row(ctx).await?.edited_at)
     }
 }
 

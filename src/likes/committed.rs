@@ -21,7 +21,7 @@ impl AfterCommit {
 
     /// Committed counts: into cached posts first (a subscriber that reloads the post sees the
     /// new count), then to every instance. The time on entry is the commit time as this
-    /// process saw it (`committedAt` for subscribers). Best effort, like both halves: the
+    /// process saw it (`likeCountCommittedAt` for subscribers). Best effort, like both halves: the
     /// counts are already in PostgreSQL.
     pub async fn like_counts(&self, changes: &[CountChange]) {
         if changes.is_empty() {

@@ -166,21 +166,22 @@ impl Likes {
     }
 
     /// Likes (`liked = true`) or unlikes `target` in `course_id` for `user_id`; repeating
-    /// either is a no-op. `current_count` is the count the caller just read (PostgreSQL or the
-    /// post cache). Returns the count to show: exact in sync mode; in the deferred modes the
-    /// committed count adjusted by this toggle (the worker or the recount job makes it exact
-    /// shortly).
-    #[tracing::instrument(skip(self, current_count, membership), fields(mode = ?self.mode))]
+    /// either is a no-op. `current` is the count the caller just read (PostgreSQL or the post
+    /// cache). Returns the count to show: exact, with its version, in sync mode; in the deferred
+    /// modes the committed count adjusted by this toggle, still carrying the version it was
+    /// adjusted from (the worker or the recount job commits the exact one, with a higher
+    /// version, shortly).
+    #[tracing::instrument(skip(self, current, membership), fields(mode = ?self.mode))]
     pub async fn set(
         &self,
         user_id: i64,
         course_id: i64,
         target: LikeTarget,
         liked: bool,
-        current_count: i32,
+        current: ShownCount,
         membership: Membership,
-    ) -> AppResult<i32> {
-        let outcome = self.toggle(user_id, course_id, target, liked, current_count, membership).await;
+    ) -> AppResult<ShownCount> {
+        let outcome = self.toggle(user_id, course_id, target, liked, current, membership).await;
         let result = match &outcome {
             Ok((_, true)) => "changed",
             Ok((_, false)) => "unchanged",
@@ -201,9 +202,9 @@ impl Likes {
         course_id: i64,
         target: LikeTarget,
         liked: bool,
-        current_count: i32,
+        current: ShownCount,
         membership: Membership,
-    ) -> AppResult<(i32, bool)> {
+    ) -> AppResult<(ShownCount, bool)> {
         if self.mode != LikeMode::Buffered {
             // Levels 1 and 2 write to PostgreSQL now: without it there is nothing to do.
             if let Membership::Unverified { why } = membership {
@@ -223,7 +224,7 @@ impl Likes {
                     let change = CountChange { target, like_count: outcome.like_count, version: outcome.version };
                     self.after_commit.like_counts(&[change]).await;
                 }
-                (outcome.like_count, outcome.changed)
+                (ShownCount { like_count: outcome.like_count, version: outcome.version }, outcome.changed)
             }
             LikeMode::Recount => {
                 let changed = recount::set(&self.db, user_id, target, liked).await?;
@@ -231,11 +232,11 @@ impl Likes {
                     self.buffered.forget(user_id, course_id).await;
                     self.recount.mark(target).await?;
                 }
-                (adjusted(current_count, liked, changed), changed)
+                (adjusted(current, liked, changed), changed)
             }
             LikeMode::Buffered => {
                 let changed = self.buffered.toggle(user_id, course_id, target, liked, membership).await?;
-                (adjusted(current_count, liked, changed), changed)
+                (adjusted(current, liked, changed), changed)
             }
         })
     }
@@ -262,12 +263,22 @@ pub fn mode_name(mode: LikeMode) -> &'static str {
     }
 }
 
-fn adjusted(current: i32, liked: bool, changed: bool) -> i32 {
-    match (changed, liked) {
-        (false, _) => current,
-        (true, true) => current.saturating_add(1),
-        (true, false) => (current - 1).max(0),
-    }
+/// A like count to show, with the `like_version` of the committed count it is (or was
+/// predicted from).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShownCount {
+    pub like_count: i32,
+    pub version: i64,
+}
+
+/// The committed count as this toggle will move it; the version stays the committed one's.
+fn adjusted(current: ShownCount, liked: bool, changed: bool) -> ShownCount {
+    let like_count = match (changed, liked) {
+        (false, _) => current.like_count,
+        (true, true) => current.like_count.saturating_add(1),
+        (true, false) => (current.like_count - 1).max(0),
+    };
+    ShownCount { like_count, ..current }
 }
 
 /// The subset of `targets` with a like row of `user_id`, in one statement.

@@ -50,7 +50,7 @@ pub enum LiveMessage {
         counts: Vec<(String, i32, i64)>,
         /// When the transaction behind these counts committed, in microseconds since the Unix
         /// epoch by the publisher's clock (absent from older publishers). Subscribers get it as
-        /// `committedAt`, so commit→client latency can be measured end to end.
+        /// `likeCountCommittedAt`, so commit→client latency can be measured end to end.
         #[serde(default)]
         committed_at_us: Option<i64>,
     },

@@ -1,6 +1,6 @@
 //! `bench live`: a real `course-forum serve` process (buffered likes, in-process worker), S
 //! websocket subscribers (graphql-transport-ws) watching one post's `likeCounts`, and a storm
-//! of likes by distinct users through `POST /graphql`. Every update carries `committedAt`, the
+//! of likes by distinct users through `POST /graphql`. Every update carries `likeCountCommittedAt`, the
 //! time the worker's COMMIT returned; each subscriber compares its receive time with it (same
 //! machine, same clock): commit→client latency, per delivered update. Also: messages per
 //! subscriber (a burst is coalesced) and the server's resident memory.
@@ -24,7 +24,7 @@ use crate::percentile;
 use crate::server::{Server, internal, load_average};
 use crate::storm::{LIKE_POST, tokens};
 
-const LIKE_COUNTS: &str = "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount committedAt } }";
+const LIKE_COUNTS: &str = "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount likeCountCommittedAt } }";
 
 #[derive(Debug, Serialize)]
 pub struct LiveResult {
@@ -185,11 +185,11 @@ async fn subscriber(
                     return Err(AppError::Internal(format!("a subscription was refused: {value}")));
                 }
                 let data = &value["payload"]["data"]["likeCounts"];
-                let (Some(count), Some(committed)) = (data["likeCount"].as_i64(), data["committedAt"].as_str()) else {
+                let (Some(count), Some(committed)) = (data["likeCount"].as_i64(), data["likeCountCommittedAt"].as_str()) else {
                     continue;
                 };
                 let committed = chrono::DateTime::parse_from_rfc3339(committed)
-                    .map_err(|e| AppError::Internal(format!("committedAt `{committed}`: {e}")))?;
+                    .map_err(|e| AppError::Internal(format!("likeCountCommittedAt `{committed}`: {e}")))?;
                 let received: chrono::DateTime<chrono::Utc> = received.into();
                 let latency_ms = (received - committed.to_utc()).num_microseconds().unwrap_or(0) as f64 / 1000.0;
                 updates.push(Update { count, latency_ms });
