@@ -1,7 +1,8 @@
 //! Redis: connecting with bounded timeouts, the counted connection every module talks through
-//! (`Redis`), the key layout (`keys`), and the Lua scripts of `lua/`, each loaded once and run
-//! by EVALSHA.
+//! (`Redis`, to one node or to a Redis Cluster: `cluster`), the key layout (`keys`), and the
+//! Lua scripts of `lua/`, each loaded once and run by EVALSHA.
 
+pub mod cluster;
 pub mod keys;
 pub mod lock;
 pub mod ratelimit;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Script, Value};
 
 use crate::error::{AppError, AppResult};
@@ -20,11 +22,21 @@ use crate::error::{AppError, AppResult};
 /// pipeline counts each command in it; a script counts as its EVALSHA). Clones share the
 /// connection and the count. `role` labels the `redis_commands_total` metric, so the API's
 /// commands per request can be read apart from the background workers'.
+///
+/// It speaks to one node or to a Redis Cluster alike: on a cluster, a command goes to its key's
+/// master, and a pipeline is sent as one sub-pipeline per hash slot (`cluster::send_split`),
+/// its replies put back in order; a transaction is sent whole (its keys share a slot).
 #[derive(Clone)]
 pub struct Redis {
-    inner: ConnectionManager,
+    inner: Connection,
     commands: Arc<AtomicU64>,
     role: &'static str,
+}
+
+#[derive(Clone)]
+enum Connection {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
 }
 
 impl Redis {
@@ -39,6 +51,14 @@ impl Redis {
         self.commands.load(Ordering::Relaxed)
     }
 
+    /// The cluster connection, when this speaks to a Redis Cluster.
+    pub fn cluster(&self) -> Option<&ClusterConnection> {
+        match &self.inner {
+            Connection::Node(_) => None,
+            Connection::Cluster(conn) => Some(conn),
+        }
+    }
+
     fn count(&self, n: usize) {
         self.commands.fetch_add(n as u64, Ordering::Relaxed);
         metrics::counter!(crate::telemetry::names::REDIS_COMMANDS, "role" => self.role).increment(n as u64);
@@ -48,7 +68,10 @@ impl Redis {
 impl ConnectionLike for Redis {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         self.count(1);
-        self.inner.req_packed_command(cmd)
+        match &mut self.inner {
+            Connection::Node(conn) => conn.req_packed_command(cmd),
+            Connection::Cluster(conn) => conn.req_packed_command(cmd),
+        }
     }
 
     fn req_packed_commands<'a>(
@@ -58,11 +81,23 @@ impl ConnectionLike for Redis {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         self.count(pipeline.len());
-        self.inner.req_packed_commands(pipeline, offset, count)
+        match &mut self.inner {
+            Connection::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(conn) => {
+                if pipeline.is_transaction() {
+                    conn.req_packed_commands(pipeline, offset, count)
+                } else {
+                    Box::pin(cluster::send_split(conn, pipeline))
+                }
+            }
+        }
     }
 
     fn get_db(&self) -> i64 {
-        self.inner.get_db()
+        match &self.inner {
+            Connection::Node(conn) => conn.get_db(),
+            Connection::Cluster(_) => 0,
+        }
     }
 }
 
@@ -90,7 +125,14 @@ pub async fn connect(url: &str, timeout: Duration, role: &'static str) -> AppRes
         .query_async(&mut conn)
         .await
         .map_err(|e| AppError::Config(format!("cannot reach Redis at {url} ({e})")))?;
-    Ok(Redis { inner: conn, commands: Arc::new(AtomicU64::new(0)), role })
+    Ok(Redis { inner: Connection::Node(conn), commands: Arc::new(AtomicU64::new(0)), role })
+}
+
+/// Opens a connection to a Redis Cluster from its seed nodes (`redis://host:port` each),
+/// failing within `timeout` with one sentence. `role` as in `connect`.
+pub async fn connect_cluster(nodes: &[String], timeout: Duration, role: &'static str) -> AppResult<Redis> {
+    let conn = cluster::connect(nodes, timeout).await?;
+    Ok(Redis { inner: Connection::Cluster(conn), commands: Arc::new(AtomicU64::new(0)), role })
 }
 
 /// Buffered likes live in Redis until the worker commits them: a policy that may evict any
@@ -136,46 +178,69 @@ pub async fn load_scripts(redis: &Redis, scripts: &[&Script]) -> AppResult<()> {
 }
 
 /// The keys matching a SCAN pattern, a page (`COUNT 1000`) at a time, so Redis is never
-/// blocked and the caller never holds more than it needs.
+/// blocked and the caller never holds more than it needs. On a cluster it scans every master
+/// in turn.
 pub struct KeyScan {
     redis: Redis,
     pattern: String,
+    /// The masters still to scan (cluster only; listed on the first page). The front one is
+    /// being scanned, at `cursor`.
+    masters: Option<std::collections::VecDeque<cluster::NodeAddress>>,
     /// The next cursor; `None` once the scan is complete.
     cursor: Option<u64>,
 }
 
 impl KeyScan {
     pub fn new(redis: &Redis, pattern: &str) -> Self {
-        Self { redis: redis.clone(), pattern: pattern.to_owned(), cursor: Some(0) }
+        Self { redis: redis.clone(), pattern: pattern.to_owned(), masters: None, cursor: Some(0) }
     }
 
     /// The next page of matching keys (possibly empty), or `None` when the scan is complete.
     pub async fn next_page(&mut self) -> AppResult<Option<Vec<String>>> {
         let Some(cursor) = self.cursor else { return Ok(None) };
-        let mut conn = self.redis.clone();
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&self.pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await?;
-        self.cursor = (next != 0).then_some(next);
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor).arg("MATCH").arg(&self.pattern).arg("COUNT").arg(1000);
+        let Some(conn) = self.redis.cluster() else {
+            let (next, keys): (u64, Vec<String>) = scan.query_async(&mut self.redis.clone()).await?;
+            self.cursor = (next != 0).then_some(next);
+            return Ok(Some(keys));
+        };
+        if self.masters.is_none() {
+            self.masters = Some(cluster::masters(conn).await?.into());
+        }
+        let Some(masters) = self.masters.as_mut() else { return Ok(None) };
+        let Some(node) = masters.front() else {
+            self.cursor = None;
+            return Ok(None);
+        };
+        self.redis.count(1);
+        let reply = conn.clone().route_command(scan, node.route()).await?;
+        let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+        if next == 0 {
+            // This master is done; the next one starts from cursor 0.
+            masters.pop_front();
+            self.cursor = (!masters.is_empty()).then_some(0);
+        } else {
+            self.cursor = Some(next);
+        }
         Ok(Some(keys))
     }
 }
 
-/// Drops every key matching a SCAN pattern (SCAN + UNLINK, a page at a time); returns how many
-/// were dropped.
+/// Drops every key matching a SCAN pattern (SCAN, then one UNLINK per key in a pipeline, which
+/// a cluster splits per slot), a page at a time; returns how many were dropped.
 pub async fn unlink_matching(redis: &Redis, pattern: &str) -> AppResult<u64> {
     let mut scan = KeyScan::new(redis, pattern);
     let mut conn = redis.clone();
     let mut dropped = 0;
     while let Some(keys) = scan.next_page().await? {
         if !keys.is_empty() {
-            let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
-            dropped += n;
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("UNLINK").arg(key);
+            }
+            let counts: Vec<u64> = pipe.query_async(&mut conn).await?;
+            dropped += counts.iter().sum::<u64>();
         }
     }
     Ok(dropped)

@@ -111,21 +111,27 @@ impl ViewAggregator {
     }
 
     /// Step 1: moves every shard's counters into new pending records. Returns posts moved.
+    /// Per shard: draw up to `MAX_POSTS_PER_TAKE` dirty posts, then move exactly their counters
+    /// in one script that names every key it touches (so it runs on a Redis Cluster too).
     pub async fn take_shards(&self) -> AppResult<usize> {
         let mut conn = self.redis.clone();
         let mut moved = 0;
         for shard in 0..self.shards {
-            let batch = uuid::Uuid::now_v7().simple().to_string();
-            let n: usize = self
-                .take
-                .key(self.keys.view_dirty(shard))
-                .key(self.keys.view_flushes(shard))
-                .key(self.keys.view_flush_record(shard, &batch))
-                .arg(&batch)
-                .arg(self.keys.view_counter_prefix(shard))
+            let drawn: Vec<i64> = redis::cmd("SRANDMEMBER")
+                .arg(self.keys.view_dirty(shard))
                 .arg(MAX_POSTS_PER_TAKE)
-                .invoke_async(&mut conn)
+                .query_async(&mut conn)
                 .await?;
+            if drawn.is_empty() {
+                continue;
+            }
+            let batch = uuid::Uuid::now_v7().simple().to_string();
+            let mut take = self.take.key(self.keys.view_dirty(shard));
+            take.key(self.keys.view_flushes(shard)).key(self.keys.view_flush_record(shard, &batch)).arg(&batch);
+            for post in &drawn {
+                take.key(self.keys.view_counter(shard, *post)).arg(post);
+            }
+            let n: usize = take.invoke_async(&mut conn).await?;
             moved += n;
         }
         Ok(moved)

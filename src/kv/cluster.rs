@@ -1,0 +1,176 @@
+//! Speaking to a Redis Cluster through the same `Redis` type as to one node: connecting from a
+//! list of seed nodes, sending a pipeline whose commands live in many hash slots as one
+//! sub-pipeline per slot (the cluster refuses a pipeline that crosses slots), and listing the
+//! masters so that a SCAN can visit every one of them.
+//!
+//! A script or a transaction (MULTI/EXEC) is never split: its keys must share one slot, which
+//! the key layout (`keys`) guarantees with hash tags.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures_util::future::try_join_all;
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::{Arg, Cmd, Pipeline, RedisResult, Value};
+
+use crate::error::{AppError, AppResult};
+
+/// Opens a cluster connection from seed nodes (`redis://host:port` each), failing within
+/// `timeout` with one sentence.
+pub async fn connect(nodes: &[String], timeout: Duration) -> AppResult<ClusterConnection> {
+    let list = nodes.join(",");
+    let client = ClusterClientBuilder::new(nodes.to_vec())
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
+        .retries(3)
+        .build()
+        .map_err(|e| AppError::Config(format!("REDIS_CLUSTER_NODES `{list}` is not a list of Redis URLs ({e})")))?;
+    let connect = client.get_async_connection();
+    let mut conn = tokio::time::timeout(timeout + Duration::from_millis(500), connect)
+        .await
+        .map_err(|_| AppError::Config(format!("cannot reach the Redis Cluster at {list} (timed out)")))?
+        .map_err(|e| AppError::Config(format!("cannot reach the Redis Cluster at {list} ({e})")))?;
+    let _: String = redis::cmd("PING")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| AppError::Config(format!("cannot reach the Redis Cluster at {list} ({e})")))?;
+    Ok(conn)
+}
+
+/// The hash slot of a command's first key, or None for a command without one. Scripts
+/// (`EVALSHA sha numkeys key…`) name their keys after the digest and the count.
+pub fn slot_of(cmd: &Cmd) -> Option<Slot> {
+    let mut args = cmd.args_iter().map(|arg| match arg {
+        Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let name = args.next()??;
+    let key = if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL") {
+        let _script = args.next()?;
+        let numkeys = std::str::from_utf8(args.next()??).ok()?.parse::<usize>().ok()?;
+        if numkeys == 0 {
+            return None;
+        }
+        args.next()??
+    } else {
+        args.next()??
+    };
+    Some(Slot::for_key(key))
+}
+
+/// Sends a non-transactional pipeline as one sub-pipeline per hash slot, all at once, and
+/// returns every command's reply in the pipeline's order (as one node would). Commands without
+/// a key go with the first slot's sub-pipeline.
+pub async fn send_split(conn: &ClusterConnection, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
+    let mut order: Vec<Option<Slot>> = Vec::new();
+    let mut groups: HashMap<Option<Slot>, (Pipeline, Vec<usize>)> = HashMap::new();
+    let first_slot = pipeline.cmd_iter().find_map(slot_of);
+    for (index, cmd) in pipeline.cmd_iter().enumerate() {
+        let slot = slot_of(cmd).or(first_slot);
+        let group = groups.entry(slot).or_insert_with(|| {
+            order.push(slot);
+            (Pipeline::new(), Vec::new())
+        });
+        group.0.add_command(cmd.clone());
+        group.1.push(index);
+    }
+    let sends = order.into_iter().filter_map(|slot| groups.remove(&slot).map(|group| (slot, group))).map(
+        |(slot, (sub, indexes))| {
+            let mut conn = conn.clone();
+            async move {
+                let route = match slot {
+                    Some(slot) => SingleNodeRoutingInfo::SpecificNode(Route::with_slot(slot, SlotAddr::Master)),
+                    None => SingleNodeRoutingInfo::RandomPrimary,
+                };
+                let count = sub.len();
+                let replies = conn.route_pipeline(sub, 0, count, route).await?;
+                Ok::<_, redis::RedisError>((indexes, replies))
+            }
+        },
+    );
+    let mut replies = vec![Value::Nil; pipeline.len()];
+    for (indexes, values) in try_join_all(sends).await? {
+        for (index, value) in indexes.into_iter().zip(values) {
+            replies[index] = value;
+        }
+    }
+    Ok(replies)
+}
+
+/// A master node's address, as `CLUSTER NODES` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAddress {
+    pub host: String,
+    pub port: u16,
+}
+
+impl NodeAddress {
+    /// Routes a command to this node.
+    pub fn route(&self) -> RoutingInfo {
+        RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: self.host.clone(), port: self.port })
+    }
+}
+
+/// The masters that serve at least one slot.
+pub async fn masters(conn: &ClusterConnection) -> AppResult<Vec<NodeAddress>> {
+    let mut conn = conn.clone();
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await?;
+    Ok(parse_masters(&nodes))
+}
+
+/// Masters with slots from `CLUSTER NODES` text: `<id> <host:port@bus> <flags> <master> … <slots>`.
+fn parse_masters(nodes: &str) -> Vec<NodeAddress> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = fields.get(2)?;
+            let serves_slots = fields.len() > 8;
+            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") || !serves_slots {
+                return None;
+            }
+            let address = fields.get(1)?.split('@').next()?;
+            let (host, port) = address.rsplit_once(':')?;
+            Some(NodeAddress { host: host.to_owned(), port: port.parse().ok()? })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slot_is_the_first_key_s_or_a_script_s_first_key() {
+        let get = redis::cmd("GET").arg("{s1}:a").clone();
+        assert_eq!(slot_of(&get), Some(Slot::for_key("s1")));
+        let mut script = redis::cmd("EVALSHA");
+        script.arg("0123abcd").arg(2).arg("{s7}:x").arg("{s7}:y").arg("argv");
+        assert_eq!(slot_of(&script), Some(Slot::for_key("s7")));
+        let mut keyless = redis::cmd("EVALSHA");
+        keyless.arg("0123abcd").arg(0).arg("argv");
+        assert_eq!(slot_of(&keyless), None);
+        assert_eq!(slot_of(&redis::cmd("PING")), None);
+    }
+
+    #[test]
+    fn masters_are_the_nodes_flagged_master_that_serve_slots() {
+        let nodes = "\
+a 127.0.0.1:7003@17003 slave c 0 1 3 connected
+b 127.0.0.1:7001@17001 master - 0 1 2 connected 5461-10922
+c 127.0.0.1:7002@17002 myself,master - 0 1 3 connected 10923-16383
+d 127.0.0.1:7006@17006 master - 0 1 4 connected
+e 127.0.0.1:7000@17000 master,fail - 0 1 1 disconnected 0-5460
+";
+        let masters = parse_masters(nodes);
+        assert_eq!(
+            masters,
+            vec![
+                NodeAddress { host: "127.0.0.1".into(), port: 7001 },
+                NodeAddress { host: "127.0.0.1".into(), port: 7002 }
+            ]
+        );
+    }
+}
