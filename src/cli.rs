@@ -200,7 +200,7 @@ pub async fn run(cli: Cli) -> AppResult<()> {
         Command::Check { max_lag } => {
             telemetry::init(settings.log_format);
             let db = db::connect(&settings).await?;
-            let redis = kv::connect(settings.redis_url()?, settings.connect_timeout, "check").await?;
+            let redis = kv::connect_to(&settings.redis_target()?, settings.connect_timeout, "check").await?;
             let keys = Keys::new(settings.redis_key_prefix.clone(), settings.like_stream_shards);
             let report = ops::check::run(&db, &redis, &keys, max_lag).await?;
             print!("{report}");

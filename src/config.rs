@@ -38,6 +38,11 @@ pub struct Settings {
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", global = true)]
     pub redis_url: String,
 
+    /// A Redis Cluster's seed nodes, comma-separated (redis://host:port,…). When set, every
+    /// Redis user speaks to the cluster and REDIS_URL is not used.
+    #[arg(long, env = "REDIS_CLUSTER_NODES", value_delimiter = ',', global = true)]
+    pub redis_cluster_nodes: Vec<String>,
+
     /// Prefix of every Redis key this process touches; tests use a fresh one each.
     #[arg(long, env = "REDIS_KEY_PREFIX", default_value = "cf", global = true)]
     pub redis_key_prefix: String,
@@ -343,6 +348,13 @@ pub fn parse_origin(raw: &str) -> Result<String, String> {
     Ok(url.origin().ascii_serialization())
 }
 
+/// Where Redis is: one node, or a Redis Cluster (its seed nodes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedisTarget {
+    Node(String),
+    Cluster(Vec<String>),
+}
+
 impl Settings {
     pub fn database_url(&self) -> Result<&str, AppError> {
         match self.database_url.as_deref() {
@@ -419,10 +431,26 @@ impl Settings {
         }
     }
 
+    /// Where Redis is: a cluster's seed nodes when REDIS_CLUSTER_NODES is set, else REDIS_URL.
+    pub fn redis_target(&self) -> Result<RedisTarget, AppError> {
+        let nodes: Vec<String> =
+            self.redis_cluster_nodes.iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect();
+        if nodes.is_empty() {
+            return Ok(RedisTarget::Node(self.redis_url()?.to_owned()));
+        }
+        if let Some(bad) = nodes.iter().find(|n| !(n.starts_with("redis://") || n.starts_with("rediss://"))) {
+            return Err(AppError::Config(format!(
+                "REDIS_CLUSTER_NODES must be redis:// URLs separated by commas, e.g. \
+                 redis://127.0.0.1:7000,redis://127.0.0.1:7001; got `{bad}`"
+            )));
+        }
+        Ok(RedisTarget::Cluster(nodes))
+    }
+
     /// Checks everything `serve` needs, so a bad setting fails before anything connects.
     pub fn validate_for_serve(&self) -> Result<(), AppError> {
         self.database_url()?;
-        self.redis_url()?;
+        self.redis_target()?;
         self.jwt_secret()?;
         self.jwks()?;
         if self.redis_key_prefix.is_empty() || self.redis_key_prefix.contains(['{', '}', ' ']) {

@@ -222,7 +222,7 @@ impl BackgroundJobs {
 async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>> {
     let (ready, subscribed) = tokio::sync::oneshot::channel();
     let relay = tokio::spawn(run_relay(
-        state.settings.redis_url.clone(),
+        state.settings.redis_target()?,
         state.keys.live_channel(),
         state.live.clone(),
         Some(ready),
@@ -306,7 +306,7 @@ async fn apply_buffered_leftovers(state: &AppState, mode: &str) -> AppResult<()>
 /// A like worker with a Redis connection of its own (its blocking reads must not hold up the
 /// API's multiplexed connection).
 pub async fn build_worker(state: &AppState) -> AppResult<LikeWorker> {
-    let redis = kv::connect(state.settings.redis_url()?, state.settings.connect_timeout, "worker").await?;
+    let redis = kv::connect_to(&state.settings.redis_target()?, state.settings.connect_timeout, "worker").await?;
     let worker = LikeWorker::new(
         state.jobs_db.clone(),
         redis,
@@ -333,7 +333,7 @@ pub fn build_view_aggregator(state: &AppState) -> ViewAggregator {
 /// The feed fan-out job (`process_one_batch` steps it) with a Redis connection of its own: its
 /// pipelines of thousands of pushes must not hold up the API's multiplexed connection.
 pub async fn build_feed_fanout(state: &AppState) -> AppResult<FanoutJob> {
-    let redis = kv::connect(state.settings.redis_url()?, state.settings.connect_timeout, "feed").await?;
+    let redis = kv::connect_to(&state.settings.redis_target()?, state.settings.connect_timeout, "feed").await?;
     Ok(FanoutJob::new(state.jobs_db.clone(), redis, state.keys.clone(), FeedConfig::from_settings(&state.settings)))
 }
 
@@ -346,7 +346,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let mut jobs_db = db::connect_jobs(&settings).await?;
     let sql_statements = db::StatementCounter::attach(&mut db, "api");
     sql_statements.attach_also(&mut jobs_db, "background");
-    let redis = kv::connect(settings.redis_url()?, settings.connect_timeout, "api").await?;
+    let redis = kv::connect_to(&settings.redis_target()?, settings.connect_timeout, "api").await?;
     if settings.like_mode == LikeMode::Buffered && !settings.allow_evicting_redis {
         kv::refuse_evicting_policy(&redis).await?;
     }

@@ -39,23 +39,36 @@ pub async fn connect(nodes: &[String], timeout: Duration) -> AppResult<ClusterCo
     Ok(conn)
 }
 
-/// The hash slot of a command's first key, or None for a command without one. Scripts
-/// (`EVALSHA sha numkeys key…`) name their keys after the digest and the count.
+/// The hash slot of a command's first key, or None for a command without one. Most commands
+/// name it first; scripts (`EVALSHA sha numkeys key…`) after the digest and the count;
+/// container commands (`XINFO GROUPS key`, `XGROUP CREATE key …`, `OBJECT`, `MEMORY`) after
+/// their subcommand; stream reads after `STREAMS`.
 pub fn slot_of(cmd: &Cmd) -> Option<Slot> {
     let mut args = cmd.args_iter().map(|arg| match arg {
         Arg::Simple(bytes) => Some(bytes),
         _ => None,
     });
-    let name = args.next()??;
-    let key = if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL") {
-        let _script = args.next()?;
-        let numkeys = std::str::from_utf8(args.next()??).ok()?.parse::<usize>().ok()?;
-        if numkeys == 0 {
-            return None;
+    let name = args.next()??.to_ascii_uppercase();
+    let key = match name.as_slice() {
+        b"EVALSHA" | b"EVAL" | b"EVALSHA_RO" | b"EVAL_RO" | b"FCALL" | b"FCALL_RO" => {
+            let _script = args.next()?;
+            let numkeys = std::str::from_utf8(args.next()??).ok()?.parse::<usize>().ok()?;
+            if numkeys == 0 {
+                return None;
+            }
+            args.next()??
         }
-        args.next()??
-    } else {
-        args.next()??
+        b"XINFO" | b"XGROUP" | b"OBJECT" | b"MEMORY" => {
+            let _subcommand = args.next()?;
+            args.next()??
+        }
+        b"XREAD" | b"XREADGROUP" => {
+            let mut rest = args.by_ref().skip_while(|arg| !arg.is_some_and(|a| a.eq_ignore_ascii_case(b"STREAMS")));
+            let _streams = rest.next()?;
+            rest.next()??
+        }
+        b"PING" | b"TIME" | b"INFO" | b"SCAN" | b"CLUSTER" | b"CONFIG" | b"SCRIPT" => return None,
+        _ => args.next()??,
     };
     Some(Slot::for_key(key))
 }
@@ -152,6 +165,11 @@ mod tests {
         let mut keyless = redis::cmd("EVALSHA");
         keyless.arg("0123abcd").arg(0).arg("argv");
         assert_eq!(slot_of(&keyless), None);
+        let groups = redis::cmd("XINFO").arg("GROUPS").arg("{s3}:likes").clone();
+        assert_eq!(slot_of(&groups), Some(Slot::for_key("s3")));
+        let mut read = redis::cmd("XREADGROUP");
+        read.arg("GROUP").arg("g").arg("c").arg("COUNT").arg(10).arg("STREAMS").arg("{s4}:likes").arg(">");
+        assert_eq!(slot_of(&read), Some(Slot::for_key("s4")));
         assert_eq!(slot_of(&redis::cmd("PING")), None);
     }
 

@@ -16,6 +16,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Script, Value};
 
+use crate::config::RedisTarget;
 use crate::error::{AppError, AppResult};
 
 /// A multiplexed, self-reconnecting Redis connection that counts the commands it sends (a
@@ -126,6 +127,14 @@ pub async fn connect(url: &str, timeout: Duration, role: &'static str) -> AppRes
         .await
         .map_err(|e| AppError::Config(format!("cannot reach Redis at {url} ({e})")))?;
     Ok(Redis { inner: Connection::Node(conn), commands: Arc::new(AtomicU64::new(0)), role })
+}
+
+/// Opens a connection to where the settings put Redis (`REDIS_CLUSTER_NODES`, else `REDIS_URL`).
+pub async fn connect_to(target: &RedisTarget, timeout: Duration, role: &'static str) -> AppResult<Redis> {
+    match target {
+        RedisTarget::Node(url) => connect(url, timeout, role).await,
+        RedisTarget::Cluster(nodes) => connect_cluster(nodes, timeout, role).await,
+    }
 }
 
 /// Opens a connection to a Redis Cluster from its seed nodes (`redis://host:port` each),

@@ -16,6 +16,7 @@ use futures_util::StreamExt;
 use tokio::sync::{broadcast, watch};
 
 use super::{Activity, LiveMessage};
+use crate::config::RedisTarget;
 use crate::like_event::{CountChange, LikeTarget};
 use crate::telemetry::names;
 
@@ -180,8 +181,13 @@ impl HubGuard {
 
 /// Keeps one Redis subscription to `channel` for the life of the process, resubscribing after
 /// Redis drops it, and hands every message to `hub`.
+///
+/// On one node it is a classic SUBSCRIBE. On a Redis Cluster it is a sharded one (SSUBSCRIBE,
+/// Redis 7; the publisher sends SPUBLISH): a message then travels only within the shard that
+/// owns the channel's slot instead of being broadcast to every node over the cluster bus, and
+/// the cluster client moves the subscription to the promoted replica after a failover.
 pub async fn run_relay(
-    redis_url: String,
+    target: RedisTarget,
     channel: String,
     hub: Arc<Hub>,
     ready: Option<tokio::sync::oneshot::Sender<()>>,
@@ -189,21 +195,13 @@ pub async fn run_relay(
     let mut ready = ready;
     let mut backoff = Duration::from_millis(100);
     loop {
-        match subscribe(&redis_url, &channel).await {
-            Ok(mut pubsub) => {
-                tracing::info!(channel, "live relay subscribed");
+        let outcome = match &target {
+            RedisTarget::Node(url) => relay_node(url, &channel, &hub, &mut ready).await,
+            RedisTarget::Cluster(nodes) => relay_cluster(nodes, &channel, &hub, &mut ready).await,
+        };
+        match outcome {
+            Ok(()) => {
                 backoff = Duration::from_millis(100);
-                if let Some(ready) = ready.take() {
-                    let _ = ready.send(());
-                }
-                let mut messages = pubsub.on_message();
-                while let Some(message) = messages.next().await {
-                    let Ok(payload) = message.get_payload::<String>() else { continue };
-                    match serde_json::from_str::<LiveMessage>(&payload) {
-                        Ok(live) => hub.dispatch(live),
-                        Err(err) => tracing::warn!(error = %err, "ignoring a malformed live message"),
-                    }
-                }
                 tracing::warn!("live relay lost its Redis subscription; resubscribing");
             }
             Err(err) => tracing::warn!(error = %err, retry_in = ?backoff, "live relay cannot subscribe"),
@@ -213,9 +211,65 @@ pub async fn run_relay(
     }
 }
 
-async fn subscribe(redis_url: &str, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
-    let client = redis::Client::open(redis_url)?;
+/// Hands one published payload to the hub.
+fn dispatch(hub: &Hub, payload: &str) {
+    match serde_json::from_str::<LiveMessage>(payload) {
+        Ok(live) => hub.dispatch(live),
+        Err(err) => tracing::warn!(error = %err, "ignoring a malformed live message"),
+    }
+}
+
+fn subscribed(channel: &str, ready: &mut Option<tokio::sync::oneshot::Sender<()>>) {
+    tracing::info!(channel, "live relay subscribed");
+    if let Some(ready) = ready.take() {
+        let _ = ready.send(());
+    }
+}
+
+/// Relays until the subscription drops (Ok) or cannot be made (Err).
+async fn relay_node(
+    url: &str,
+    channel: &str,
+    hub: &Hub,
+    ready: &mut Option<tokio::sync::oneshot::Sender<()>>,
+) -> redis::RedisResult<()> {
+    let client = redis::Client::open(url)?;
     let mut pubsub = client.get_async_pubsub().await?;
     pubsub.subscribe(channel).await?;
-    Ok(pubsub)
+    subscribed(channel, ready);
+    let mut messages = pubsub.on_message();
+    while let Some(message) = messages.next().await {
+        if let Ok(payload) = message.get_payload::<String>() {
+            dispatch(hub, &payload);
+        }
+    }
+    Ok(())
+}
+
+/// The cluster client resubscribes by itself after a disconnection or a failover, so this
+/// returns only if the client itself goes away.
+async fn relay_cluster(
+    nodes: &[String],
+    channel: &str,
+    hub: &Hub,
+    ready: &mut Option<tokio::sync::oneshot::Sender<()>>,
+) -> redis::RedisResult<()> {
+    let (pushes, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let client = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(pushes)
+        .build()?;
+    let mut conn = client.get_async_connection().await?;
+    conn.ssubscribe(channel).await?;
+    subscribed(channel, ready);
+    while let Some(push) = received.recv().await {
+        // An SMESSAGE carries [channel, payload].
+        if push.kind == redis::PushKind::SMessage {
+            if let Some(Ok(payload)) = push.data.get(1).map(redis::from_redis_value_ref::<String>) {
+                dispatch(hub, &payload);
+            }
+        }
+    }
+    drop(conn);
+    Ok(())
 }

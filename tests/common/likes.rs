@@ -86,6 +86,7 @@ pub fn run_crashing_worker(app: &TestApp, fault: &str) -> std::process::ExitStat
         .arg("worker")
         .env("DATABASE_URL", super::database_url(&app.database))
         .env("REDIS_URL", super::redis_url())
+        .env("REDIS_CLUSTER_NODES", super::redis_cluster_nodes().join(","))
         .env("REDIS_KEY_PREFIX", &app.redis_prefix)
         .env("JWT_SECRET", super::JWT_SECRET)
         .env("LIKE_MODE", "buffered")

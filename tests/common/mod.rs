@@ -46,6 +46,19 @@ pub fn admin_database_url() -> String {
     std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
+/// The Redis Cluster's seed nodes when the suite runs on a cluster (`TEST_REDIS_CLUSTER=1`, as
+/// `script/test`'s cluster pass sets it): every test app then speaks to the cluster.
+pub fn redis_cluster_nodes() -> Vec<String> {
+    if std::env::var("TEST_REDIS_CLUSTER").as_deref() != Ok("1") {
+        return Vec::new();
+    }
+    std::env::var("TEST_REDIS_CLUSTER_NODES")
+        .unwrap_or_else(|_| (7000..7006).map(|port| format!("redis://127.0.0.1:{port}")).collect::<Vec<_>>().join(","))
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
 pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
@@ -63,6 +76,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
     Settings {
         database_url: Some(database_url(database)),
         redis_url: redis_url(),
+        redis_cluster_nodes: redis_cluster_nodes(),
         redis_key_prefix: redis_prefix.to_owned(),
         jwt_secret: Some(JWT_SECRET.to_owned()),
         jwks: None,
@@ -394,17 +408,14 @@ impl Drop for TestApp {
                     let _ =
                         admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)")).await;
                 }
-                if let Ok(client) = redis::Client::open(redis_url()) {
-                    if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
-                        let keys: Vec<String> = redis::cmd("KEYS")
-                            .arg(format!("{prefix}:*"))
-                            .query_async(&mut conn)
-                            .await
-                            .unwrap_or_default();
-                        if !keys.is_empty() {
-                            let _: Result<(), _> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
-                        }
-                    }
+                let nodes = redis_cluster_nodes();
+                let target = if nodes.is_empty() {
+                    course_forum::config::RedisTarget::Node(redis_url())
+                } else {
+                    course_forum::config::RedisTarget::Cluster(nodes)
+                };
+                if let Ok(redis) = course_forum::kv::connect_to(&target, Duration::from_secs(5), "test").await {
+                    let _ = course_forum::kv::unlink_matching(&redis, &format!("{prefix}:*")).await;
                 }
             });
         });

@@ -130,6 +130,7 @@ impl ServeProcess {
             .arg(subcommand)
             .env("DATABASE_URL", super::database_url(&app.database))
             .env("REDIS_URL", redis_url)
+            .env("REDIS_CLUSTER_NODES", super::redis_cluster_nodes().join(","))
             .env("REDIS_KEY_PREFIX", &app.redis_prefix)
             .env("JWT_SECRET", super::JWT_SECRET)
             .env("BIND", addr.to_string())
