@@ -151,7 +151,16 @@ fn redis_unreachable(err: &redis::RedisError) -> bool {
         || err.is_connection_refusal()
         || err.is_timeout()
         || err.is_unrecoverable_error()
+        // A cluster with no reachable node for the slot (its master killed, no replica
+        // promoted yet).
+        || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
         // Up but unable to serve for now: loading its AOF after a restart, full under
-        // `noeviction`, a replica being promoted, a failed snapshot blocking writes.
-        || matches!(err.code(), Some("LOADING" | "OOM" | "READONLY" | "MISCONF" | "TRYAGAIN" | "CLUSTERDOWN"))
+        // `noeviction`, a replica being promoted, a failed snapshot blocking writes, a slot
+        // whose master is down or that kept moving (`kv::cluster` follows a few redirects).
+        || matches!(
+            err.code(),
+            Some(
+                "LOADING" | "OOM" | "READONLY" | "MISCONF" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "MOVED" | "ASK"
+            )
+        )
 }

@@ -91,16 +91,8 @@ pub async fn send_split(conn: &ClusterConnection, pipeline: &Pipeline) -> RedisR
     }
     let sends = order.into_iter().filter_map(|slot| groups.remove(&slot).map(|group| (slot, group))).map(
         |(slot, (sub, indexes))| {
-            let mut conn = conn.clone();
-            async move {
-                let route = match slot {
-                    Some(slot) => SingleNodeRoutingInfo::SpecificNode(Route::with_slot(slot, SlotAddr::Master)),
-                    None => SingleNodeRoutingInfo::RandomPrimary,
-                };
-                let count = sub.len();
-                let replies = conn.route_pipeline(sub, 0, count, route).await?;
-                Ok::<_, redis::RedisError>((indexes, replies))
-            }
+            let conn = conn.clone();
+            async move { Ok::<_, redis::RedisError>((indexes, send_to_slot(conn, slot, sub).await?)) }
         },
     );
     let mut replies = vec![Value::Nil; pipeline.len()];
@@ -110,6 +102,50 @@ pub async fn send_split(conn: &ClusterConnection, pipeline: &Pipeline) -> RedisR
         }
     }
     Ok(replies)
+}
+
+/// Attempts at one slot's sub-pipeline while the cluster redirects it.
+const REDIRECT_ATTEMPTS: u32 = 5;
+
+/// Sends one slot's sub-pipeline to the slot's master. When the node answers that the slot is
+/// elsewhere (MOVED: a replica was promoted, a slot migrated) or not served for now
+/// (TRYAGAIN, CLUSTERDOWN, ASK), nothing of it ran there: every command of a sub-pipeline
+/// shares the slot, so all of them got the same answer. It is then sent again, to the node
+/// MOVED names, after a short pause for the others, at most `REDIRECT_ATTEMPTS` times; the last
+/// answer is returned as it is.
+async fn send_to_slot(mut conn: ClusterConnection, slot: Option<Slot>, sub: Pipeline) -> RedisResult<Vec<Value>> {
+    let mut route = match slot {
+        Some(slot) => SingleNodeRoutingInfo::SpecificNode(Route::with_slot(slot, SlotAddr::Master)),
+        None => SingleNodeRoutingInfo::RandomPrimary,
+    };
+    let count = sub.len();
+    let mut pause = Duration::from_millis(20);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let replies = conn.route_pipeline(sub.clone(), 0, count, route.clone()).await?;
+        let redirect = replies.iter().find_map(|reply| match reply {
+            Value::ServerError(err) if matches!(err.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN") => {
+                Some((err.code().to_owned(), err.details().map(str::to_owned)))
+            }
+            _ => None,
+        });
+        let Some((code, details)) = redirect else { return Ok(replies) };
+        if attempt >= REDIRECT_ATTEMPTS {
+            return Ok(replies);
+        }
+        // MOVED <slot> <host>:<port>: go there directly; otherwise ask the slot's master again.
+        if let Some((host, port)) = (code == "MOVED")
+            .then(|| details.as_deref().and_then(|d| d.split_whitespace().nth(1)).and_then(|a| a.rsplit_once(':')))
+            .flatten()
+            .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
+        {
+            route = SingleNodeRoutingInfo::ByAddress { host, port };
+        } else {
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        }
+    }
 }
 
 /// A master node's address, as `CLUSTER NODES` lists it.

@@ -4,6 +4,7 @@
 //! the database and the keys, even when the test panicked.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod likes;
 pub mod procs;
 pub mod proxy;

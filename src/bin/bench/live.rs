@@ -58,7 +58,7 @@ pub async fn run_on(
     let exe = cli.servers()?.remove(0);
     let server = Server::start(cli, &exe, &fixture.url, LikeMode::Buffered, &[]).await?;
     let outcome = measure(fixture, &server, post_id, subscribers, likes, connections, open_rate).await;
-    server.stop(&cli.redis_url).await;
+    server.stop().await;
     outcome
 }
 

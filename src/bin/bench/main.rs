@@ -61,6 +61,19 @@ pub struct Cli {
     /// setting, e.g. `MEMBERSHIP_CACHE=false` (`storm` and `page`).
     #[arg(long = "variant-env", global = true, value_parser = parse_env)]
     pub variant_env: Vec<(String, String)>,
+    /// Adds a variant on the Redis Cluster at `--redis-cluster-nodes` (every server binary a
+    /// second time with REDIS_CLUSTER_NODES set): single node and cluster side by side.
+    #[arg(long, global = true)]
+    pub redis_cluster: bool,
+    /// The cluster's seed nodes for `--redis-cluster` (`REDIS_CLUSTER=1 script/services` starts
+    /// this one).
+    #[arg(
+        long,
+        env = "BENCH_REDIS_CLUSTER_NODES",
+        global = true,
+        default_value = "redis://127.0.0.1:7000,redis://127.0.0.1:7001,redis://127.0.0.1:7002"
+    )]
+    pub redis_cluster_nodes: String,
     #[command(subcommand)]
     command: Scenario,
 }
@@ -225,8 +238,12 @@ impl Cli {
         };
         let mut servers: Vec<server::ServerBin> =
             exes.iter().map(|exe| server::ServerBin { exe: exe.clone(), env: Vec::new() }).collect();
-        if !self.variant_env.is_empty() {
-            servers.extend(exes.into_iter().map(|exe| server::ServerBin { exe, env: self.variant_env.clone() }));
+        let mut variant = self.variant_env.clone();
+        if self.redis_cluster {
+            variant.push(("REDIS_CLUSTER_NODES".to_owned(), self.redis_cluster_nodes.clone()));
+        }
+        if !variant.is_empty() {
+            servers.extend(exes.into_iter().map(|exe| server::ServerBin { exe, env: variant.clone() }));
         }
         Ok(servers)
     }

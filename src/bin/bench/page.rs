@@ -87,7 +87,7 @@ pub async fn run_on(
         result.server = label(exe);
         result
     });
-    server.stop(&cli.redis_url).await;
+    server.stop().await;
     outcome
 }
 

@@ -54,7 +54,7 @@ pub async fn run(cli: &crate::Cli, removals: usize) -> AppResult<RevokeResult> {
         let env = [("POST_RATE_PER_MINUTE", "0".to_owned())];
         let server = Server::start(cli, &exe, &fixture.url, LikeMode::Buffered, &env).await?;
         let measured = measure(&fixture, &server, removals).await;
-        server.stop(&cli.redis_url).await;
+        server.stop().await;
         measured.map(|mut result| {
             result.server = label(&exe);
             result

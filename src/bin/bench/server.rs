@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use course_forum::config::LikeMode;
+use course_forum::config::{LikeMode, RedisTarget};
 use course_forum::db::stmt;
 use course_forum::error::{AppError, AppResult};
 use sea_orm::{DatabaseConnection, FromQueryResult};
@@ -45,6 +45,8 @@ pub struct Server {
     pub pid: u32,
     pub base: String,
     pub prefix: String,
+    /// Where its keys are (its own REDIS_CLUSTER_NODES, else the bench's Redis).
+    redis: RedisTarget,
     http: reqwest::Client,
 }
 
@@ -99,7 +101,14 @@ impl Server {
             .map_err(|e| internal("start the server (run `cargo build --release --bins` first)")(e.to_string()))?;
         let pid = child.id().unwrap_or(0);
         let http = reqwest::Client::new();
-        let server = Server { child, pid, base: format!("http://127.0.0.1:{port}"), prefix, http };
+        let cluster = cli.server_env.iter().chain(&server.env).rev().find(|(name, _)| name == "REDIS_CLUSTER_NODES");
+        let redis = match cluster {
+            Some((_, nodes)) if !nodes.is_empty() => {
+                RedisTarget::Cluster(nodes.split(',').map(str::to_owned).collect())
+            }
+            _ => RedisTarget::Node(redis_url.clone()),
+        };
+        let server = Server { child, pid, base: format!("http://127.0.0.1:{port}"), prefix, redis, http };
         server.wait_healthy().await?;
         Ok(server)
     }
@@ -150,9 +159,9 @@ impl Server {
     }
 
     /// Stops the server and deletes every key of its prefix.
-    pub async fn stop(mut self, redis_url: &str) {
+    pub async fn stop(mut self) {
         let _ = self.child.kill().await;
-        delete_prefix(redis_url, &self.prefix).await;
+        delete_prefix(&self.redis, &self.prefix).await;
     }
 }
 
@@ -175,30 +184,10 @@ impl std::ops::Sub for Counters {
     }
 }
 
-/// Deletes every key under `prefix` (SCAN, not KEYS: the Redis is shared).
-pub async fn delete_prefix(url: &str, prefix: &str) {
-    let Ok(client) = redis::Client::open(url) else { return };
-    let Ok(mut conn) = client.get_multiplexed_async_connection().await else { return };
-    let mut cursor: u64 = 0;
-    loop {
-        let Ok((next, keys)): redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}:*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-        else {
-            return;
-        };
-        if !keys.is_empty() {
-            let _: Result<(), _> = redis::cmd("UNLINK").arg(keys).query_async(&mut conn).await;
-        }
-        if next == 0 {
-            return;
-        }
-        cursor = next;
+/// Deletes every key under `prefix` (SCAN, not KEYS: the Redis is shared). Best effort.
+pub async fn delete_prefix(redis: &RedisTarget, prefix: &str) {
+    if let Ok(conn) = course_forum::kv::connect_to(redis, Duration::from_secs(5), "bench").await {
+        let _ = course_forum::kv::unlink_matching(&conn, &format!("{prefix}:*")).await;
     }
 }
 

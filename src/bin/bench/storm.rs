@@ -92,7 +92,7 @@ pub async fn run_mode(
         result.server = label(exe);
         result
     });
-    server.stop(&cli.redis_url).await;
+    server.stop().await;
     outcome
 }
 

@@ -61,7 +61,7 @@ pub async fn run_on(
     let exe = cli.servers()?.remove(0);
     let server = Server::start(cli, &exe, &fixture.url, LikeMode::Buffered, &env).await?;
     let outcome = measure(fixture, &server, post_id, viewers, connections).await;
-    server.stop(&cli.redis_url).await;
+    server.stop().await;
     outcome
 }
 

@@ -50,7 +50,7 @@ pub async fn run(cli: &crate::Cli, runs: usize) -> AppResult<WorstResult> {
         let exe = cli.servers()?.remove(0);
         let server = Server::start(cli, &exe, &fixture.url, LikeMode::Buffered, &[]).await?;
         let measured = measure(&server, runs).await;
-        server.stop(&cli.redis_url).await;
+        server.stop().await;
         measured.map(|mut result| {
             result.server = label(&exe);
             result
