@@ -225,6 +225,7 @@ async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>>
         state.settings.redis_target()?,
         state.keys.live_channel(),
         state.live.clone(),
+        state.db.clone(),
         Some(ready),
     ));
     match tokio::time::timeout(state.settings.connect_timeout, subscribed).await {

@@ -1,9 +1,10 @@
 //! The product on a Redis Cluster of its own (`common::cluster::PrivateCluster`: 3 masters,
 //! 3 replicas, real redis-server processes) while processes die:
 //!
-//! - a master is SIGKILLed during a like storm, three times: the API answers UNAVAILABLE (never
-//!   INTERNAL) while the slot has no master, the client follows the promoted replica, nothing
-//!   is counted twice, and acknowledged likes lost stay within the replication window;
+//! - a master is SIGKILLed during a like storm, three times (once the live channel's): the API
+//!   answers UNAVAILABLE (never INTERNAL) while the slot has no master, the client and the live
+//!   relay follow the promoted replica, nothing is counted twice, acknowledged likes lost stay
+//!   within the replication window, and a subscriber hears the final count;
 //! - three API instances and two `course-forum worker` processes share the cluster, and the
 //!   worker holding the shard leases is SIGKILLed mid-storm: the other takes every shard within
 //!   the lease TTL and every count ends exact.
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::{NODE_TIMEOUT, PrivateCluster};
 use common::procs::ServeProcess;
+use common::ws::GqlSocket;
 use common::{TestApp, World, error_code, gid};
 use course_forum::config::LikeMode;
 use serde_json::json;
@@ -143,9 +145,23 @@ async fn a_master_killed_during_a_like_storm_loses_only_the_replication_window_a
     let mut report = Vec::new();
     for round in 0..KILLS {
         let post = app.create_post(&app.token(world.bob), world.course, &format!("hot {round}")).await;
-        // The master of one like-stream shard: every like of that shard's users goes through it.
-        let stream = app.state.keys.like_stream(round as u32 % app.state.keys.shards());
-        let master = cluster.master_of(&stream).expect("a master for the stream");
+        // Round 0 kills the master of the live channel's slot (the relay must follow the
+        // promoted replica); the others, the master of a like-stream shard, which every like of
+        // that shard's users goes through.
+        let victim = match round {
+            0 => app.state.keys.live_channel(),
+            _ => app.state.keys.like_stream(round as u32 % app.state.keys.shards()),
+        };
+        let master = cluster.master_of(&victim).expect("a master for the key");
+        let mut watcher = GqlSocket::connect(app.addr, Some(&app.token(world.alice))).await.expect("connect");
+        watcher
+            .subscribe(
+                "1",
+                "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount } }",
+                json!({ "ids": [gid("Post", post)] }),
+            )
+            .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
         let sent = Arc::new(AtomicUsize::new(0));
         let storming = tokio::spawn(storm(app.clone(), vec![app.addr], post, users.clone(), sent.clone()));
         while sent.load(Ordering::SeqCst) < USERS as usize / 3 {
@@ -154,7 +170,7 @@ async fn a_master_killed_during_a_like_storm_loses_only_the_replication_window_a
         cluster.kill(master);
         let killed_at = Instant::now();
         let takeover =
-            tokio::task::block_in_place(|| cluster.wait_for_new_master(&stream, master, Duration::from_secs(30)));
+            tokio::task::block_in_place(|| cluster.wait_for_new_master(&victim, master, Duration::from_secs(30)));
         let outcomes = storming.await.expect("storm");
 
         let acked: HashSet<i64> = outcomes.iter().filter(|o| o.code.is_none()).map(|o| o.user).collect();
@@ -183,10 +199,19 @@ async fn a_master_killed_during_a_like_storm_loses_only_the_replication_window_a
             "round {round}: lost {} acknowledged likes, more than the {window} of the last second",
             lost.len()
         );
+        // The subscriber hears the final count, through the relay that followed the failover.
+        let mut heard = -1;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while heard != counter && Instant::now() < deadline {
+            if let Some(data) = watcher.next_data(Duration::from_secs(3)).await {
+                heard = data["likeCounts"]["likeCount"].as_i64().unwrap_or(-1);
+            }
+        }
+        assert_eq!(heard, counter, "round {round}: the live count reached the subscriber after the failover");
         let unavailable = outcomes.iter().filter(|o| o.code.is_some()).count();
         report.push(format!(
-            "round {round}: killed master :{master}; replica promoted in {takeover:?}; {} acknowledged, {unavailable} UNAVAILABLE, \
-             {} lost (window {window}), {rows} rows = counter {counter}",
+            "round {round}: killed the master :{master} of `{victim}`; replica promoted in {takeover:?}; {} acknowledged, \
+             {unavailable} UNAVAILABLE, {} lost (window {window}), {rows} rows = counter {counter} = live count",
             acked.len(),
             lost.len()
         ));

@@ -16,6 +16,8 @@ use futures_util::StreamExt;
 use tokio::sync::{broadcast, watch};
 
 use super::{Activity, LiveMessage};
+use sea_orm::DatabaseConnection;
+
 use crate::config::RedisTarget;
 use crate::like_event::{CountChange, LikeTarget};
 use crate::telemetry::names;
@@ -131,6 +133,22 @@ impl Hub {
     pub fn watched_targets(&self) -> usize {
         self.counts.lock().map(|m| m.len()).unwrap_or_default()
     }
+
+    /// The targets watched right now.
+    pub fn watched(&self) -> Vec<LikeTarget> {
+        self.counts.lock().map(|m| m.keys().copied().collect()).unwrap_or_default()
+    }
+
+    /// Committed counts read from PostgreSQL (`resync`): each reaches its watchers if newer
+    /// than what they have.
+    pub fn apply_counts(&self, changes: &[CountChange]) {
+        let map = self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for change in changes {
+            if let Some(sender) = map.get(&change.target) {
+                publish_if_newer(sender, *change, 0);
+            }
+        }
+    }
 }
 
 fn publish_if_newer(sender: &watch::Sender<VersionedCount>, change: CountChange, committed_at_us: i64) {
@@ -184,20 +202,37 @@ impl HubGuard {
 ///
 /// On one node it is a classic SUBSCRIBE. On a Redis Cluster it is a sharded one (SSUBSCRIBE,
 /// Redis 7; the publisher sends SPUBLISH): a message then travels only within the shard that
-/// owns the channel's slot instead of being broadcast to every node over the cluster bus, and
-/// the cluster client moves the subscription to the promoted replica after a failover.
+/// owns the channel's slot instead of being broadcast to every node over the cluster bus. When
+/// the node holding the subscription goes away (a restart, a failover), the connection is
+/// rebuilt from the seed nodes and subscribes wherever the slot is served now.
+///
+/// Whatever was published while no subscription stood is gone, so after every resubscription
+/// the committed counts of every watched target are read once from PostgreSQL (`resync`): a
+/// screen never stays on a number older than the gap.
 pub async fn run_relay(
     target: RedisTarget,
     channel: String,
     hub: Arc<Hub>,
+    db: DatabaseConnection,
     ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) {
     let mut ready = ready;
     let mut backoff = Duration::from_millis(100);
+    let mut subscriptions = 0u64;
     loop {
+        let on_subscribed = |ready: &mut Option<tokio::sync::oneshot::Sender<()>>| {
+            tracing::info!(channel, "live relay subscribed");
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(());
+            }
+            subscriptions += 1;
+            if subscriptions > 1 {
+                tokio::spawn(resync(hub.clone(), db.clone()));
+            }
+        };
         let outcome = match &target {
-            RedisTarget::Node(url) => relay_node(url, &channel, &hub, &mut ready).await,
-            RedisTarget::Cluster(nodes) => relay_cluster(nodes, &channel, &hub, &mut ready).await,
+            RedisTarget::Node(url) => relay_node(url, &channel, &hub, &mut ready, on_subscribed).await,
+            RedisTarget::Cluster(nodes) => relay_cluster(nodes, &channel, &hub, &mut ready, on_subscribed).await,
         };
         match outcome {
             Ok(()) => {
@@ -207,7 +242,22 @@ pub async fn run_relay(
             Err(err) => tracing::warn!(error = %err, retry_in = ?backoff, "live relay cannot subscribe"),
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Reads the committed counts of every watched target and hands the newer ones to the hub.
+async fn resync(hub: Arc<Hub>, db: DatabaseConnection) {
+    let watched = hub.watched();
+    if watched.is_empty() {
+        return;
+    }
+    match super::committed_counts(&db, &watched).await {
+        Ok(counts) => {
+            tracing::info!(targets = watched.len(), "live relay resubscribed; watched counts read again");
+            hub.apply_counts(&counts);
+        }
+        Err(err) => tracing::warn!(error = %err, "live relay could not read the watched counts again"),
     }
 }
 
@@ -219,24 +269,18 @@ fn dispatch(hub: &Hub, payload: &str) {
     }
 }
 
-fn subscribed(channel: &str, ready: &mut Option<tokio::sync::oneshot::Sender<()>>) {
-    tracing::info!(channel, "live relay subscribed");
-    if let Some(ready) = ready.take() {
-        let _ = ready.send(());
-    }
-}
-
 /// Relays until the subscription drops (Ok) or cannot be made (Err).
 async fn relay_node(
     url: &str,
     channel: &str,
     hub: &Hub,
     ready: &mut Option<tokio::sync::oneshot::Sender<()>>,
+    mut on_subscribed: impl FnMut(&mut Option<tokio::sync::oneshot::Sender<()>>),
 ) -> redis::RedisResult<()> {
     let client = redis::Client::open(url)?;
     let mut pubsub = client.get_async_pubsub().await?;
     pubsub.subscribe(channel).await?;
-    subscribed(channel, ready);
+    on_subscribed(ready);
     let mut messages = pubsub.on_message();
     while let Some(message) = messages.next().await {
         if let Ok(payload) = message.get_payload::<String>() {
@@ -246,13 +290,15 @@ async fn relay_node(
     Ok(())
 }
 
-/// The cluster client resubscribes by itself after a disconnection or a failover, so this
-/// returns only if the client itself goes away.
+/// Returns when the node holding the subscription disconnects: the cluster client would keep
+/// reconnecting to that address (a killed master stays dead), so the caller builds a new
+/// connection, which finds where the channel's slot is served now.
 async fn relay_cluster(
     nodes: &[String],
     channel: &str,
     hub: &Hub,
     ready: &mut Option<tokio::sync::oneshot::Sender<()>>,
+    mut on_subscribed: impl FnMut(&mut Option<tokio::sync::oneshot::Sender<()>>),
 ) -> redis::RedisResult<()> {
     let (pushes, mut received) = tokio::sync::mpsc::unbounded_channel();
     let client = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
@@ -261,13 +307,17 @@ async fn relay_cluster(
         .build()?;
     let mut conn = client.get_async_connection().await?;
     conn.ssubscribe(channel).await?;
-    subscribed(channel, ready);
+    on_subscribed(ready);
     while let Some(push) = received.recv().await {
-        // An SMESSAGE carries [channel, payload].
-        if push.kind == redis::PushKind::SMessage {
-            if let Some(Ok(payload)) = push.data.get(1).map(redis::from_redis_value_ref::<String>) {
-                dispatch(hub, &payload);
+        match push.kind {
+            // An SMESSAGE carries [channel, payload].
+            redis::PushKind::SMessage => {
+                if let Some(Ok(payload)) = push.data.get(1).map(redis::from_redis_value_ref::<String>) {
+                    dispatch(hub, &payload);
+                }
             }
+            redis::PushKind::Disconnection => break,
+            _ => {}
         }
     }
     drop(conn);

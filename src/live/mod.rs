@@ -8,6 +8,7 @@
 pub mod hub;
 
 use crate::kv::Redis;
+use sea_orm::{ConnectionTrait, FromQueryResult};
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppResult;
@@ -80,6 +81,41 @@ impl LiveMessage {
             })
             .collect()
     }
+}
+
+/// The committed like counts of `targets` (deleted ones left out), in one statement: what the
+/// relay reads again after a gap in its subscription.
+pub async fn committed_counts(db: &impl ConnectionTrait, targets: &[LikeTarget]) -> AppResult<Vec<CountChange>> {
+    #[derive(FromQueryResult)]
+    struct Row {
+        is_post: bool,
+        id: i64,
+        like_count: i32,
+        like_version: i64,
+    }
+    let (mut posts, mut comments) = (Vec::new(), Vec::new());
+    for target in targets {
+        match target {
+            LikeTarget::Post(id) => posts.push(*id),
+            LikeTarget::Comment(id) => comments.push(*id),
+        }
+    }
+    let rows = Row::find_by_statement(crate::db::stmt(
+        "SELECT true AS is_post, id, like_count, like_version FROM posts WHERE id = ANY($1) AND deleted_at IS NULL \
+         UNION ALL \
+         SELECT false, id, like_count, like_version FROM comments WHERE id = ANY($2) AND deleted_at IS NULL",
+        [posts.into(), comments.into()],
+    ))
+    .all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| CountChange {
+            target: if r.is_post { LikeTarget::Post(r.id) } else { LikeTarget::Comment(r.id) },
+            like_count: r.like_count,
+            version: r.like_version,
+        })
+        .collect())
 }
 
 /// Microseconds since the Unix epoch (the wall clock every instance shares, give or take NTP).
