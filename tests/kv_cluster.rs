@@ -152,3 +152,26 @@ async fn a_scan_and_a_bulk_delete_reach_every_master() {
         let _: () = redis::cmd("UNLINK").arg(format!("{prefix}-other")).query_async(&mut conn).await.expect("unlink");
     }
 }
+
+#[tokio::test]
+async fn transactions_written_into_one_pipeline_run_whole_on_their_own_slots() {
+    for (mode, redis) in both().await {
+        let prefix = prefix();
+        let tags: Vec<String> = (0..12).map(|i| format!("{prefix}:{{t{i}}}")).collect();
+        let mut pipe = redis::pipe();
+        for (i, tag) in tags.iter().enumerate() {
+            pipe.cmd("MULTI").ignore();
+            pipe.cmd("SET").arg(format!("{tag}:a")).arg(i).ignore();
+            pipe.cmd("INCRBY").arg(format!("{tag}:b")).arg(i).ignore();
+            pipe.cmd("EXEC");
+        }
+        let mut conn = redis.clone();
+        let replies: Vec<(String, i64)> = pipe.query_async(&mut conn).await.unwrap_or_else(|e| panic!("{mode}: {e}"));
+        assert_eq!(
+            replies,
+            (0..12).map(|i| ("OK".to_owned(), i)).collect::<Vec<_>>(),
+            "{mode}: each EXEC answers its own"
+        );
+        kv::unlink_matching(&redis, &format!("{prefix}:*")).await.expect("cleanup");
+    }
+}

@@ -74,19 +74,20 @@ pub fn slot_of(cmd: &Cmd) -> Option<Slot> {
 }
 
 /// Sends a non-transactional pipeline as one sub-pipeline per hash slot, all at once, and
-/// returns every command's reply in the pipeline's order (as one node would). Commands without
-/// a key go with the first slot's sub-pipeline.
+/// returns every command's reply in the pipeline's order (as one node would). A command without
+/// a key goes with its neighbours: MULTI with the command after it, anything else (EXEC) with
+/// the command before it, so a MULTI … EXEC written into the pipeline stays whole on its slot.
 pub async fn send_split(conn: &ClusterConnection, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
+    let commands: Vec<&Cmd> = pipeline.cmd_iter().collect();
+    let slots = neighbour_slots(&commands);
     let mut order: Vec<Option<Slot>> = Vec::new();
     let mut groups: HashMap<Option<Slot>, (Pipeline, Vec<usize>)> = HashMap::new();
-    let first_slot = pipeline.cmd_iter().find_map(slot_of);
-    for (index, cmd) in pipeline.cmd_iter().enumerate() {
-        let slot = slot_of(cmd).or(first_slot);
+    for (index, (cmd, slot)) in commands.iter().zip(slots).enumerate() {
         let group = groups.entry(slot).or_insert_with(|| {
             order.push(slot);
             (Pipeline::new(), Vec::new())
         });
-        group.0.add_command(cmd.clone());
+        group.0.add_command((*cmd).clone());
         group.1.push(index);
     }
     let sends = order.into_iter().filter_map(|slot| groups.remove(&slot).map(|group| (slot, group))).map(
@@ -102,6 +103,29 @@ pub async fn send_split(conn: &ClusterConnection, pipeline: &Pipeline) -> RedisR
         }
     }
     Ok(replies)
+}
+
+/// The slot each command is sent to: its key's, or for a keyless one its neighbour's (see
+/// `send_split`).
+fn neighbour_slots(commands: &[&Cmd]) -> Vec<Option<Slot>> {
+    let own: Vec<Option<Slot>> = commands.iter().map(|cmd| slot_of(cmd)).collect();
+    let is_multi =
+        |cmd: &Cmd| matches!(cmd.args_iter().next(), Some(Arg::Simple(name)) if name.eq_ignore_ascii_case(b"MULTI"));
+    let next_keyed = |from: usize| own[from..].iter().flatten().next().copied();
+    let mut previous: Option<Slot> = None;
+    let mut slots = Vec::with_capacity(commands.len());
+    for (index, cmd) in commands.iter().enumerate() {
+        let slot = match own[index] {
+            Some(slot) => Some(slot),
+            None if is_multi(cmd) => next_keyed(index).or(previous),
+            None => previous.or_else(|| next_keyed(index)),
+        };
+        if own[index].is_some() {
+            previous = own[index];
+        }
+        slots.push(slot);
+    }
+    slots
 }
 
 /// Attempts at one slot's sub-pipeline while the cluster redirects it.
@@ -207,6 +231,18 @@ mod tests {
         read.arg("GROUP").arg("g").arg("c").arg("COUNT").arg(10).arg("STREAMS").arg("{s4}:likes").arg(">");
         assert_eq!(slot_of(&read), Some(Slot::for_key("s4")));
         assert_eq!(slot_of(&redis::cmd("PING")), None);
+    }
+
+    #[test]
+    fn a_transaction_written_into_a_pipeline_stays_on_its_slot() {
+        let mut pipe = redis::pipe();
+        for tag in ["{a}", "{b}"] {
+            pipe.cmd("MULTI").cmd("DEL").arg(format!("{tag}:x")).cmd("SREM").arg(format!("{tag}:y")).arg(1).cmd("EXEC");
+        }
+        pipe.cmd("PING");
+        let commands: Vec<&Cmd> = pipe.cmd_iter().collect();
+        let (a, b) = (Some(Slot::for_key("a")), Some(Slot::for_key("b")));
+        assert_eq!(neighbour_slots(&commands), vec![a, a, a, a, b, b, b, b, b]);
     }
 
     #[test]
