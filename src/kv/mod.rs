@@ -1,10 +1,11 @@
 //! Redis: connecting with bounded timeouts, the counted connection every module talks through
-//! (`Redis`, to one node or to a Redis Cluster: `cluster`), the key layout (`keys`), and the
-//! Lua scripts of `lua/`, each loaded once and run by EVALSHA.
+//! (`Redis`, to one node or to a Redis Cluster: `cluster`), Pub/Sub in either (`pubsub`), the
+//! key layout (`keys`), and the Lua scripts of `lua/`, each loaded once and run by EVALSHA.
 
 pub mod cluster;
 pub mod keys;
 pub mod lock;
+pub mod pubsub;
 pub mod ratelimit;
 
 use std::time::Duration;

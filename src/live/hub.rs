@@ -12,13 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::sync::{broadcast, watch};
 
 use super::{Activity, LiveMessage};
 use sea_orm::DatabaseConnection;
 
 use crate::config::RedisTarget;
+use crate::kv;
 use crate::like_event::{CountChange, LikeTarget};
 use crate::telemetry::names;
 
@@ -200,11 +200,9 @@ impl HubGuard {
 /// Keeps one Redis subscription to `channel` for the life of the process, resubscribing after
 /// Redis drops it, and hands every message to `hub`.
 ///
-/// On one node it is a classic SUBSCRIBE. On a Redis Cluster it is a sharded one (SSUBSCRIBE,
-/// Redis 7; the publisher sends SPUBLISH): a message then travels only within the shard that
-/// owns the channel's slot instead of being broadcast to every node over the cluster bus. When
-/// the node holding the subscription goes away (a restart, a failover), the connection is
-/// rebuilt from the seed nodes and subscribes wherever the slot is served now.
+/// On one node it is a classic SUBSCRIBE, on a Redis Cluster a sharded one (`kv::pubsub`). When
+/// the node holding the subscription goes away (a restart, a failover), it subscribes again,
+/// on a cluster wherever the channel's slot is served now.
 ///
 /// Whatever was published while no subscription stood is gone, so after every resubscription
 /// the committed counts of every watched target are read once from PostgreSQL (`resync`): a
@@ -220,23 +218,20 @@ pub async fn run_relay(
     let mut backoff = Duration::from_millis(100);
     let mut subscriptions = 0u64;
     loop {
-        let on_subscribed = |ready: &mut Option<tokio::sync::oneshot::Sender<()>>| {
-            tracing::info!(channel, "live relay subscribed");
-            if let Some(ready) = ready.take() {
-                let _ = ready.send(());
-            }
-            subscriptions += 1;
-            if subscriptions > 1 {
-                tokio::spawn(resync(hub.clone(), db.clone()));
-            }
-        };
-        let outcome = match &target {
-            RedisTarget::Node(url) => relay_node(url, &channel, &hub, &mut ready, on_subscribed).await,
-            RedisTarget::Cluster(nodes) => relay_cluster(nodes, &channel, &hub, &mut ready, on_subscribed).await,
-        };
-        match outcome {
-            Ok(()) => {
+        match kv::pubsub::subscribe(&target, &channel).await {
+            Ok(mut subscription) => {
+                tracing::info!(channel, "live relay subscribed");
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(());
+                }
+                subscriptions += 1;
+                if subscriptions > 1 {
+                    tokio::spawn(resync(hub.clone(), db.clone()));
+                }
                 backoff = Duration::from_millis(100);
+                while let Some(payload) = subscription.next().await {
+                    dispatch(&hub, &payload);
+                }
                 tracing::warn!("live relay lost its Redis subscription; resubscribing");
             }
             Err(err) => tracing::warn!(error = %err, retry_in = ?backoff, "live relay cannot subscribe"),
@@ -267,59 +262,4 @@ fn dispatch(hub: &Hub, payload: &str) {
         Ok(live) => hub.dispatch(live),
         Err(err) => tracing::warn!(error = %err, "ignoring a malformed live message"),
     }
-}
-
-/// Relays until the subscription drops (Ok) or cannot be made (Err).
-async fn relay_node(
-    url: &str,
-    channel: &str,
-    hub: &Hub,
-    ready: &mut Option<tokio::sync::oneshot::Sender<()>>,
-    mut on_subscribed: impl FnMut(&mut Option<tokio::sync::oneshot::Sender<()>>),
-) -> redis::RedisResult<()> {
-    let client = redis::Client::open(url)?;
-    let mut pubsub = client.get_async_pubsub().await?;
-    pubsub.subscribe(channel).await?;
-    on_subscribed(ready);
-    let mut messages = pubsub.on_message();
-    while let Some(message) = messages.next().await {
-        if let Ok(payload) = message.get_payload::<String>() {
-            dispatch(hub, &payload);
-        }
-    }
-    Ok(())
-}
-
-/// Returns when the node holding the subscription disconnects: the cluster client would keep
-/// reconnecting to that address (a killed master stays dead), so the caller builds a new
-/// connection, which finds where the channel's slot is served now.
-async fn relay_cluster(
-    nodes: &[String],
-    channel: &str,
-    hub: &Hub,
-    ready: &mut Option<tokio::sync::oneshot::Sender<()>>,
-    mut on_subscribed: impl FnMut(&mut Option<tokio::sync::oneshot::Sender<()>>),
-) -> redis::RedisResult<()> {
-    let (pushes, mut received) = tokio::sync::mpsc::unbounded_channel();
-    let client = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
-        .use_protocol(redis::ProtocolVersion::RESP3)
-        .push_sender(pushes)
-        .build()?;
-    let mut conn = client.get_async_connection().await?;
-    conn.ssubscribe(channel).await?;
-    on_subscribed(ready);
-    while let Some(push) = received.recv().await {
-        match push.kind {
-            // An SMESSAGE carries [channel, payload].
-            redis::PushKind::SMessage => {
-                if let Some(Ok(payload)) = push.data.get(1).map(redis::from_redis_value_ref::<String>) {
-                    dispatch(hub, &payload);
-                }
-            }
-            redis::PushKind::Disconnection => break,
-            _ => {}
-        }
-    }
-    drop(conn);
-    Ok(())
 }

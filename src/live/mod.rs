@@ -166,10 +166,7 @@ impl Publisher {
     async fn try_publish(&self, message: &LiveMessage) -> AppResult<()> {
         let payload = serde_json::to_string(message)
             .map_err(|e| crate::error::AppError::Internal(format!("cannot encode live message: {e}")))?;
-        let mut conn = self.redis.clone();
-        // On a cluster, sharded: the relays subscribe with SSUBSCRIBE (`hub::run_relay`).
-        let publish = if self.redis.cluster().is_some() { "SPUBLISH" } else { "PUBLISH" };
-        let _: i64 = redis::cmd(publish).arg(&self.channel).arg(payload).query_async(&mut conn).await?;
+        crate::kv::pubsub::publish(&self.redis, &self.channel, &payload).await?;
         Ok(())
     }
 }
