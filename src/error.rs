@@ -29,6 +29,10 @@ pub enum AppError {
     /// 1m`); `retry_after_ms` (0 when waiting alone will not help) is sent as `retryAfterMs`.
     #[error("{what}{}", retry_hint(*retry_after_ms))]
     RateLimited { what: String, retry_after_ms: u64 },
+    /// A persisted query's hash the server does not know (the client sends the text once).
+    /// The message is the one Apollo clients look for.
+    #[error("PersistedQueryNotFound")]
+    PersistedQueryNotFound,
     /// A setting is missing or malformed; the message is the sentence printed at start-up.
     #[error("{0}")]
     Config(String),
@@ -62,6 +66,7 @@ impl AppError {
             AppError::RateLimited { .. } => "RATE_LIMITED",
             AppError::Timeout(_) => "TIMEOUT",
             AppError::StatementBudgetExceeded { .. } => "STATEMENT_BUDGET_EXCEEDED",
+            AppError::PersistedQueryNotFound => "PERSISTED_QUERY_NOT_FOUND",
             _ if self.unreachable().is_some() => "UNAVAILABLE",
             // 57014: query_canceled, what STATEMENT_TIMEOUT raises.
             AppError::Database(_) if self.sqlstate().as_deref() == Some("57014") => "TIMEOUT",

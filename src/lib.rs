@@ -18,7 +18,8 @@
 //!                 open subscriptions watch it to end when access is lost.
 //! - `graphql`   — the schema apart from transport: types, queries, mutations, loaders,
 //!                 global ids, cursors, access checks, error codes, cost limits, when a
-//!                 request's loader batches start (`graphql::batch_gate`).
+//!                 request's loader batches start (`graphql::batch_gate`), persisted queries
+//!                 and parsed documents (`graphql::persisted`).
 //! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging; rosters.
 //! - `like_event` — the vocabulary every step of a like shares: `LikeTarget`, the typed
 //!                 `LikeEvent` and its one codec (stream fields, pending record, dead letter),
@@ -36,13 +37,16 @@
 //! - `feed`      — the home feed: the fan-out job (`feed::fanout`: transactional outbox →
 //!                 members' timelines, or one list per celebrity course), timelines rebuilt
 //!                 from PostgreSQL once under a lock, `homeFeed` pages merged from them.
-//! - `live`      — after-commit live updates: one Redis Pub/Sub channel published to by
-//!                 whoever commits, relayed by every process to its websocket subscribers.
+//! - `live`      — after-commit live updates: one Redis Pub/Sub channel (sharded on a cluster)
+//!                 published to by whoever commits, relayed by every process to its websocket
+//!                 subscribers, re-read from PostgreSQL after a gap in the subscription.
 //! - `cache`     — the stampede-proof post cache (logical expiration, lock + brief wait, TTL
 //!                 jitter, "missing" markers, invalidation by generation) behind `post(id)`,
 //!                 access checks and feed hydration.
-//! - `kv`        — Redis: connection, key layout (`kv::keys`, the key table), owner-token locks
-//!                 (`kv::lock`), per-user rate limits of likes and writes (`kv::ratelimit`).
+//! - `kv`        — Redis, one node or a Redis Cluster (`kv::cluster`: pipelines split per slot,
+//!                 SCAN per master): connection, Pub/Sub (`kv::pubsub`), key layout (`kv::keys`,
+//!                 the key table), owner-token locks (`kv::lock`), per-user rate limits of likes
+//!                 and writes (`kv::ratelimit`).
 //! - `db`        — PostgreSQL pools with bounded timeouts (requests under STATEMENT_TIMEOUT,
 //!                 background jobs apart); the per-request statement budget (`db::budget`);
 //!                 migrations from `migrations/`.

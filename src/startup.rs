@@ -391,6 +391,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         post_cache,
         feed,
         memberships,
+        parsed_documents: Default::default(),
     })
 }
 

@@ -52,6 +52,8 @@ pub struct AppState {
     pub feed: Feed,
     /// Who belongs to which course, kept in memory while this process hears every change.
     pub memberships: Memberships,
+    /// Recently parsed GraphQL documents, by the SHA-256 of their text.
+    pub parsed_documents: Arc<crate::graphql::persisted::ParsedDocuments>,
 }
 
 impl AppState {

@@ -183,6 +183,14 @@ async fn get_runs_queries_only() {
     )
     .await;
     assert_eq!(named.status, StatusCode::METHOD_NOT_ALLOWED);
+    // One named mutation and no operationName: it is the one that would run.
+    let lone = send(get(
+        "mutation Lone($c: ID!) { createPost(courseId: $c, title: \"by GET\", body: \"b\") { id } }",
+        Some(json!({ "c": gid("Course", world.course) })),
+    ))
+    .await;
+    assert_eq!(lone.status, StatusCode::METHOD_NOT_ALLOWED, "{}", lone.body);
+    assert_eq!(app.scalar_i64("SELECT count(*) AS v FROM posts", []).await, posts, "nothing written by GET");
     // Without a query, a browser gets GraphiQL.
     let page = send(app.http.get(app.url("/graphql"))).await;
     assert_eq!(page.status, StatusCode::OK);

@@ -11,6 +11,7 @@ pub mod limits;
 pub mod loaders;
 pub mod metrics;
 pub mod mutation;
+pub mod persisted;
 pub mod query;
 pub mod revocation;
 pub mod roster;

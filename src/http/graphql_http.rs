@@ -77,6 +77,10 @@ pub fn require_query(query: &str, operation_name: Option<&str>) -> Result<(), Re
         (DocumentOperations::Multiple(operations), Some(name)) => {
             operations.iter().find(|(n, _)| n.as_str() == name).map(|(_, o)| o.node.ty)
         }
+        // One named operation and no `operationName`: that operation runs.
+        (DocumentOperations::Multiple(operations), None) if operations.len() == 1 => {
+            operations.values().next().map(|o| o.node.ty)
+        }
         (DocumentOperations::Multiple(_), None) => None,
     };
     match kind {
@@ -106,8 +110,7 @@ pub fn request_from_url(raw: &str) -> Result<async_graphql::Request, String> {
             _ => {}
         }
     }
-    let query = query.filter(|q| !q.trim().is_empty()).ok_or("the `query` parameter is missing or empty")?;
-    let mut request = async_graphql::Request::new(query);
+    let mut request = async_graphql::Request::new(query.unwrap_or_default());
     if let Some(name) = request_parts.0.filter(|n| !n.is_empty()) {
         request = request.operation_name(name);
     }
@@ -120,6 +123,10 @@ pub fn request_from_url(raw: &str) -> Result<async_graphql::Request, String> {
         request.extensions =
             serde_json::from_str(&extensions).map_err(|e| format!("`extensions` is not a JSON object: {e}"))?;
     }
+    // Empty only for a persisted query named by its hash (`graphql::persisted` checks it).
+    if request.query.trim().is_empty() && !request.extensions.0.contains_key("persistedQuery") {
+        return Err("the `query` parameter is missing or empty".into());
+    }
     Ok(request)
 }
 
@@ -128,7 +135,8 @@ pub fn request_from_body(body: &[u8]) -> Result<async_graphql::Request, String> 
     let request: async_graphql::Request = serde_json::from_slice(body).map_err(|e| {
         format!("the body must be a JSON object with `query` (and optionally `variables`, `operationName`): {e}")
     })?;
-    if request.query.trim().is_empty() {
+    // A persisted query may name its text by hash alone (`graphql::persisted` checks).
+    if request.query.trim().is_empty() && !request.extensions.0.contains_key("persistedQuery") {
         return Err("the body has no `query`".into());
     }
     Ok(request)

@@ -23,7 +23,7 @@ use crate::auth::Viewer;
 use crate::db::budget::StatementBudget;
 use crate::error::AppError;
 use crate::graphql::batch_gate::BatchGate;
-use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders};
+use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders, persisted};
 use crate::state::AppState;
 
 mod cors;
@@ -142,22 +142,39 @@ async fn graphql_get(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let raw = raw.unwrap_or_default();
-    let has_query = url::form_urlencoded::parse(raw.as_bytes()).any(|(name, _)| name == "query");
-    if !has_query {
+    // A persisted query may come as its hash alone (`extensions`), with no `query`.
+    let is_request =
+        url::form_urlencoded::parse(raw.as_bytes()).any(|(name, _)| name == "query" || name == "extensions");
+    if !is_request {
         return graphiql(State(state)).await.into_response();
     }
     let media = match graphql_http::negotiate(&headers) {
         Ok(media) => media,
         Err(refused) => return refused,
     };
-    let request = match graphql_http::request_from_url(&raw) {
+    let mut request = match graphql_http::request_from_url(&raw) {
         Ok(request) => request,
         Err(why) => return not_a_request(media, why),
     };
+    let hash = match persisted(&state, &mut request).await {
+        Ok(hash) => hash,
+        Err(refused) => return graphql_http::respond(media, refused),
+    };
+    // On the resolved text: a persisted mutation is still POST-only.
     if let Err(refused) = graphql_http::require_query(&request.query, request.operation_name.as_deref()) {
         return refused;
     }
-    graphql_http::respond(media, execute(&state, peer, &headers, request).await)
+    graphql_http::respond(media, execute(&state, peer, &headers, request, hash).await)
+}
+
+/// Resolves a persisted query's text (or registers it); the request error to answer otherwise.
+async fn persisted(state: &HttpState, request: &mut async_graphql::Request) -> Result<Option<String>, GqlResponse> {
+    let app = &state.app;
+    persisted::resolve(&app.redis, &app.keys, request).await.map_err(|err| {
+        let response = error_response(err);
+        crate::graphql::metrics::record(crate::graphql::metrics::UNPARSED, None, &response.errors);
+        response
+    })
 }
 
 /// `POST /graphql` with a JSON body.
@@ -174,11 +191,15 @@ async fn graphql_post(
     if let Err(refused) = graphql_http::require_json(&headers) {
         return refused;
     }
-    let request = match graphql_http::request_from_body(&body) {
+    let mut request = match graphql_http::request_from_body(&body) {
         Ok(request) => request,
         Err(why) => return not_a_request(media, why),
     };
-    graphql_http::respond(media, execute(&state, peer, &headers, request).await)
+    let hash = match persisted(&state, &mut request).await {
+        Ok(hash) => hash,
+        Err(refused) => return graphql_http::respond(media, refused),
+    };
+    graphql_http::respond(media, execute(&state, peer, &headers, request, hash).await)
 }
 
 /// Not a well-formed GraphQL-over-HTTP request: 400 in either media type, with the reason.
@@ -197,6 +218,7 @@ async fn execute(
     peer: std::net::SocketAddr,
     headers: &HeaderMap,
     mut request: async_graphql::Request,
+    hash: Option<String>,
 ) -> GqlResponse {
     let started = Instant::now();
     let viewer = match headers.get(header::AUTHORIZATION) {
@@ -220,6 +242,7 @@ async fn execute(
             }
         }
     };
+    state.app.parsed_documents.attach(&mut request, hash);
     let budget = StatementBudget::new(state.app.settings.request_statement_budget);
     let gate = BatchGate::new();
     let app = &state.app;

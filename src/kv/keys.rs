@@ -33,6 +33,7 @@
 //! | `<p>:{tl<user>}:timeline` | ZSET | FEED_TIMELINE_TTL, refreshed on read | the user's home timeline: post ids scored by id, capped at FEED_TIMELINE_CAP, plus one score-0 sentinel naming the courses it was built for (`c:1,5,9`) or `building:<token>` |
 //! | `<p>:{tl<user>}:rebuild` | STRING | CACHE_LOCK_TTL | owner token of the one request rebuilding the timeline |
 //! | `<p>:{fc<course>}:recent` | ZSET | none | a celebrity course's recent post ids (capped), plus the sentinel `_`; its existence makes the course a celebrity |
+//! | `<p>:apq:<sha256>` | STRING | 7 days, renewed on every use | a persisted query's text, by its SHA-256 (Apollo's automatic persisted queries) |
 //!
 //! Views: the completion script touches only `{v<post>}` keys (ticket, both caps, the
 //! HyperLogLog: single use and caps in one atomic script, one slot). The counters are spread
@@ -141,6 +142,11 @@ impl Keys {
     }
 
     /// The Pub/Sub channel of committed changes (live counts and activity).
+    /// A persisted query's text, by the lowercase hex SHA-256 of that text.
+    pub fn persisted_query(&self, sha256: &str) -> String {
+        format!("{}:apq:{sha256}", self.prefix)
+    }
+
     pub fn live_channel(&self) -> String {
         format!("{}:{{live}}:events", self.prefix)
     }
