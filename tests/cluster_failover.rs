@@ -23,11 +23,23 @@ use common::cluster::{NODE_TIMEOUT, PrivateCluster};
 use common::procs::ServeProcess;
 use common::ws::GqlSocket;
 use common::{TestApp, World, error_code, gid};
-use course_forum::config::LikeMode;
+use course_forum::config::{LikeMode, Settings};
 use serde_json::json;
 use tokio::sync::Mutex;
 
 const LIKE: &str = "mutation($p: ID!) { likePost(postId: $p) { id } }";
+
+/// Settings of an instance on the cluster `nodes`: buffered likes, no like rate limit (a storm
+/// is many users, each liking once), the worker in the server or not.
+fn on_cluster(nodes: &[String], worker_in_serve: bool) -> impl FnOnce(&mut Settings) {
+    let nodes = nodes.to_vec();
+    move |s| {
+        s.redis_cluster_nodes = nodes;
+        s.like_mode = LikeMode::Buffered;
+        s.worker_in_serve = worker_in_serve;
+        s.like_rate_per_minute = 0;
+    }
+}
 
 /// `count` new students of `course`, by SQL; returns their ids.
 async fn students(app: &TestApp, course: i64, count: i64, tag: &str) -> Vec<i64> {
@@ -131,15 +143,7 @@ async fn a_master_killed_during_a_like_storm_loses_only_the_replication_window_a
     const KILLS: usize = 3;
     let mut cluster = PrivateCluster::start();
     let nodes = cluster.urls();
-    let app = Arc::new(
-        TestApp::spawn_with(|s| {
-            s.redis_cluster_nodes = nodes.clone();
-            s.like_mode = LikeMode::Buffered;
-            s.worker_in_serve = true;
-            s.like_rate_per_minute = 0;
-        })
-        .await,
-    );
+    let app = Arc::new(TestApp::spawn_with(on_cluster(&nodes, true)).await);
     let world = World::create(&app).await;
     let users = students(&app, world.course, USERS, "storm").await;
     let mut report = Vec::new();
@@ -229,31 +233,8 @@ async fn three_instances_and_two_workers_on_a_cluster_survive_the_lease_holder_d
     let cluster = PrivateCluster::start();
     let nodes = cluster.urls();
     let lease_ttl = Duration::from_secs(3);
-    let app = Arc::new(
-        TestApp::spawn_with(|s| {
-            s.redis_cluster_nodes = nodes.clone();
-            s.like_mode = LikeMode::Buffered;
-            s.worker_in_serve = false;
-            s.like_rate_per_minute = 0;
-        })
-        .await,
-    );
-    let peers = [
-        app.spawn_peer(|s| {
-            s.redis_cluster_nodes = nodes.clone();
-            s.like_mode = LikeMode::Buffered;
-            s.worker_in_serve = false;
-            s.like_rate_per_minute = 0;
-        })
-        .await,
-        app.spawn_peer(|s| {
-            s.redis_cluster_nodes = nodes.clone();
-            s.like_mode = LikeMode::Buffered;
-            s.worker_in_serve = false;
-            s.like_rate_per_minute = 0;
-        })
-        .await,
-    ];
+    let app = Arc::new(TestApp::spawn_with(on_cluster(&nodes, false)).await);
+    let peers = [app.spawn_peer(on_cluster(&nodes, false)).await, app.spawn_peer(on_cluster(&nodes, false)).await];
     let shards = app.state.keys.shards() as i64;
     let joined = nodes.join(",");
     let env = [("REDIS_CLUSTER_NODES", joined.as_str()), ("WORKER_LEASE_TTL", "3s")];

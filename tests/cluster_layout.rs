@@ -14,17 +14,10 @@ use course_forum::config::LikeMode;
 use course_forum::kv;
 use serde_json::json;
 
-fn cluster_nodes() -> Vec<String> {
-    std::env::var("TEST_REDIS_CLUSTER_NODES")
-        .unwrap_or_else(|_| (7000..7006).map(|port| format!("redis://127.0.0.1:{port}")).collect::<Vec<_>>().join(","))
-        .split(',')
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Liked-sets under the app's prefix, counted per master (by the slot table).
 async fn liked_sets_per_master(app: &TestApp) -> HashMap<u16, usize> {
-    let redis = kv::connect_cluster(&cluster_nodes(), Duration::from_secs(5), "test").await.expect("cluster");
+    let redis =
+        kv::connect_cluster(&common::local_cluster_nodes(), Duration::from_secs(5), "test").await.expect("cluster");
     let mut scan = kv::KeyScan::new(&redis, &app.state.keys.liked_set_pattern());
     let mut keys = Vec::new();
     while let Some(page) = scan.next_page().await.expect("scan") {
@@ -51,7 +44,7 @@ async fn liked_sets_per_master(app: &TestApp) -> HashMap<u16, usize> {
 }
 
 async fn sets_after_likes(shards: u32) -> HashMap<u16, usize> {
-    let nodes = cluster_nodes();
+    let nodes = common::local_cluster_nodes();
     let app = TestApp::spawn_with(|s| {
         s.redis_cluster_nodes = nodes;
         s.like_mode = LikeMode::Buffered;

@@ -4,27 +4,17 @@
 //! are loaded again on every master after a flush (cluster only: the node is shared), and SCAN-based bulk deletes reach every
 //! master. Each test runs in both modes on its own key prefix.
 
+mod common;
+
 use std::collections::HashSet;
 use std::time::Duration;
 
 use course_forum::kv::{self, KeyScan, Redis};
 
-fn cluster_nodes() -> Vec<String> {
-    std::env::var("TEST_REDIS_CLUSTER_NODES")
-        .unwrap_or_else(|_| (7000..7006).map(|port| format!("redis://127.0.0.1:{port}")).collect::<Vec<_>>().join(","))
-        .split(',')
-        .map(str::to_owned)
-        .collect()
-}
-
-fn node_url() -> String {
-    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
 async fn both() -> [(&'static str, Redis); 2] {
     let timeout = Duration::from_secs(5);
-    let node = kv::connect(&node_url(), timeout, "test").await.expect("Redis (script/services starts it)");
-    let cluster = kv::connect_cluster(&cluster_nodes(), timeout, "test")
+    let node = kv::connect(&common::redis_url(), timeout, "test").await.expect("Redis (script/services starts it)");
+    let cluster = kv::connect_cluster(&common::local_cluster_nodes(), timeout, "test")
         .await
         .expect("the local Redis Cluster (REDIS_CLUSTER=1 script/services starts it)");
     [("node", node), ("cluster", cluster)]

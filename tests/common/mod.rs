@@ -53,6 +53,12 @@ pub fn redis_cluster_nodes() -> Vec<String> {
     if std::env::var("TEST_REDIS_CLUSTER").as_deref() != Ok("1") {
         return Vec::new();
     }
+    local_cluster_nodes()
+}
+
+/// The shared local Redis Cluster's seed nodes (`TEST_REDIS_CLUSTER_NODES`, else the ports
+/// `REDIS_CLUSTER=1 script/services` uses).
+pub fn local_cluster_nodes() -> Vec<String> {
     std::env::var("TEST_REDIS_CLUSTER_NODES")
         .unwrap_or_else(|_| (7000..7006).map(|port| format!("redis://127.0.0.1:{port}")).collect::<Vec<_>>().join(","))
         .split(',')
