@@ -4,7 +4,9 @@
 //! `cargo build --release --bins`) and a closed-loop load generator (`load`) that checks every
 //! answer.
 //!
-//! - `suite`: everything below against one fresh database; a table and JSON in `target/bench/`.
+//! - `suite`: everything below against one fresh database; a table and JSON in `target/bench/`,
+//!   every rate also as a fraction of the ceiling measured first in the same run.
+//! - `ceiling`: `{ __typename }`, the least a request through the HTTP and GraphQL stack costs.
 //! - `storm`: N distinct users like ONE post, per `LIKE_MODE`; rate, latency, flush lag, and
 //!   the assertion that the database holds exactly the accepted likes.
 //! - `page`: a course page of 20 posts with `likedByMe`; pages/s and Redis/SQL per page.
@@ -16,6 +18,7 @@
 //! - `revoke`: members with an open subscription removed by SQL `DELETE`, one at a time; the
 //!   time until each one's subscription ends with FORBIDDEN.
 
+mod ceiling;
 mod feed;
 mod fixture;
 mod live;
@@ -82,6 +85,20 @@ pub struct Cli {
 enum Scenario {
     /// Every scenario against one fresh database: a table, and JSON in target/bench/.
     Suite(suite::SuiteConfig),
+    /// `{ __typename }` over the same load generator: the stack's ceiling on this machine.
+    Ceiling {
+        /// Requests measured (after a tenth as many untimed).
+        #[arg(long, default_value_t = 100_000)]
+        requests: usize,
+        /// Concurrent keep-alive HTTP connections.
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        #[arg(long, default_value_t = 30)]
+        time_cap_secs: u64,
+        /// Runs of every server binary, interleaved.
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
+    },
     /// The hot-post like storm, once per LIKE_MODE.
     Storm {
         /// Likes (distinct users on one post) per mode.
@@ -180,6 +197,9 @@ async fn main() -> std::process::ExitCode {
     let secs = Duration::from_secs;
     let result = match &cli.command {
         Scenario::Suite(config) => suite::run(&cli, config).await,
+        Scenario::Ceiling { requests, connections, time_cap_secs, rounds } => {
+            show(ceiling::run(&cli, *requests, *connections, secs(*time_cap_secs), *rounds).await)
+        }
         Scenario::Storm { likes, connections, modes, time_cap_secs, rounds, warm_sets } => {
             show(storm::run(&cli, modes, *likes, *connections, secs(*time_cap_secs), *rounds, *warm_sets).await)
         }
