@@ -181,6 +181,13 @@ test('replies and deletions arrive live; comments and replies can be liked', asy
     assert.equal(await reply.locator(`[data-like-of="${createReply.id}"]`).innerText(), '1');
     await a.page.waitForFunction((id) => document.querySelector(`[data-testid=like-comment][data-target="${id}"]`)
       ?.getAttribute('aria-pressed') === 'true', createReply.id);
+    // The like is buffered: Bob's reload shows committed counts, so wait for the worker first.
+    for (let tries = 0; ; tries++) {
+      const { node } = await api(bob, 'query($id: ID!) { node(id: $id) { ... on Reply { likeCount } } }', { id: createReply.id });
+      if (node.likeCount === 1) break;
+      assert.ok(tries < 50, 'the worker committed the like within 5 s');
+      await new Promise((r) => setTimeout(r, 100));
+    }
     await b.page.reload();
     await b.page.locator(`[data-testid=reply][data-id="${createReply.id}"]`).waitFor({ timeout: 3000 });
     assert.equal(await b.page.locator(`[data-like-of="${createReply.id}"]`).innerText(), '1');
