@@ -23,21 +23,8 @@ async fn liked_sets_per_master(app: &TestApp) -> HashMap<u16, usize> {
     while let Some(page) = scan.next_page().await.expect("scan") {
         keys.extend(page);
     }
-    let mut conn = redis.clone();
-    let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await.expect("slots");
     let mut per_master = HashMap::new();
-    for key in keys {
-        let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(&key).query_async(&mut conn).await.expect("keyslot");
-        let range = slots
-            .iter()
-            .find(|r| {
-                let start: u16 = redis::from_redis_value_ref(&r[0]).unwrap_or(u16::MAX);
-                let end: u16 = redis::from_redis_value_ref(&r[1]).unwrap_or(0);
-                (start..=end).contains(&slot)
-            })
-            .expect("a range");
-        let master: Vec<redis::Value> = redis::from_redis_value_ref(&range[2]).expect("master");
-        let port: u16 = redis::from_redis_value_ref(&master[1]).expect("port");
+    for port in common::cluster::master_ports(&redis, &keys).await {
         *per_master.entry(port).or_default() += 1;
     }
     per_master

@@ -27,28 +27,7 @@ fn prefix() -> String {
 /// How many distinct masters serve these keys, by the cluster's own word (CLUSTER KEYSLOT,
 /// CLUSTER SLOTS).
 async fn masters_holding(redis: &Redis, keys: &[String]) -> usize {
-    let mut conn = redis.clone();
-    let slots: Vec<(u16, u16, Vec<redis::Value>)> = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async::<Vec<Vec<redis::Value>>>(&mut conn)
-        .await
-        .expect("CLUSTER SLOTS")
-        .into_iter()
-        .map(|range| {
-            let start: u16 = redis::from_redis_value_ref(&range[0]).expect("start");
-            let end: u16 = redis::from_redis_value_ref(&range[1]).expect("end");
-            let master: Vec<redis::Value> = redis::from_redis_value_ref(&range[2]).expect("master");
-            (start, end, master)
-        })
-        .collect();
-    let mut masters = HashSet::new();
-    for key in keys {
-        let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query_async(&mut conn).await.expect("KEYSLOT");
-        let (_, _, master) = slots.iter().find(|(start, end, _)| (*start..=*end).contains(&slot)).expect("a master");
-        let port: u16 = redis::from_redis_value_ref(&master[1]).expect("port");
-        masters.insert(port);
-    }
-    masters.len()
+    common::cluster::master_ports(redis, keys).await.into_iter().collect::<HashSet<_>>().len()
 }
 
 #[tokio::test]

@@ -143,27 +143,16 @@ impl<R> Known<R> {
         self.row.get_or_try_init(|| async { load.await?.ok_or_else(|| AppError::not_found(what).into()) }).await
     }
 
-    /// The live update's count, else the row's.
-    async fn like_count<'a>(
+    /// A like field: from the live update when this object is one, else from the row.
+    async fn like_field<'a, T>(
         &'a self,
         row: impl Future<Output = Result<&'a R>>,
-        count: impl Fn(&R) -> i32,
-    ) -> Result<i32> {
-        match self.live {
-            Some(live) => Ok(live.like_count),
-            None => Ok(count(row.await?)),
-        }
-    }
-
-    /// The live update's version, else the row's.
-    async fn like_version<'a>(
-        &'a self,
-        row: impl Future<Output = Result<&'a R>>,
-        version: impl Fn(&R) -> i64,
-    ) -> Result<i64> {
-        match self.live {
-            Some(live) => Ok(live.like_version),
-            None => Ok(version(row.await?)),
+        from_live: impl Fn(&LiveLikes) -> T,
+        from_row: impl Fn(&R) -> T,
+    ) -> Result<T> {
+        match &self.live {
+            Some(live) => Ok(from_live(live)),
+            None => Ok(from_row(row.await?)),
         }
     }
 
@@ -346,12 +335,12 @@ impl Post {
     }
     /// How many users like it.
     async fn like_count(&self, ctx: &Context<'_>) -> Result<i32> {
-        self.0.like_count(self.row(ctx), |r| r.like_count).await
+        self.0.like_field(self.row(ctx), |l| l.like_count, |r| r.like_count).await
     }
     /// Orders this post's like counts: it moves with every committed change of `likeCount`, so
     /// of two values the one with the higher `likeVersion` is the newer.
     async fn like_version(&self, ctx: &Context<'_>) -> Result<i64> {
-        self.0.like_version(self.row(ctx), |r| r.like_version).await
+        self.0.like_field(self.row(ctx), |l| l.like_version, |r| r.like_version).await
     }
     /// When the transaction that set `likeCount` committed, by the publishing server's clock: on
     /// a `likeCounts` update (lets a client measure commit→screen latency); null when read by a
@@ -474,12 +463,12 @@ impl Comment {
     }
     /// How many users like it.
     async fn like_count(&self, ctx: &Context<'_>) -> Result<i32> {
-        self.0.like_count(self.row(ctx), |r| r.like_count).await
+        self.0.like_field(self.row(ctx), |l| l.like_count, |r| r.like_count).await
     }
     /// Orders this comment's like counts: it moves with every committed change of `likeCount`,
     /// so of two values the one with the higher `likeVersion` is the newer.
     async fn like_version(&self, ctx: &Context<'_>) -> Result<i64> {
-        self.0.like_version(self.row(ctx), |r| r.like_version).await
+        self.0.like_field(self.row(ctx), |l| l.like_version, |r| r.like_version).await
     }
     /// When the transaction that set `likeCount` committed, by the publishing server's clock: on
     /// a `likeCounts` update; null when read by a query.
@@ -586,12 +575,12 @@ impl Reply {
     }
     /// How many users like it.
     async fn like_count(&self, ctx: &Context<'_>) -> Result<i32> {
-        self.0.like_count(self.row(ctx), |r| r.like_count).await
+        self.0.like_field(self.row(ctx), |l| l.like_count, |r| r.like_count).await
     }
     /// Orders this reply's like counts: it moves with every committed change of `likeCount`, so
     /// of two values the one with the higher `likeVersion` is the newer.
     async fn like_version(&self, ctx: &Context<'_>) -> Result<i64> {
-        self.0.like_version(self.row(ctx), |r| r.like_version).await
+        self.0.like_field(self.row(ctx), |l| l.like_version, |r| r.like_version).await
     }
     /// When the transaction that set `likeCount` committed, by the publishing server's clock: on
     /// a `likeCounts` update; null when read by a query.

@@ -190,3 +190,26 @@ impl Drop for PrivateCluster {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// The port of the master serving each of `keys`, by the cluster's own word (CLUSTER KEYSLOT,
+/// CLUSTER SLOTS), through a connection to the cluster.
+pub async fn master_ports(redis: &course_forum::kv::Redis, keys: &[String]) -> Vec<u16> {
+    let mut conn = redis.clone();
+    let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await.expect("slots");
+    let ranges: Vec<(u16, u16, u16)> = slots
+        .iter()
+        .map(|range| {
+            let start: u16 = redis::from_redis_value_ref(&range[0]).expect("start");
+            let end: u16 = redis::from_redis_value_ref(&range[1]).expect("end");
+            let master: Vec<redis::Value> = redis::from_redis_value_ref(&range[2]).expect("master");
+            (start, end, redis::from_redis_value_ref(&master[1]).expect("port"))
+        })
+        .collect();
+    let mut ports = Vec::with_capacity(keys.len());
+    for key in keys {
+        let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query_async(&mut conn).await.expect("keyslot");
+        let (_, _, port) = ranges.iter().find(|(start, end, _)| (*start..=*end).contains(&slot)).expect("a master");
+        ports.push(*port);
+    }
+    ports
+}
