@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::auth::{Authenticator, TokenKeys};
+use crate::cache::pages::CoursePages;
 use crate::cache::{CacheConfig, PostCache};
 use crate::config::{LikeMode, Settings};
 use crate::error::{AppError, AppResult};
@@ -225,6 +226,7 @@ async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>>
         state.settings.redis_target()?,
         state.keys.live_channel(),
         state.live.clone(),
+        state.course_pages.clone(),
         state.db.clone(),
         Some(ready),
     ));
@@ -328,7 +330,7 @@ pub fn build_view_aggregator(state: &AppState) -> ViewAggregator {
         state.settings.view_shards,
         state.settings.view_flush_interval,
     )
-    .with_post_cache(state.post_cache.clone())
+    .with_caches(state.post_cache.clone(), state.publisher.clone())
 }
 
 /// The feed fan-out job (`process_one_batch` steps it) with a Redis connection of its own: its
@@ -362,7 +364,8 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let feed =
         Feed::new(db.clone(), redis.clone(), keys.clone(), post_cache.clone(), FeedConfig::from_settings(&settings));
     feed.lists().load_scripts().await?;
-    let publisher = Publisher::new(redis.clone(), keys.live_channel());
+    let course_pages = CoursePages::new(settings.course_page_cache_ttl);
+    let publisher = Publisher::new(redis.clone(), keys.live_channel()).with_local_pages(course_pages.clone());
     let likes = Likes::new(
         db.clone(),
         redis.clone(),
@@ -389,6 +392,8 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         live: Hub::new(),
         views,
         post_cache,
+        course_pages,
+        users: Default::default(),
         feed,
         memberships,
         parsed_documents: Default::default(),

@@ -7,6 +7,8 @@ use sea_orm::DatabaseConnection;
 
 use crate::auth::{Authenticator, TokenKeys};
 use crate::cache::PostCache;
+use crate::cache::pages::CoursePages;
+use crate::cache::users::UserRows;
 use crate::config::Settings;
 use crate::db::StatementCounter;
 use crate::feed::Feed;
@@ -48,6 +50,10 @@ pub struct AppState {
     pub views: Views,
     /// Posts by id through the stampede-proof cache: `post(id)`, access checks, feed hydration.
     pub post_cache: PostCache,
+    /// Rows of course pages served lately, in this process (`cache::pages`).
+    pub course_pages: CoursePages,
+    /// Users read lately, in this process (they never change).
+    pub users: UserRows,
     /// Home feed pages (timelines, celebrity lists, PostgreSQL below them).
     pub feed: Feed,
     /// Who belongs to which course, kept in memory while this process hears every change.

@@ -27,10 +27,12 @@ async fn nested_lists_cost_one_statement_per_level_not_per_parent() {
     let world = World::create(&app).await;
     common::threads(&app, &world, 6).await;
 
-    nested(&app, &world, 6).await; // the viewer's memberships and the post cache warm
+    // The viewer's memberships, the post cache and both course pages (`cache::pages`) warm.
+    nested(&app, &world, 6).await;
+    nested(&app, &world, 2).await;
     let (few, few_statements) = nested(&app, &world, 2).await;
     let (many, many_statements) = nested(&app, &world, 6).await;
-    // The posts page, then per level: the courses and their member counts, the comments of
+    // Per level (the posts page itself is in memory): the courses and their member counts, the comments of
     // every post, the replies of every comment, their roots. One per parent would be 6 for the
     // comments and 18 for the replies alone. A level's batch starts only once the request is
     // parked (`batch_gate`), so a busy machine does not split it.

@@ -24,7 +24,11 @@
 //! paths (SQL by hand, `course-forum reconcile`) or a patch lost to a Redis error shows at most
 //! `POST_CACHE_TTL + POST_CACHE_TTL_JITTER` late, plus the one background reload.
 //!
-//! Course memberships are never cached: the access check still reads them for every request.
+//! Beside it, in process memory: `pages` (course pages' rows, dropped or patched by the
+//! published changes) and `users` (authors, which never change).
+
+pub mod pages;
+pub mod users;
 
 use std::collections::HashMap;
 use std::sync::Arc;

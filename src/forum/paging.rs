@@ -94,7 +94,7 @@ impl PageRequest {
 }
 
 /// One page of rows in presentation order.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Page<T> {
     pub items: Vec<T>,
     pub has_next: bool,

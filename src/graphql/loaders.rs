@@ -15,6 +15,8 @@ use sea_orm::DatabaseConnection;
 
 use super::batch_gate::{BATCH_WINDOW, BatchGate};
 use crate::cache::PostCache;
+use crate::cache::pages::CoursePages;
+use crate::cache::users::UserRows;
 use crate::db::budget::StatementBudget;
 use crate::error::{AppError, AppResult};
 use crate::forum::comments::{self, CommentRow, Thread};
@@ -23,20 +25,28 @@ use crate::forum::paging::{Page, PageRequest};
 use crate::forum::posts::{self, PostRow};
 use crate::forum::users::{self, UserRow};
 use crate::likes::{LikeTarget, Likes};
+use crate::state::AppState;
 use crate::views::{LiveViews, Views};
 
 /// Loader errors must be `Clone`; the shared error keeps its code.
 pub type LoadError = Arc<AppError>;
 
-pub struct UserLoader(DatabaseConnection);
+/// Users through the instance's memory (`cache::users`): only the ones never read cost a
+/// statement.
+pub struct UserLoader(DatabaseConnection, UserRows);
 
 impl Loader<i64> for UserLoader {
     type Value = UserRow;
     type Error = LoadError;
 
     async fn load(&self, keys: &[i64]) -> Result<HashMap<i64, UserRow>, LoadError> {
-        let rows = users::find_many(&self.0, keys).await.map_err(Arc::new)?;
-        Ok(rows.into_iter().map(|u| (u.id, u)).collect())
+        let (mut found, missing) = self.1.get_many(keys);
+        if !missing.is_empty() {
+            let rows = users::find_many(&self.0, &missing).await.map_err(Arc::new)?;
+            self.1.remember(rows.iter().cloned());
+            found.extend(rows.into_iter().map(|u| (u.id, u)));
+        }
+        Ok(found)
     }
 }
 
@@ -122,8 +132,9 @@ impl Loader<(Thread, PageRequest)> for ThreadPageLoader {
 }
 
 /// Pages of posts of every course at one level of a request (courses reached through a list:
-/// `myCourses`, or each post's `course`): one statement per page request.
-pub struct CoursePageLoader(DatabaseConnection);
+/// `myCourses`, or each post's `course`): the pages the instance holds (`cache::pages`), the
+/// others in one statement per page request.
+pub struct CoursePageLoader(DatabaseConnection, CoursePages);
 
 impl Loader<(i64, PageRequest)> for CoursePageLoader {
     type Value = Arc<Page<PostRow>>;
@@ -133,14 +144,24 @@ impl Loader<(i64, PageRequest)> for CoursePageLoader {
         &self,
         keys: &[(i64, PageRequest)],
     ) -> Result<HashMap<(i64, PageRequest), Arc<Page<PostRow>>>, LoadError> {
+        let mut pages = HashMap::new();
         let mut groups: HashMap<PageRequest, Vec<i64>> = HashMap::new();
         for (course_id, page) in keys {
-            groups.entry(*page).or_default().push(*course_id);
+            match self.1.get(*course_id, page) {
+                Some(cached) => {
+                    pages.insert((*course_id, *page), cached);
+                }
+                None => groups.entry(*page).or_default().push(*course_id),
+            }
         }
-        let mut pages = HashMap::new();
         for (page, course_ids) in groups {
+            let start = self.1.begin();
             let found = posts::pages_in_courses(&self.0, &course_ids, &page).await.map_err(Arc::new)?;
-            pages.extend(found.into_iter().map(|(course_id, rows)| ((course_id, page), Arc::new(rows))));
+            pages.extend(
+                found
+                    .into_iter()
+                    .map(|(course_id, rows)| ((course_id, page), self.1.store(start, course_id, page, rows))),
+            );
         }
         Ok(pages)
     }
@@ -195,14 +216,12 @@ impl Loaders {
     /// it; with a `gate`, each batch starts only once the request is parked
     /// (`batch_gate`), so a level's keys are never split by a slow pass.
     pub fn new(
-        db: &DatabaseConnection,
-        post_cache: &PostCache,
-        likes: &Likes,
-        views: &Views,
+        app: &AppState,
         viewer: Option<i64>,
         budget: Option<&Arc<StatementBudget>>,
         gate: Option<&Arc<BatchGate>>,
     ) -> Self {
+        let (db, likes) = (&app.db, &app.likes);
         let (budget, gate) = (budget.cloned(), gate.cloned());
         let spawner = || -> Spawner {
             let (budget, gate) = (budget.clone(), gate.clone());
@@ -221,7 +240,7 @@ impl Loaders {
         // second wait after the request parked.
         let delay = if gate.is_some() { Duration::ZERO } else { BATCH_WINDOW };
         Self {
-            users: DataLoader::new(UserLoader(db.clone()), spawner()).delay(delay),
+            users: DataLoader::new(UserLoader(db.clone(), app.users.clone()), spawner()).delay(delay),
             courses: DataLoader::new(CourseLoader(db.clone()), spawner()).delay(delay),
             liked: viewer.map(|user_id| {
                 DataLoader::with_cache(
@@ -231,12 +250,13 @@ impl Loaders {
                 )
                 .delay(delay)
             }),
-            views: DataLoader::new(ViewLoader(views.clone()), spawner()).delay(delay),
+            views: DataLoader::new(ViewLoader(app.views.clone()), spawner()).delay(delay),
             member_counts: DataLoader::new(MemberCountLoader(db.clone()), spawner()).delay(delay),
             comments: DataLoader::new(CommentLoader(db.clone()), spawner()).delay(delay),
             thread_pages: DataLoader::new(ThreadPageLoader(db.clone()), spawner()).delay(delay),
-            course_pages: DataLoader::new(CoursePageLoader(db.clone()), spawner()).delay(delay),
-            posts: DataLoader::new(PostLoader(post_cache.clone()), spawner()).delay(delay),
+            course_pages: DataLoader::new(CoursePageLoader(db.clone(), app.course_pages.clone()), spawner())
+                .delay(delay),
+            posts: DataLoader::new(PostLoader(app.post_cache.clone()), spawner()).delay(delay),
             liked_cached: true,
         }
     }

@@ -88,6 +88,7 @@ impl PostMutations {
             require_author(viewer.user_id, post.user_id)?;
             let row = posts::edit(&state(ctx)?.db, post.id, title.as_deref(), body.as_deref()).await?;
             state(ctx)?.post_cache.invalidate(post.id).await;
+            state(ctx)?.publisher.posts_changed(&[post.id]).await;
             Ok(Post::from(row))
         })
         .await

@@ -16,7 +16,7 @@ use crate::error::AppError;
 use crate::forum::comments::{CommentRow, Thread};
 use crate::forum::courses::{CourseRow, Role};
 use crate::forum::paging::{Page, PageRequest};
-use crate::forum::posts::{self, PostRow};
+use crate::forum::posts::PostRow;
 use crate::forum::users::UserRow;
 use crate::likes::LikeTarget;
 
@@ -276,9 +276,10 @@ impl Course {
         let rows = if self.in_list {
             let rows = loaders(ctx)?.course_pages.load_one((self.course_id, page)).await?;
             let rows = rows.ok_or_else(|| AppError::Internal("a course page was not loaded".into()))?;
-            Page { items: rows.items.clone(), has_next: rows.has_next, has_prev: rows.has_prev }
+            rows.as_ref().clone()
         } else {
-            posts::page_in_course(&state(ctx)?.db, self.course_id, &page).await?
+            let state = state(ctx)?;
+            state.course_pages.get_or_read(&state.db, self.course_id, page).await?.as_ref().clone()
         };
         prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
         Ok(connection(rows, |r| r.id, Post::from))

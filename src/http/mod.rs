@@ -246,15 +246,7 @@ async fn execute(
     let budget = StatementBudget::new(state.app.settings.request_statement_budget);
     let gate = BatchGate::new();
     let app = &state.app;
-    request = request.data(Loaders::new(
-        &app.db,
-        &app.post_cache,
-        &app.likes,
-        &app.views,
-        viewer,
-        Some(&budget),
-        Some(&gate),
-    ));
+    request = request.data(Loaders::new(app, viewer, Some(&budget), Some(&gate)));
     let ip = crate::views::client_ip(peer, headers, state.app.settings.trusted_proxy);
     request = request.data(crate::views::ClientIp(ip));
     if let Some(user_id) = viewer {

@@ -397,7 +397,7 @@ async fn verify(
 fn connection_data(app: &crate::state::AppState, user_id: i64) -> Data {
     let mut data = Data::default();
     data.insert(Viewer::for_connection(user_id, app.memberships.clone()));
-    data.insert(Loaders::new(&app.db, &app.post_cache, &app.likes, &app.views, Some(user_id), None, None).uncached());
+    data.insert(Loaders::new(app, Some(user_id), None, None).uncached());
     data.insert(SubscriptionBudget::new(app.settings.live_max_subscriptions));
     data
 }

@@ -17,6 +17,7 @@ use tokio::sync::{broadcast, watch};
 use super::{Activity, LiveMessage};
 use sea_orm::DatabaseConnection;
 
+use crate::cache::pages::CoursePages;
 use crate::config::RedisTarget;
 use crate::kv;
 use crate::like_event::{CountChange, LikeTarget};
@@ -111,6 +112,8 @@ impl Hub {
                     let _ = sender.send(activity);
                 }
             }
+            // For the in-process caches only (the relay hands them there too).
+            LiveMessage::PostsChanged { .. } | LiveMessage::ViewCounts { .. } => {}
         }
     }
 
@@ -211,6 +214,7 @@ pub async fn run_relay(
     target: RedisTarget,
     channel: String,
     hub: Arc<Hub>,
+    pages: CoursePages,
     db: DatabaseConnection,
     ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) {
@@ -226,11 +230,14 @@ pub async fn run_relay(
                 }
                 subscriptions += 1;
                 if subscriptions > 1 {
+                    // Changes published during the gap are lost: no cached page can vouch for
+                    // itself any more.
+                    pages.clear();
                     tokio::spawn(resync(hub.clone(), db.clone()));
                 }
                 backoff = Duration::from_millis(100);
                 while let Some(payload) = subscription.next().await {
-                    dispatch(&hub, &payload);
+                    dispatch(&hub, &pages, &payload);
                 }
                 tracing::warn!("live relay lost its Redis subscription; resubscribing");
             }
@@ -256,10 +263,13 @@ async fn resync(hub: Arc<Hub>, db: DatabaseConnection) {
     }
 }
 
-/// Hands one published payload to the hub.
-fn dispatch(hub: &Hub, payload: &str) {
+/// Hands one published payload to the course pages and the hub.
+fn dispatch(hub: &Hub, pages: &CoursePages, payload: &str) {
     match serde_json::from_str::<LiveMessage>(payload) {
-        Ok(live) => hub.dispatch(live),
+        Ok(live) => {
+            pages.apply(&live);
+            hub.dispatch(live)
+        }
         Err(err) => tracing::warn!(error = %err, "ignoring a malformed live message"),
     }
 }

@@ -11,6 +11,7 @@ use crate::kv::Redis;
 use sea_orm::{ConnectionTrait, FromQueryResult};
 use serde::{Deserialize, Serialize};
 
+use crate::cache::pages::CoursePages;
 use crate::error::AppResult;
 use crate::like_event::{CountChange, LikeTarget};
 use crate::telemetry::names;
@@ -57,6 +58,16 @@ pub enum LiveMessage {
     },
     Activity {
         activity: Activity,
+    },
+    /// These posts' rows changed in a way no other message tells (an edit): for the
+    /// instances' in-process caches (`cache::pages`).
+    PostsChanged {
+        posts: Vec<i64>,
+    },
+    /// Committed view counts `(post, view_count)` after an aggregator flush: for the in-process
+    /// caches.
+    ViewCounts {
+        counts: Vec<(i64, i64)>,
     },
 }
 
@@ -130,11 +141,20 @@ pub fn now_micros() -> i64 {
 pub struct Publisher {
     redis: Redis,
     channel: String,
+    /// This instance's course pages: each message is applied to them before it is published,
+    /// so the writer's next read already shows its write.
+    local_pages: Option<CoursePages>,
 }
 
 impl Publisher {
     pub fn new(redis: Redis, channel: String) -> Self {
-        Self { redis, channel }
+        Self { redis, channel, local_pages: None }
+    }
+
+    /// A publisher that also applies what it publishes to this instance's course pages.
+    pub fn with_local_pages(mut self, pages: CoursePages) -> Self {
+        self.local_pages = Some(pages);
+        self
     }
 
     /// Committed like counts, to every instance's subscribers. Called by the after-commit step
@@ -149,10 +169,29 @@ impl Publisher {
         self.publish(&LiveMessage::Activity { activity }).await;
     }
 
+    /// Posts whose rows changed (an edit), for the instances' in-process caches.
+    pub async fn posts_changed(&self, posts: &[i64]) {
+        if !posts.is_empty() {
+            self.publish(&LiveMessage::PostsChanged { posts: posts.to_vec() }).await;
+        }
+    }
+
+    /// Committed view counts, for the instances' in-process caches.
+    pub async fn view_counts(&self, counts: &[(i64, i64)]) {
+        if !counts.is_empty() {
+            self.publish(&LiveMessage::ViewCounts { counts: counts.to_vec() }).await;
+        }
+    }
+
     async fn publish(&self, message: &LiveMessage) {
+        if let Some(pages) = &self.local_pages {
+            pages.apply(message);
+        }
         let kind = match message {
             LiveMessage::Counts { .. } => "counts",
             LiveMessage::Activity { .. } => "activity",
+            LiveMessage::PostsChanged { .. } => "posts_changed",
+            LiveMessage::ViewCounts { .. } => "view_counts",
         };
         match self.try_publish(message).await {
             Ok(()) => metrics::counter!(names::LIVE_MESSAGES_PUBLISHED, "kind" => kind).increment(1),

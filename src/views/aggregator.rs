@@ -29,6 +29,7 @@ use crate::cache::PostCache;
 use crate::db::stmt;
 use crate::error::AppResult;
 use crate::kv::keys::Keys;
+use crate::live::Publisher;
 use crate::telemetry::names;
 
 /// Most posts one shard moves into one record (the rest wait for the next round).
@@ -94,19 +95,21 @@ pub struct ViewAggregator {
     shards: u32,
     interval: Duration,
     take: std::sync::Arc<Script>,
-    /// Cached posts learn their committed view counts after each flush.
-    post_cache: Option<PostCache>,
+    /// Cached posts learn their committed view counts after each flush: the post cache
+    /// directly, every instance's course pages through the live channel.
+    caches: Option<(PostCache, Publisher)>,
 }
 
 impl ViewAggregator {
     pub fn new(db: DatabaseConnection, redis: Redis, keys: Keys, shards: u32, interval: Duration) -> Self {
         let take = std::sync::Arc::new(Script::new(include_str!("../../lua/view_take.lua")));
-        Self { db, redis, keys, shards: shards.max(1), interval, take, post_cache: None }
+        Self { db, redis, keys, shards: shards.max(1), interval, take, caches: None }
     }
 
-    /// Also patches the committed view counts of each flush into the post cache.
-    pub fn with_post_cache(mut self, cache: PostCache) -> Self {
-        self.post_cache = Some(cache);
+    /// Also patches the committed view counts of each flush into the post cache, and publishes
+    /// them for the instances' course pages.
+    pub fn with_caches(mut self, cache: PostCache, publisher: Publisher) -> Self {
+        self.caches = Some((cache, publisher));
         self
     }
 
@@ -249,8 +252,9 @@ impl ViewAggregator {
         let statements = usize::from(records.iter().any(|r| !r.views.is_empty()));
         let (counts, fresh) = self.apply(&records).await?;
         // Committed: cached posts show the new totals (their shards were just emptied).
-        if let Some(cache) = &self.post_cache {
+        if let Some((cache, publisher)) = &self.caches {
             cache.view_counts_committed(&counts).await;
+            publisher.view_counts(&counts).await;
         }
         self.cleanup(&records).await?;
         let fresh_views: i64 =

@@ -148,6 +148,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         post_cache_ttl: Duration::from_secs(30),
         post_cache_ttl_jitter: Duration::from_secs(10),
         post_cache_missing_ttl: Duration::from_secs(5),
+        course_page_cache_ttl: Duration::from_secs(30),
         // Generous: on a busy 2-core machine a lock holder may take a while to be scheduled.
         cache_lock_ttl: Duration::from_secs(10),
         shutdown_timeout: Duration::from_secs(10),
