@@ -4,6 +4,8 @@
 -- KEYS[1]  the shard's lease     KEYS[2]  the shard's like stream (one slot: `{s<k>}`)
 -- ARGV[1]  the owner token (also the consumer name)     ARGV[2]  the consumer group
 -- ARGV[3]  how many entries at most
+-- ARGV[4]  optional: 'new' reads new entries only, skipping the caller's pending ones (the worker's
+--          read-ahead, while the previous batch, still pending, is in its transaction)
 -- Returns {status, reply, last id}:
 --   {0}                      the caller does not hold the lease: nothing read
 --   {3}                      the consumer group does not exist (Redis restarted empty)
@@ -13,14 +15,19 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {0}
 end
-local mine = redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[2], '0')
-if type(mine) == 'table' and mine.err then
+if ARGV[4] ~= 'new' then
+  local mine = redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[2], '0')
+  if type(mine) == 'table' and mine.err then
+    return {3}
+  end
+  if mine and #mine[1][2] > 0 then
+    return {1, mine}
+  end
+end
+local new = redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[2], '>')
+if type(new) == 'table' and new.err then
   return {3}
 end
-if mine and #mine[1][2] > 0 then
-  return {1, mine}
-end
-local new = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[2], '>')
 if new then
   return {2, new}
 end

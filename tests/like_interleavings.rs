@@ -123,7 +123,12 @@ impl Run<'_> {
     async fn step(&mut self) {
         let worker = self.workers[self.rng.random_range(0..2)].clone();
         let shard = self.shard();
-        worker.process_one_batch(shard).await.expect("step");
+        // Step by step, or pipelined as the running worker does, in any mix.
+        if self.rng.random_bool(0.5) {
+            worker.process_one_batch(shard).await.expect("step");
+        } else {
+            worker.process_pipelined(shard).await.expect("pipelined step");
+        }
         self.tally.steps += 1;
     }
 

@@ -128,8 +128,14 @@ async fn run_model(mode: LikeMode, seed: u64) {
         let dice = rng.random_range(0..100);
         match mode {
             LikeMode::Buffered if dice < 20 => {
+                // Step by step, or pipelined as the running worker does (its retire left
+                // running, the next batch read ahead), in any mix.
                 let shard = rng.random_range(0..app.state.keys.shards());
-                worker.process_one_batch(shard).await.expect("step");
+                if rng.random_bool(0.5) {
+                    worker.process_one_batch(shard).await.expect("step");
+                } else {
+                    worker.process_pipelined(shard).await.expect("pipelined step");
+                }
             }
             LikeMode::Buffered if dice < 25 => {
                 let shard = rng.random_range(0..app.state.keys.shards());

@@ -111,6 +111,10 @@ pub struct WorkerHooks {
     pub before_apply: Gate,
     /// Inside the transaction, after every statement, before COMMIT (the target rows are locked).
     pub before_commit: Gate,
+    /// After COMMIT, before the batch's entries are acknowledged and retired.
+    pub before_retire: Gate,
+    /// Makes the next retire fail as a Redis error would, after `before_retire` (fault tests).
+    pub fail_next_retire: std::sync::atomic::AtomicBool,
 }
 
 /// What one step did.
@@ -165,9 +169,41 @@ enum Read {
 }
 
 /// One stream entry, parsed or not.
+#[derive(Clone)]
 struct Entry {
     id: String,
     event: Result<LikeEvent, String>,
+}
+
+/// What a shard's pipelined step leaves in flight for the next one (`step` with `pipelined`).
+#[derive(Default)]
+struct Carried {
+    /// The last committed batch's retire script (ack, pending records), still running. The next
+    /// batch commits only once it returned: acks stay in batch order, so a crash never leaves
+    /// an older batch to replay over a newer one.
+    retiring: Option<tokio::task::JoinHandle<AppResult<()>>>,
+    /// The next batch, read ahead (new entries only, as the lease owner) while the last one's
+    /// transaction ran, and the epoch it was read under: used only under the same epoch.
+    ahead: Option<(Vec<Entry>, Option<i64>)>,
+}
+
+/// How a batch's transaction ended.
+enum Transaction {
+    /// Committed; with the next batch if it was read ahead.
+    Committed(Applied, Option<Vec<Entry>>),
+    /// The fence refused: this worker no longer owns the shard; nothing committed.
+    Fenced,
+    /// The previous batch's retire failed, so this batch was rolled back (see `Carried`).
+    PreviousRetireFailed(AppError),
+}
+
+/// What a transaction may overlap.
+#[derive(Default)]
+struct Overlap {
+    /// The previous batch's retire, awaited before COMMIT.
+    retiring: Option<tokio::task::JoinHandle<AppResult<()>>>,
+    /// Read the next batch meanwhile.
+    read_ahead: bool,
 }
 
 #[derive(Clone)]
@@ -187,6 +223,8 @@ pub struct LikeWorker {
     done: Arc<Script>,
     /// `lua/like_read.lua`: read a batch only while holding the lease.
     read: Arc<Script>,
+    /// Per shard, what the last pipelined step left in flight.
+    carried: Arc<Mutex<HashMap<u32, Carried>>>,
 }
 
 impl LikeWorker {
@@ -212,6 +250,7 @@ impl LikeWorker {
             epochs: Arc::new(Mutex::new(HashMap::new())),
             done: Arc::new(Script::new(include_str!("../../lua/like_batch_done.lua"))),
             read: Arc::new(Script::new(include_str!("../../lua/like_read.lua"))),
+            carried: Arc::default(),
         }
     }
 
@@ -340,7 +379,38 @@ impl LikeWorker {
     /// One step on one shard: read up to a batch (own pending first), apply, ack. Does not
     /// block waiting for entries.
     pub async fn process_one_batch(&self, shard: u32) -> AppResult<BatchReport> {
-        self.step(shard, None).await
+        self.step(shard, None, false).await
+    }
+
+    /// One pipelined step on one shard (what the running worker does): the batch's
+    /// transaction overlaps the previous batch's retire and, when the batch was full, the read
+    /// of the next one; its own retire is left running (`settle` waits for it). Does not block
+    /// waiting for entries.
+    pub async fn process_pipelined(&self, shard: u32) -> AppResult<BatchReport> {
+        self.step(shard, None, true).await
+    }
+
+    /// Waits for every retire a pipelined step left running, and forgets read-ahead batches
+    /// (their entries stay pending, and are read again, oldest first).
+    pub async fn settle(&self) -> AppResult<()> {
+        let carried: Vec<Carried> =
+            self.carried.lock().map(|mut map| map.drain().map(|(_, c)| c).collect()).unwrap_or_default();
+        for carried in carried {
+            if let Some(retiring) = carried.retiring {
+                finish(retiring).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn take_carried(&self, shard: u32) -> Carried {
+        self.carried.lock().ok().and_then(|mut map| map.remove(&shard)).unwrap_or_default()
+    }
+
+    fn carry(&self, shard: u32, carried: Carried) {
+        if let Ok(mut map) = self.carried.lock() {
+            map.insert(shard, carried);
+        }
     }
 
     /// One run of the recount job (level 2): returns how many counters it changed.
@@ -357,6 +427,7 @@ impl LikeWorker {
             let round = self.step_every_shard(None).await?;
             acked += round.acked;
             if round.read == 0 {
+                self.settle().await?;
                 return Ok(acked);
             }
         }
@@ -387,6 +458,7 @@ impl LikeWorker {
             }
             let left = self.unapplied().await?;
             if left == 0 {
+                self.settle().await?;
                 return Ok(acked);
             }
             if Instant::now() >= deadline {
@@ -410,7 +482,7 @@ impl LikeWorker {
     async fn step_every_shard(&self, deadline: Option<Instant>) -> AppResult<ShardRound> {
         let mut round = ShardRound::default();
         for shard in 0..self.keys.shards() {
-            let report = self.process_one_batch(shard).await?;
+            let report = self.process_pipelined(shard).await?;
             round.read += report.read;
             round.acked += report.acked;
             round.leaders.push((shard, report.leader));
@@ -421,33 +493,57 @@ impl LikeWorker {
         Ok(round)
     }
 
-    async fn step(&self, shard: u32, block: Option<Duration>) -> AppResult<BatchReport> {
+    /// One step on one shard. `pipelined`: see `process_pipelined`; otherwise everything the
+    /// step does is done when it returns.
+    async fn step(&self, shard: u32, block: Option<Duration>, pipelined: bool) -> AppResult<BatchReport> {
+        // Taken out first: whatever happens below, a read-ahead batch is used at most once.
+        let Carried { retiring, ahead } = self.take_carried(shard);
         if !self.hold_lease(shard).await? {
+            // The retire runs on (it acks committed entries); the read-ahead entries are in the
+            // pending list the next owner claims.
             return Ok(BatchReport::default());
         }
+        // A batch read ahead under another epoch (the lease was lost and taken again, and the
+        // pending entries claimed meanwhile) is dropped: the read below starts from them.
+        let ahead = ahead.filter(|(_, epoch)| pipelined && *epoch == self.epoch(shard)).map(|(entries, _)| entries);
         self.hooks.before_read.pass().await;
         let stream = self.keys.like_stream(shard);
         let reading = Instant::now();
-        let (entries, from_pending) = match self.read_as_owner(shard).await? {
-            Read::NotOwner => {
-                self.set_epoch(shard, None);
-                return Ok(BatchReport::default());
-            }
-            Read::Entries { entries, from_pending } => (entries, from_pending),
-            Read::Idle { last_id } => {
-                if let Some(block) = block {
-                    self.wait_for_entries_after(&stream, &last_id, block).await?;
+        let (entries, from_pending, retiring) = match ahead {
+            Some(entries) => (entries, false, retiring),
+            None => {
+                // Until the last batch's retire returns, its entries are still pending, and a
+                // read (own pending first) would return them again.
+                if let Some(retiring) = retiring {
+                    finish(retiring).await?;
                 }
-                return Ok(BatchReport { leader: true, ..Default::default() });
+                match self.read_as_owner(shard, false).await? {
+                    Read::NotOwner => {
+                        self.set_epoch(shard, None);
+                        return Ok(BatchReport::default());
+                    }
+                    Read::Entries { entries, from_pending } => (entries, from_pending, None),
+                    Read::Idle { last_id } => {
+                        if let Some(block) = block {
+                            self.wait_for_entries_after(&stream, &last_id, block).await?;
+                        }
+                        return Ok(BatchReport { leader: true, ..Default::default() });
+                    }
+                }
             }
         };
         let read_time = reading.elapsed();
-        self.apply_batch(shard, &stream, entries, from_pending, read_time).await
+        self.apply_batch(shard, &stream, entries, from_pending, read_time, retiring, pipelined).await
     }
 
     /// Applies what one read returned, in ONE transaction, and acknowledges it after COMMIT.
     /// Its span carries a `batch_id` that every log line of the batch repeats.
-    #[tracing::instrument(name = "like_batch", skip(self, stream, entries, read_time), fields(batch_id = %uuid::Uuid::now_v7(), entries = entries.len()))]
+    ///
+    /// Pipelined (`process_pipelined`), a batch of well-formed entries leaves its retire running
+    /// for the next step, and a full batch read fresh from the stream (not a replay: nothing
+    /// older can be pending behind it) reads the next one during its transaction.
+    #[allow(clippy::too_many_arguments)]
+    #[tracing::instrument(name = "like_batch", skip(self, stream, entries, read_time, retiring), fields(batch_id = %uuid::Uuid::now_v7(), entries = entries.len()))]
     async fn apply_batch(
         &self,
         shard: u32,
@@ -455,15 +551,41 @@ impl LikeWorker {
         entries: Vec<Entry>,
         from_pending: bool,
         read_time: Duration,
+        retiring: Option<tokio::task::JoinHandle<AppResult<()>>>,
+        pipelined: bool,
     ) -> AppResult<BatchReport> {
         let stream = stream.to_owned();
         let mut report = BatchReport { leader: true, read: entries.len(), ..Default::default() };
         report.timings.read = read_time;
         let started = Instant::now();
         let events: Vec<LikeEvent> = entries.iter().filter_map(|e| e.event.as_ref().ok().copied()).collect();
-        match self.apply_in_transaction(shard, &events).await {
-            Ok(None) => return Ok(self.fenced(shard, report)),
-            Ok(Some(applied)) => {
+        let well_formed = events.len() == entries.len();
+        let overlap = Overlap {
+            retiring,
+            read_ahead: pipelined && well_formed && !from_pending && entries.len() >= self.config.batch_size,
+        };
+        match self.apply_in_transaction(shard, &events, overlap).await {
+            Ok(Transaction::Fenced) => return Ok(self.fenced(shard, report)),
+            Ok(Transaction::PreviousRetireFailed(err)) => {
+                self.stats.batch_failures.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!(names::LIKE_BATCHES, "result" => "failed").increment(1);
+                return Err(err);
+            }
+            Ok(Transaction::Committed(applied, ahead)) if pipelined && well_formed => {
+                report.timings.apply = started.elapsed();
+                let worker = self.clone();
+                let refused = applied.refused.clone();
+                let retiring = tokio::spawn(async move {
+                    let entries: Vec<&Entry> = entries.iter().collect();
+                    worker.retire(shard, &entries, &refused).await
+                });
+                let epoch = self.epoch(shard);
+                self.carry(shard, Carried { retiring: Some(retiring), ahead: ahead.map(|entries| (entries, epoch)) });
+                report.acked += report.read;
+                report.refused = applied.refused.len();
+                report.changed = applied.changed;
+            }
+            Ok(Transaction::Committed(applied, _)) => {
                 report.timings.apply = started.elapsed();
                 let retired: Vec<&Entry> = entries.iter().filter(|e| e.event.is_ok()).collect();
                 self.retire(shard, &retired, &applied.refused).await?;
@@ -526,7 +648,13 @@ impl LikeWorker {
         let deliveries = self.delivery_counts(stream, entries).await?;
         for entry in entries {
             let outcome = match &entry.event {
-                Ok(event) => self.apply_in_transaction(shard, std::slice::from_ref(event)).await,
+                Ok(event) => {
+                    match self.apply_in_transaction(shard, std::slice::from_ref(event), Overlap::default()).await {
+                        Ok(Transaction::Committed(applied, _)) => Ok(Some(applied)),
+                        Ok(Transaction::Fenced) => Ok(None),
+                        Ok(Transaction::PreviousRetireFailed(err)) | Err(err) => Err(err),
+                    }
+                }
                 Err(why) => Err(AppError::Internal(why.clone())),
             };
             match outcome {
@@ -558,11 +686,15 @@ impl LikeWorker {
 
     /// Applies events in one transaction fenced by the shard's epoch; after COMMIT runs the
     /// after-commit step (post cache, live counts; idempotent: a replay after a crash repeats
-    /// it). `None`: the fence refused, this worker no longer owns the shard, nothing committed.
-    async fn apply_in_transaction(&self, shard: u32, events: &[LikeEvent]) -> AppResult<Option<Applied>> {
+    /// it).
+    ///
+    /// With an `overlap`, the statements run while the previous batch's retire finishes and
+    /// the next batch is read; COMMIT waits for both, and a failed retire rolls this batch
+    /// back (its entries, and the ones read ahead, stay pending and are read again in order).
+    async fn apply_in_transaction(&self, shard: u32, events: &[LikeEvent], overlap: Overlap) -> AppResult<Transaction> {
         let collapsed = apply::collapse(events.iter().copied());
         self.hooks.before_apply.pass().await;
-        let Some(epoch) = self.epoch(shard) else { return Ok(None) };
+        let Some(epoch) = self.epoch(shard) else { return Ok(Transaction::Fenced) };
         let txn = self.db.begin().await?;
         // The fence: first statement, and its row lock lasts until COMMIT, so a taker's bump
         // waits for this batch instead of overtaking it.
@@ -574,9 +706,29 @@ impl LikeWorker {
             .await?;
         if fence.rows_affected() == 0 {
             txn.rollback().await?;
-            return Ok(None);
+            return Ok(Transaction::Fenced);
         }
-        let applied = apply::apply(&txn, &collapsed).await?;
+        let (applied, retired_before, ahead) = tokio::join!(
+            apply::apply(&txn, &collapsed),
+            async {
+                match overlap.retiring {
+                    Some(retiring) => finish(retiring).await,
+                    None => Ok(()),
+                }
+            },
+            async { if overlap.read_ahead { self.read_ahead(shard).await } else { Ok(None) } },
+        );
+        if let Err(err) = retired_before {
+            // The previous batch's ack failed: this one must not commit after it (see
+            // `Carried`); the next step reads both again, oldest first.
+            txn.rollback().await?;
+            return Ok(Transaction::PreviousRetireFailed(err));
+        }
+        let applied = applied?;
+        let ahead = ahead.unwrap_or_else(|err| {
+            tracing::warn!(shard, error = %err, "reading the next batch ahead failed; it is read again");
+            None
+        });
         self.hooks.before_commit.pass().await;
         if self.config.fault == Some(Fault::AbortBeforeCommit) {
             tracing::error!("fault injection: aborting before COMMIT");
@@ -592,7 +744,7 @@ impl LikeWorker {
         if !applied.refused.is_empty() {
             metrics::counter!(names::LIKE_EVENTS_REFUSED).increment(applied.refused.len() as u64);
         }
-        Ok(Some(applied))
+        Ok(Transaction::Committed(applied, ahead))
     }
 
     /// Acknowledges (XACK + XDEL) entries whose fate is sealed — committed, refused or
@@ -603,6 +755,10 @@ impl LikeWorker {
     async fn retire(&self, shard: u32, entries: &[&Entry], drop_sets: &[(i64, i64)]) -> AppResult<()> {
         if entries.is_empty() && drop_sets.is_empty() {
             return Ok(());
+        }
+        self.hooks.before_retire.pass().await;
+        if self.hooks.fail_next_retire.swap(false, Ordering::SeqCst) {
+            return Err(AppError::Internal("injected retire failure (WorkerHooks::fail_next_retire)".into()));
         }
         let events: Vec<(&str, &LikeEvent)> =
             entries.iter().filter_map(|e| e.event.as_ref().ok().map(|event| (e.id.as_str(), event))).collect();
@@ -635,17 +791,17 @@ impl LikeWorker {
     /// Reads a batch only while holding the shard's lease (`lua/like_read.lua`): own pending
     /// entries first, then new ones. A worker that lost the lease reads nothing, so what it
     /// read before is exactly what the new owner claimed when it took over.
-    async fn read_as_owner(&self, shard: u32) -> AppResult<Read> {
+    ///
+    /// `new_only` skips the own pending entries: for reading ahead while the batch before is
+    /// in its transaction (still pending, it must not be read again).
+    async fn read_as_owner(&self, shard: u32, new_only: bool) -> AppResult<Read> {
         let mut conn = self.redis.clone();
-        let reply: Vec<Value> = self
-            .read
-            .key(self.keys.worker_lease(shard))
-            .key(self.keys.like_stream(shard))
-            .arg(self.consumer())
-            .arg(LIKE_GROUP)
-            .arg(self.config.batch_size)
-            .invoke_async(&mut conn)
-            .await?;
+        let mut invocation = self.read.key(self.keys.worker_lease(shard));
+        invocation.key(self.keys.like_stream(shard)).arg(self.consumer()).arg(LIKE_GROUP).arg(self.config.batch_size);
+        if new_only {
+            invocation.arg("new");
+        }
+        let reply: Vec<Value> = invocation.invoke_async(&mut conn).await?;
         let unexpected = |why: String| AppError::Internal(format!("unexpected like_read.lua reply: {why}"));
         let mut reply = reply.into_iter();
         let status = match reply.next() {
@@ -673,6 +829,15 @@ impl LikeWorker {
             }
             other => Err(unexpected(format!("status {other}"))),
         }
+    }
+
+    /// The next batch of new entries, read as the lease owner while the current batch is in
+    /// its transaction. Nothing when there is none, or the lease is gone.
+    async fn read_ahead(&self, shard: u32) -> AppResult<Option<Vec<Entry>>> {
+        Ok(match self.read_as_owner(shard, true).await? {
+            Read::Entries { entries, .. } if !entries.is_empty() => Some(entries),
+            _ => None,
+        })
     }
 
     /// Waits up to `block` for an entry newer than `last_id` (plain XREAD: it takes no
@@ -755,6 +920,9 @@ impl LikeWorker {
             };
             pause_unless_shutdown(pause, &mut shutdown).await;
         }
+        if let Err(err) = self.settle().await {
+            tracing::warn!(error = %err, "a batch's retire failed at shutdown; its entries are replayed");
+        }
         self.release_leases().await;
         tracing::info!("like worker stopped");
     }
@@ -769,10 +937,15 @@ impl LikeWorker {
                 break;
             }
             let block = (read == 0 && shard + 1 == shards).then_some(self.config.idle_wait);
-            read += self.step(shard, block).await?.read;
+            read += self.step(shard, block, true).await?.read;
         }
         Ok(read)
     }
+}
+
+/// Waits for a retire a pipelined step left running.
+async fn finish(retiring: tokio::task::JoinHandle<AppResult<()>>) -> AppResult<()> {
+    retiring.await.map_err(|e| AppError::Internal(format!("a batch's retire did not finish: {e}")))?
 }
 
 /// Entries in every like stream not yet applied (XLEN: applied entries are XDEL'd).

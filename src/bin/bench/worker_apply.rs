@@ -1,8 +1,11 @@
 //! `bench worker-apply`: how many likes per second ONE worker applies to PostgreSQL at batch
 //! sizes 500 and 5,000. N distinct users like one hot post; the events are pre-loaded into the
 //! stream in the toggle script's format, then the worker drains it (read, collapse, one unnest
-//! transaction per batch, XACK+XDEL). The run asserts that the final counter equals the events,
-//! then times one more batch of likes through the SQL alone.
+//! transaction per batch, XACK+XDEL), once step by step (`process_one_batch`: read, transaction,
+//! ack one after another) and once pipelined as the running worker does (`process_pipelined`:
+//! the next read and the last ack overlap the transaction), side by side. Each run asserts
+//! that the final counter equals the events, then times one more batch of likes through the
+//! SQL alone.
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +34,8 @@ struct One {
 #[derive(Debug, Serialize)]
 pub struct ApplyResult {
     pub batch: usize,
+    /// Pipelined steps (the running worker) rather than one phase after another.
+    pub pipelined: bool,
     pub likes: i64,
     pub seconds: f64,
     pub likes_per_s: f64,
@@ -46,8 +51,8 @@ pub struct ApplyResult {
 
 pub async fn run(cli: &Cli, events: i64, batches: &[usize]) -> AppResult<Vec<ApplyResult>> {
     let mut results = Vec::new();
-    for &batch in batches {
-        let run = run_worker_apply(cli, events, batch).await?;
+    for (&batch, pipelined) in batches.iter().flat_map(|b| [(b, false), (b, true)]) {
+        let run = run_worker_apply(cli, events, batch, pipelined).await?;
         let secs = run.elapsed.as_secs_f64();
         let per_batch = |d: Duration| d.as_secs_f64() * 1000.0 / run.batches.max(1) as f64;
         results.push(ApplyResult {
@@ -55,6 +60,7 @@ pub async fn run(cli: &Cli, events: i64, batches: &[usize]) -> AppResult<Vec<App
             apply_ms_per_batch: per_batch(run.phases.apply),
             ack_ms_per_batch: per_batch(run.phases.ack),
             batch,
+            pipelined,
             likes: events,
             seconds: secs,
             likes_per_s: events as f64 / secs,
@@ -67,13 +73,14 @@ pub async fn run(cli: &Cli, events: i64, batches: &[usize]) -> AppResult<Vec<App
 
 pub fn print(results: &[ApplyResult]) {
     println!(
-        "{:>7} {:>8} {:>9} {:>10} {:>14} {:>9} {:>9} {:>9} {:>16}",
-        "batch", "likes", "seconds", "likes/s", "ms per batch", "read ms", "apply ms", "ack ms", "SQL-only ms"
+        "{:>7} {:>10} {:>8} {:>9} {:>10} {:>14} {:>9} {:>9} {:>9} {:>16}",
+        "batch", "steps", "likes", "seconds", "likes/s", "ms per batch", "read ms", "apply ms", "ack ms", "SQL-only ms"
     );
     for r in results {
         println!(
-            "{:>7} {:>8} {:>9.3} {:>10.0} {:>14.2} {:>9.2} {:>9.2} {:>9.2} {:>16.2}",
+            "{:>7} {:>10} {:>8} {:>9.3} {:>10.0} {:>14.2} {:>9.2} {:>9.2} {:>9.2} {:>16.2}",
             r.batch,
+            if r.pipelined { "pipelined" } else { "one by one" },
             r.likes,
             r.seconds,
             r.likes_per_s,
@@ -97,7 +104,7 @@ struct ApplyRun {
     phases: BatchTimings,
 }
 
-async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<ApplyRun> {
+async fn run_worker_apply(cli: &Cli, events: i64, batch: usize, pipelined: bool) -> AppResult<ApplyRun> {
     let fixture = Fixture::create(&cli.database_url, events).await?;
     let db = fixture.db.clone();
     let outcome = async {
@@ -146,11 +153,14 @@ async fn run_worker_apply(cli: &Cli, events: i64, batch: usize) -> AppResult<App
             let _: () = pipe.query_async(&mut conn).await?;
         }
         let started = Instant::now();
-        // drain(), by hand, adding up where each step's time went.
+        // drain(), by hand, adding up where each step's time went (pipelined, the ack runs
+        // behind the next step and is not in `ack`).
         let mut phases = BatchTimings::default();
         loop {
-            let report = worker.process_one_batch(0).await?;
+            let report =
+                if pipelined { worker.process_pipelined(0).await? } else { worker.process_one_batch(0).await? };
             if report.read == 0 {
+                worker.settle().await?;
                 break;
             }
             phases.read += report.timings.read;
