@@ -303,9 +303,9 @@ pub struct Settings {
     #[arg(long, env = "POST_CACHE_MISSING_TTL", default_value = "5s", value_parser = parse_duration, global = true)]
     pub post_cache_missing_ttl: Duration,
 
-    /// Course pages kept in each instance's memory: the longest a page is served without
+    /// Course pages and posts kept in each instance's memory: the longest one is served without
     /// reading it again when no change to it was heard (changes drop or patch it at once). 0s
-    /// turns the cache off.
+    /// turns this memory off.
     #[arg(long, env = "COURSE_PAGE_CACHE_TTL", default_value = "30s", value_parser = parse_duration, global = true)]
     pub course_page_cache_ttl: Duration,
 

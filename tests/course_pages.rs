@@ -498,3 +498,53 @@ async fn random_writes_on_two_instances_while_both_read_leave_both_pages_exact()
         "the pages are cached, not bypassed"
     );
 }
+
+const POST: &str = "query($p: ID!) { post(id: $p) { title likeCount commentCount } }";
+
+async fn post_at(app: &TestApp, addr: std::net::SocketAddr, user: i64, post: i64) -> Json {
+    app.gql_at(addr, Some(&app.token(user)), POST, json!({ "p": gid("Post", post) })).await
+}
+
+/// A post read by id (access checks, likes, `post(id)`) is kept in memory too: read again it
+/// costs no Redis command and no statement, and it follows an edit, committed likes, a comment
+/// and the delete made on another instance.
+#[tokio::test]
+async fn a_post_read_by_id_is_kept_in_memory_and_follows_changes_made_elsewhere() {
+    let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await;
+    let world = World::create(&app).await;
+    let peer = app.spawn_peer(|s| s.like_mode = LikeMode::Buffered).await;
+    let post = create_post(&app, peer.addr, world.alice, world.course, "first").await;
+    post_at(&app, app.addr, world.bob, post).await;
+    let before = (app.state.sql_statements.get(), app.state.redis.commands_sent());
+    let title = |response: &Json| response["data"]["post"]["title"].as_str().map(str::to_owned);
+    assert_eq!(title(&post_at(&app, app.addr, world.bob, post).await).as_deref(), Some("first"));
+    assert_eq!((app.state.sql_statements.get() - before.0, app.state.redis.commands_sent() - before.1), (0, 0));
+
+    let read = async |wanted: &dyn Fn(&Json) -> bool, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let response = post_at(&app, app.addr, world.bob, post).await;
+            if wanted(&response) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: still {response}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    edit(&app, peer.addr, world.alice, post, "edited").await;
+    read(&|r| title(r).as_deref() == Some("edited"), "an edit on the peer").await;
+    mutate(
+        &app,
+        peer.addr,
+        world.bob,
+        "mutation($p: ID!) { likePost(postId: $p) { likeCount } }",
+        json!({ "p": gid("Post", post) }),
+    )
+    .await;
+    app.worker().await.drain().await.expect("drain");
+    read(&|r| r["data"]["post"]["likeCount"] == 1, "a like committed").await;
+    comment(&app, peer.addr, world.bob, post).await;
+    read(&|r| r["data"]["post"]["commentCount"] == 1, "a comment on the peer").await;
+    delete_post(&app, peer.addr, world.alice, post).await;
+    read(&|r| common::error_code(r).as_deref() == Some("NOT_FOUND"), "a delete on the peer").await;
+}

@@ -287,7 +287,7 @@ async fn kill_redis_and_server_mid_storm(aof: bool) -> (Tally, Vec<Ack>, Duratio
         s.redis_cluster_nodes.clear(); // its own single Redis, in either pass
     })
     .await;
-    let crowd = crowd(&app, 400, 20).await;
+    let crowd = crowd(&app, 1000, 20).await;
     let keys = app.state.keys.clone();
     let hold_leases = |redis: Redis| {
         let keys = keys.clone();

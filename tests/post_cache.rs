@@ -4,6 +4,10 @@
 //! does not exist cost one query, TTLs are spread by jitter, every write path reaches the cached
 //! post before its mutation answers, a load that read the row before a write never stores it,
 //! and counters changed behind the cache's back are no staler than POST_CACHE_TTL + jitter.
+//!
+//! Every app here runs without the posts each instance keeps in memory in front of the post
+//! cache (`COURSE_PAGE_CACHE_TTL=0s`, see `cache::pages` and tests/course_pages.rs): these tests
+//! are about the shared Redis layer.
 
 mod common;
 
@@ -21,6 +25,11 @@ const READ: &str = "query($id: ID!) { post(id: $id) { title likeCount commentCou
 /// The test settings' freshness window: POST_CACHE_TTL and POST_CACHE_TTL_JITTER.
 const TTL: Duration = Duration::from_secs(30);
 const JITTER: Duration = Duration::from_secs(10);
+
+/// No posts kept in the instance's memory: every read goes to the post cache.
+fn redis_layer_only(s: &mut course_forum::config::Settings) {
+    s.course_page_cache_ttl = Duration::ZERO;
+}
 
 async fn read(app: &TestApp, token: &str, post: i64) -> Json {
     app.gql_ok(Some(token), READ, json!({ "id": gid("Post", post) })).await["post"].clone()
@@ -81,7 +90,7 @@ async fn delete_entry(app: &TestApp, post: i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_reads_of_a_hot_post_just_expired_cost_one_load_and_none_waits_for_it() {
-    let app = Arc::new(TestApp::spawn().await);
+    let app = Arc::new(TestApp::spawn_with(redis_layer_only).await);
     let world = World::create(&app).await;
     let token = app.token(world.alice);
     let post = app.create_post(&token, world.course, "cached title").await;
@@ -108,7 +117,7 @@ async fn a_thousand_reads_of_a_hot_post_just_expired_cost_one_load_and_none_wait
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_reads_of_a_hot_post_gone_cold_cost_one_load() {
-    let app = Arc::new(TestApp::spawn().await);
+    let app = Arc::new(TestApp::spawn_with(redis_layer_only).await);
     let world = World::create(&app).await;
     let token = app.token(world.alice);
     let post = app.create_post(&token, world.course, "cached title").await;
@@ -129,7 +138,7 @@ async fn a_thousand_reads_of_a_hot_post_gone_cold_cost_one_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_reads_of_an_id_that_does_not_exist_cost_at_most_one_query() {
-    let app = Arc::new(TestApp::spawn().await);
+    let app = Arc::new(TestApp::spawn_with(redis_layer_only).await);
     let world = World::create(&app).await;
     let token = app.token(world.alice);
     let before = loads(&app);
@@ -149,7 +158,7 @@ async fn a_thousand_reads_of_an_id_that_does_not_exist_cost_at_most_one_query() 
 
 #[tokio::test]
 async fn every_write_path_reaches_the_cached_post_before_it_answers() {
-    let app = TestApp::spawn().await; // like_mode: sync
+    let app = TestApp::spawn_with(redis_layer_only).await; // like_mode: sync
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
@@ -200,7 +209,11 @@ async fn every_write_path_reaches_the_cached_post_before_it_answers() {
 #[tokio::test]
 async fn buffered_and_recount_likes_reach_the_cached_post_when_they_commit() {
     for mode in [LikeMode::Buffered, LikeMode::Recount] {
-        let app = TestApp::spawn_with(|s| s.like_mode = mode).await;
+        let app = TestApp::spawn_with(|s| {
+            redis_layer_only(s);
+            s.like_mode = mode;
+        })
+        .await;
         let world = World::create(&app).await;
         let alice = app.token(world.alice);
         let post = app.create_post(&alice, world.course, "liked").await;
@@ -225,7 +238,7 @@ async fn buffered_and_recount_likes_reach_the_cached_post_when_they_commit() {
 
 #[tokio::test]
 async fn counters_changed_behind_the_caches_back_are_no_staler_than_ttl_plus_jitter() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(redis_layer_only).await;
     let world = World::create(&app).await;
     let token = app.token(world.alice);
     let post = app.create_post(&token, world.course, "counted").await;
@@ -248,7 +261,7 @@ async fn counters_changed_behind_the_caches_back_are_no_staler_than_ttl_plus_jit
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_load_that_read_the_post_before_a_write_does_not_store_it() {
-    let app = Arc::new(TestApp::spawn().await);
+    let app = Arc::new(TestApp::spawn_with(redis_layer_only).await);
     let world = World::create(&app).await;
     let token = app.token(world.alice);
     let post = app.create_post(&token, world.course, "old title").await;
@@ -277,7 +290,7 @@ async fn a_load_that_read_the_post_before_a_write_does_not_store_it() {
 
 #[tokio::test]
 async fn entries_loaded_together_expire_apart() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(redis_layer_only).await;
     let world = World::create(&app).await;
     let token = app.token(world.alice);
     let mut ids = Vec::new();
@@ -309,7 +322,7 @@ async fn entries_loaded_together_expire_apart() {
 
 #[tokio::test]
 async fn metrics_show_cache_and_feed_activity() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(redis_layer_only).await;
     let world = World::create(&app).await;
     let token = app.token(world.alice);
     let post = app.create_post(&token, world.course, "measured").await;

@@ -1,5 +1,6 @@
-//! Course pages in process memory: the rows of `Course.posts` pages this instance served
-//! lately, so a warm course page costs no SQL statement.
+//! Posts in process memory: the rows of `Course.posts` pages this instance served lately, so a
+//! warm course page costs no SQL statement, and single posts it read lately (access checks,
+//! likes, `post(id)`), so a hot post costs no Redis round trip before its like.
 //!
 //! **What changes a cached page, and how it hears of it.** Every committed change that can
 //! alter a page is published on the live channel (`live::LiveMessage`), and this instance hears
@@ -7,7 +8,7 @@
 //! writer reads its own write.
 //! - a post created or deleted in the course (`Activity`): the course's pages are dropped;
 //! - a comment or reply created or deleted (`Activity`, its post's `commentCount`), a post
-//!   edited (`PostsChanged`): the pages showing that post are dropped;
+//!   edited (`PostsChanged`) or deleted: the pages showing that post, and the post, are dropped;
 //! - committed like counts (`Counts`) and view counts (`ViewCounts`): patched into the rows,
 //!   newer like versions and larger view counts only, so a like storm costs no reload.
 //!
@@ -37,6 +38,9 @@ use crate::live::{ActivityKind, LiveMessage};
 /// Most pages kept. A server past it forgets them all and starts over (a page is one
 /// statement to read again).
 const MAX_PAGES: usize = 2_000;
+
+/// Most single posts kept; past it they are all forgotten (each is one post-cache read again).
+const MAX_POSTS: usize = 10_000;
 
 /// Changes remembered for loads in flight. A load that started more changes ago than this
 /// does not store what it read.
@@ -73,6 +77,8 @@ struct Pages {
     /// The course of every post on a cached page (a post's course never changes). May name
     /// posts no longer cached: that costs a lookup, never a wrong answer.
     course_of_post: HashMap<i64, i64>,
+    /// Single posts read lately (not deleted when read).
+    posts: HashMap<i64, CachedPost>,
     /// The latest changes, numbered: what a load that began at number n must catch up on.
     log: VecDeque<(u64, Change)>,
     /// Number of the latest change.
@@ -81,6 +87,11 @@ struct Pages {
 
 struct Cached {
     page: Arc<Page<PostRow>>,
+    stored_at: Instant,
+}
+
+struct CachedPost {
+    row: PostRow,
     stored_at: Instant,
 }
 
@@ -126,9 +137,44 @@ impl CoursePages {
         Ok(self.store(start, course_id, request, page))
     }
 
+    /// A post shown on a page kept here, as current as the page: what access checks and likes
+    /// read before asking the post cache (a hot post is on its course's first page).
+    pub fn post(&self, post_id: i64) -> Option<PostRow> {
+        if !self.enabled() {
+            return None;
+        }
+        let pages = self.lock();
+        if let Some(cached) = pages.posts.get(&post_id).filter(|cached| cached.stored_at.elapsed() < self.ttl) {
+            return Some(cached.row.clone());
+        }
+        let course = pages.course_of_post.get(&post_id)?;
+        pages
+            .by_course
+            .get(course)?
+            .values()
+            .filter(|cached| cached.stored_at.elapsed() < self.ttl)
+            .find_map(|cached| cached.page.items.iter().find(|row| row.id == post_id))
+            .cloned()
+    }
+
     /// Call before reading a page from the database; hand the result to `store`.
     pub fn begin(&self) -> LoadStart {
         LoadStart(self.lock().seq)
+    }
+
+    /// Keeps a post read (from the post cache) since `start`, brought up to date with the
+    /// changes heard meanwhile; not kept if one of them changed or deleted it.
+    pub fn store_post(&self, start: LoadStart, mut row: PostRow) {
+        if !self.enabled() {
+            return;
+        }
+        let mut pages = self.lock();
+        if pages.catch_up(start, None, std::slice::from_mut(&mut row)) {
+            if pages.posts.len() >= MAX_POSTS {
+                pages.posts.clear();
+            }
+            pages.posts.insert(row.id, CachedPost { row, stored_at: Instant::now() });
+        }
     }
 
     /// Keeps a page read from the database since `start`, brought up to date with the changes
@@ -144,7 +190,7 @@ impl CoursePages {
             return Arc::new(page);
         }
         let mut pages = self.lock();
-        let caught_up = pages.catch_up(start, course_id, &mut page);
+        let caught_up = pages.catch_up(start, Some(course_id), &mut page.items);
         let page = Arc::new(page);
         if caught_up {
             if pages.pages >= MAX_PAGES {
@@ -174,13 +220,14 @@ impl CoursePages {
                 .filter(|c| matches!(c.target, LikeTarget::Post(_)))
                 .map(Change::Likes)
                 .collect(),
-            LiveMessage::Activity { activity } => vec![match activity.kind {
-                ActivityKind::PostCreated | ActivityKind::PostDeleted => Change::Course(activity.course_id),
+            LiveMessage::Activity { activity } => match activity.kind {
+                ActivityKind::PostCreated => vec![Change::Course(activity.course_id)],
+                ActivityKind::PostDeleted => vec![Change::Course(activity.course_id), Change::Post(activity.post_id)],
                 ActivityKind::CommentCreated
                 | ActivityKind::ReplyCreated
                 | ActivityKind::CommentDeleted
-                | ActivityKind::ReplyDeleted => Change::Post(activity.post_id),
-            }],
+                | ActivityKind::ReplyDeleted => vec![Change::Post(activity.post_id)],
+            },
             LiveMessage::PostsChanged { posts } => posts.iter().map(|id| Change::Post(*id)).collect(),
             LiveMessage::ViewCounts { counts } => {
                 counts.iter().map(|(post, views)| Change::Views { post: *post, views: *views }).collect()
@@ -217,22 +264,27 @@ impl Pages {
         match change {
             Change::Course(course) => self.drop_course(course),
             Change::Post(post) => {
+                self.posts.remove(&post);
                 if let Some(course) = self.course_of_post.get(&post).copied() {
                     self.drop_course(course);
                 }
             }
             Change::Likes(_) | Change::Views { .. } => {
                 let post = change_post(&change);
+                if let Some(cached) = post.and_then(|p| self.posts.get_mut(&p)) {
+                    patch(std::slice::from_mut(&mut cached.row), &change);
+                }
                 let Some(course) = post.and_then(|p| self.course_of_post.get(&p).copied()) else { return };
                 for cached in self.by_course.get_mut(&course).into_iter().flat_map(|pages| pages.values_mut()) {
                     if cached.page.items.iter().any(|row| Some(row.id) == post) {
-                        patch(Arc::make_mut(&mut cached.page), &change);
+                        patch(&mut Arc::make_mut(&mut cached.page).items, &change);
                     }
                 }
             }
             Change::Everything => {
                 self.by_course.clear();
                 self.course_of_post.clear();
+                self.posts.clear();
                 self.pages = 0;
             }
         }
@@ -244,10 +296,10 @@ impl Pages {
         }
     }
 
-    /// Applies to `page` (read for `course` since `start`) the changes heard since. False when
-    /// one of them may have changed which rows it holds, or the log no longer reaches back to
-    /// `start`.
-    fn catch_up(&self, start: LoadStart, course: i64, page: &mut Page<PostRow>) -> bool {
+    /// Applies to `rows` (read since `start`: a page of `course`, or one post) the changes heard
+    /// since. False when one of them may have changed which rows they are, or changed one
+    /// beyond a patch, or the log no longer reaches back to `start`.
+    fn catch_up(&self, start: LoadStart, course: Option<i64>, rows: &mut [PostRow]) -> bool {
         if self.seq == start.0 {
             return true;
         }
@@ -257,9 +309,9 @@ impl Pages {
         for (_, change) in self.log.iter().filter(|(n, _)| *n > start.0) {
             match change {
                 Change::Everything => return false,
-                Change::Course(c) if *c == course => return false,
-                Change::Post(p) if page.items.iter().any(|row| row.id == *p) => return false,
-                Change::Likes(_) | Change::Views { .. } => patch(page, change),
+                Change::Course(c) if Some(*c) == course => return false,
+                Change::Post(p) if rows.iter().any(|row| row.id == *p) => return false,
+                Change::Likes(_) | Change::Views { .. } => patch(rows, change),
                 Change::Course(_) | Change::Post(_) => {}
             }
         }
@@ -275,10 +327,10 @@ fn change_post(change: &Change) -> Option<i64> {
     }
 }
 
-/// Patches a committed like count (if newer) or view count (if larger) into the page's row.
-fn patch(page: &mut Page<PostRow>, change: &Change) {
+/// Patches a committed like count (if newer) or view count (if larger) into the post's row.
+fn patch(rows: &mut [PostRow], change: &Change) {
     let Some(post) = change_post(change) else { return };
-    let Some(row) = page.items.iter_mut().find(|row| row.id == post) else { return };
+    let Some(row) = rows.iter_mut().find(|row| row.id == post) else { return };
     match change {
         Change::Likes(likes) if likes.version > row.like_version => {
             row.like_count = likes.like_count;

@@ -1,7 +1,8 @@
 //! The access rule in one place: load what an id names and prove the viewer belongs to its
-//! course. Every entry point (queries, `node`, mutations) goes through these. Posts come
-//! through the post cache; memberships from the instance's `Memberships` (memory, or
-//! PostgreSQL when it cannot vouch for it), at most once per HTTP request.
+//! course. Every entry point (queries, `node`, mutations) goes through these. Posts come from
+//! the instance's course pages (`cache::pages`) or through the post cache; memberships from the
+//! instance's `Memberships` (memory, or PostgreSQL when it cannot vouch for it), at most once
+//! per HTTP request.
 
 use async_graphql::{Context, ID};
 
@@ -14,6 +15,7 @@ use crate::forum::comments::{self, CommentRow};
 use crate::forum::courses::{self, Role};
 use crate::forum::posts::PostRow;
 use crate::likes::Membership;
+use crate::state::AppState;
 
 /// The course `id` names and the viewer's role in it. With the viewer's memberships in memory,
 /// a member costs no statement (the row loads only if a field asks for it); anyone else costs
@@ -39,10 +41,24 @@ pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(Course, Role)> {
     Ok((Course::from_row(row), role))
 }
 
+/// A post from this instance's memory (`cache::pages`), else from the post cache (and then
+/// kept in memory). A post deleted on another instance may be found in memory for the relay's
+/// delay (milliseconds): its likes are refused when applied, like those of any post deleted
+/// meanwhile.
+async fn find_post(state: &AppState, id: i64) -> AppResult<PostRow> {
+    if let Some(row) = state.course_pages.post(id) {
+        return Ok(row);
+    }
+    let start = state.course_pages.begin();
+    let row = state.post_cache.get(id).await?.ok_or_else(|| AppError::not_found("post"))?;
+    state.course_pages.store_post(start, row.clone());
+    Ok(row)
+}
+
 pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
-    let row = state.post_cache.get(id).await?.ok_or_else(|| AppError::not_found("post"))?;
+    let row = find_post(state, id).await?;
     let role = viewer.require_member(&state.db, row.course_id).await?;
     Ok((row, role))
 }
@@ -54,7 +70,7 @@ pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
 pub async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Membership)> {
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
-    let row = state.post_cache.get(id).await?.ok_or_else(|| AppError::not_found("post"))?;
+    let row = find_post(state, id).await?;
     match viewer.require_member(&state.db, row.course_id).await {
         Ok(_) => Ok((row, Membership::Verified)),
         Err(why) if why.unreachable() == Some(Service::Postgres) && state.likes.mode() == LikeMode::Buffered => {
