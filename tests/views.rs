@@ -405,3 +405,46 @@ async fn a_flush_of_many_posts_is_one_statement() {
     assert_eq!(edges.len(), 40);
     assert!(edges.iter().all(|e| e["node"]["viewCount"] == 2 && e["node"]["uniqueViewers"] == 1));
 }
+
+/// Ticket keys of `post` in Redis (on either kind of Redis).
+async fn tickets_stored(app: &TestApp, post: i64) -> usize {
+    let pattern = app.state.keys.view_ticket(post, "*");
+    let mut scan = course_forum::kv::KeyScan::new(&app.state.redis, &pattern);
+    let mut keys = 0;
+    while let Some(page) = scan.next_page().await.expect("scan") {
+        keys += page.len();
+    }
+    keys
+}
+
+/// A start on a post the instance holds in memory sends the admission and the ticket together
+/// (one round trip, `Views::admit_and_open`): its tickets count like any other, the limits hold,
+/// and a refused start leaves no ticket behind.
+#[tokio::test]
+async fn a_start_on_a_post_in_memory_admits_and_opens_together_and_a_refused_one_stores_nothing() {
+    let app = TestApp::spawn_with(|s| {
+        s.view_min_dwell = Duration::ZERO;
+        s.view_max_open_tickets = 2;
+    })
+    .await;
+    let w = World::create(&app).await;
+    let bob = app.token(w.bob);
+    let post = create_post(&app, &app.token(w.alice), w.course, "hot").await;
+    views_of(&app, &bob, &post).await;
+    assert!(app.state.course_pages.post(raw_id(&post)).is_some(), "the post is in memory");
+
+    let redis_before = app.state.redis.commands_sent();
+    let first = start(&app, &bob, &post).await;
+    assert_eq!(app.state.redis.commands_sent() - redis_before, 2, "the admission and the ticket, pipelined");
+    let second = start(&app, &bob, &post).await;
+    let refused = app.gql(Some(&bob), START, json!({ "id": post })).await;
+    assert_eq!(error_code(&refused).as_deref(), Some("RATE_LIMITED"), "{refused}");
+    assert_eq!(tickets_stored(&app, raw_id(&post)).await, 2, "the refused start's ticket was removed");
+
+    for ticket in [&first, &second] {
+        assert_eq!(complete_ok(&app, &bob, ticket).await, (true, None));
+    }
+    assert_eq!(views_of(&app, &bob, &post).await.0, 2);
+    // Completed tickets freed their slots: a new start is admitted.
+    start(&app, &bob, &post).await;
+}

@@ -63,6 +63,15 @@ pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
     Ok((row, role))
 }
 
+/// As `post`, when this instance holds the post in memory (for a member, no Redis command and
+/// no statement); `None` when it does not, and the caller takes the usual way.
+pub async fn post_in_memory(ctx: &Context<'_>, id: i64) -> AppResult<Option<(PostRow, Role)>> {
+    let state = state(ctx)?;
+    let Some(row) = state.course_pages.post(id) else { return Ok(None) };
+    let role = viewer(ctx)?.require_member(&state.db, row.course_id).await?;
+    Ok(Some((row, role)))
+}
+
 /// A post to like or unlike. As `post`, except when PostgreSQL cannot be asked about the
 /// viewer's memberships and likes are buffered: the post (from the post cache) is returned with
 /// `Membership::Unverified`, and the like goes ahead only on a liked-set a verified check

@@ -285,6 +285,12 @@ impl ViewMutations {
             let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
             let ip = client_ip(ctx)?;
             let views = &state(ctx)?.views;
+            // A hot post is in memory: the access check costs no round trip, so the admission
+            // and the ticket go to Redis together.
+            if access::post_in_memory(ctx, post_id).await?.is_some() {
+                let started = views.admit_and_open(viewer.user_id, post_id, ip).await?;
+                return Ok(ViewTicket { ticket: started.ticket, min_dwell_ms: started.min_dwell.as_millis() as i64 });
+            }
             let admission = views.admit(viewer.user_id, post_id).await?;
             let started = match access::post(ctx, post_id).await {
                 Ok(_) => views.open(&admission, ip).await,

@@ -229,26 +229,38 @@ impl Views {
 
     async fn admit_backdated(&self, user_id: i64, post_id: i64, backdate: Duration) -> AppResult<Admission> {
         let admission = Admission { user_id, post_id, uuid: uuid::Uuid::new_v4().simple().to_string(), backdate };
-        let (max_open, rate) = (self.config.max_open_tickets, self.config.start_rate_per_minute);
-        if max_open == 0 && rate == 0 {
+        if !self.limited() {
             return Ok(admission);
         }
         let mut conn = self.redis.clone();
-        let (status, wait_ms): (i64, u64) = self
-            .scripts
-            .admit
-            .key(self.keys.open_views(user_id))
-            .key(self.keys.write_rate(user_id, "view"))
-            .arg(max_open)
+        let (status, wait_ms): (i64, u64) = self.admit_invocation(&admission).invoke_async(&mut conn).await?;
+        self.admitted(status, wait_ms)?;
+        Ok(admission)
+    }
+
+    /// Whether view starts are limited at all (else admission costs nothing).
+    fn limited(&self) -> bool {
+        self.config.max_open_tickets > 0 || self.config.start_rate_per_minute > 0
+    }
+
+    fn admit_invocation(&self, admission: &Admission) -> redis::ScriptInvocation<'_> {
+        let mut invocation = self.scripts.admit.key(self.keys.open_views(admission.user_id));
+        invocation
+            .key(self.keys.write_rate(admission.user_id, "view"))
+            .arg(self.config.max_open_tickets)
             .arg(admission.ticket())
             .arg(self.config.ticket_ttl.as_millis() as u64)
-            .arg(backdate.as_millis() as u64)
-            .arg(rate)
-            .arg(START_WINDOW.as_millis() as u64)
-            .invoke_async(&mut conn)
-            .await?;
+            .arg(admission.backdate.as_millis() as u64)
+            .arg(self.config.start_rate_per_minute)
+            .arg(START_WINDOW.as_millis() as u64);
+        invocation
+    }
+
+    /// `view_admit.lua`'s verdict: admitted, or RATE_LIMITED with when to retry.
+    fn admitted(&self, status: i64, wait_ms: u64) -> AppResult<()> {
+        let (max_open, rate) = (self.config.max_open_tickets, self.config.start_rate_per_minute);
         let (kind, what) = match status {
-            0 => return Ok(admission),
+            0 => return Ok(()),
             1 => (
                 "open_views",
                 format!(
@@ -263,6 +275,34 @@ impl Views {
         };
         metrics::counter!(names::WRITE_LIMIT_REFUSALS, "kind" => kind).increment(1);
         Err(AppError::RateLimited { what, retry_after_ms: wait_ms.max(1) })
+    }
+
+    /// `admit` and `open` in ONE round trip (a pipeline of both scripts), for a post the caller
+    /// has proven the user may read without asking Redis (the post was in memory). A start the
+    /// limits refuse has its ticket removed at once, so it is as if nothing was stored.
+    pub async fn admit_and_open(&self, user_id: i64, post_id: i64, ip: IpAddr) -> AppResult<StartedView> {
+        let admission =
+            Admission { user_id, post_id, uuid: uuid::Uuid::new_v4().simple().to_string(), backdate: Duration::ZERO };
+        let mut pipe = redis::pipe();
+        if self.limited() {
+            pipe.invoke_script(&self.admit_invocation(&admission));
+        }
+        pipe.invoke_script(&self.open_invocation(&admission, ip)).ignore();
+        // Both scripts run again if Redis had lost them (`query_scripts`): the admission's
+        // ticket is the same, so its slot is taken once; only its rate count may repeat.
+        let scripts = [&self.scripts.admit, &self.scripts.start];
+        if !self.limited() {
+            let () = crate::kv::query_scripts(&self.redis, &pipe, &scripts).await?;
+            return Ok(self.started(&admission));
+        }
+        let ((status, wait_ms),): ((i64, u64),) = crate::kv::query_scripts(&self.redis, &pipe, &scripts).await?;
+        if let Err(refused) = self.admitted(status, wait_ms) {
+            let mut conn = self.redis.clone();
+            let key = self.keys.view_ticket(post_id, &admission.uuid);
+            let _: redis::RedisResult<i64> = redis::cmd("UNLINK").arg(key).query_async(&mut conn).await;
+            return Err(refused);
+        }
+        Ok(self.started(&admission))
     }
 
     /// Gives an admitted start's slot back: the start failed (the post is gone, the viewer
@@ -287,24 +327,29 @@ impl Views {
     /// Stores the ticket of an admitted start, for a post the caller has proven the user may
     /// read (the admission's post).
     pub async fn open(&self, admission: &Admission, ip: IpAddr) -> AppResult<StartedView> {
+        let mut conn = self.redis.clone();
+        let _: i64 = self.open_invocation(admission, ip).invoke_async(&mut conn).await?;
+        Ok(self.started(admission))
+    }
+
+    fn open_invocation(&self, admission: &Admission, ip: IpAddr) -> redis::ScriptInvocation<'_> {
         let Admission { user_id, post_id, ref uuid, backdate } = *admission;
         let ttl_ms = self.config.ticket_ttl.as_millis() as u64;
         // Keep the key a while past its validity, so a late completion hears EXPIRED.
         let key_ms = ttl_ms + ttl_ms.max(60_000);
-        let mut conn = self.redis.clone();
-        let _: i64 = self
-            .scripts
-            .start
-            .key(self.keys.view_ticket(post_id, uuid))
+        let mut invocation = self.scripts.start.key(self.keys.view_ticket(post_id, uuid));
+        invocation
             .arg(user_id)
             .arg(post_id)
             .arg(ip.to_string())
             .arg(ttl_ms)
             .arg(key_ms)
-            .arg(backdate.as_millis() as u64)
-            .invoke_async(&mut conn)
-            .await?;
-        Ok(StartedView { ticket: admission.ticket(), min_dwell: self.config.min_dwell })
+            .arg(backdate.as_millis() as u64);
+        invocation
+    }
+
+    fn started(&self, admission: &Admission) -> StartedView {
+        StartedView { ticket: admission.ticket(), min_dwell: self.config.min_dwell }
     }
 
     /// Completes a ticket for `user_id`. Unknown, malformed and foreign tickets are NOT_FOUND.
