@@ -413,6 +413,8 @@ async fn redis_restarted_empty_recovers_on_its_own() {
         s.redis_url = redis.url();
         s.redis_cluster_nodes.clear(); // its own single Redis, in either pass
         s.worker_in_serve = true;
+        // Far longer than the test: only the relay's resubscription can refresh a kept page.
+        s.course_page_cache_ttl = Duration::from_secs(600);
     })
     .await;
     let world = World::create(&app).await;
@@ -422,6 +424,15 @@ async fn redis_restarted_empty_recovers_on_its_own() {
         vec![world.course.into(), world.bob.into()],
     )
     .await[0];
+    // The course page is kept in memory; a title changed behind the server's back is not seen.
+    let page_title = async || {
+        let page = "query($c: ID!) { course(id: $c) { posts(first: 5) { nodes { title } } } }";
+        let data = app.gql_ok(Some(&app.token(world.bob)), page, json!({ "c": gid("Course", world.course) })).await;
+        data["course"]["posts"]["nodes"][0]["title"].as_str().map(str::to_owned)
+    };
+    assert_eq!(page_title().await.as_deref(), Some("before"));
+    ids(&app, "UPDATE posts SET title = 'by hand' WHERE id = $1 RETURNING id", vec![post.into()]).await;
+    assert_eq!(page_title().await.as_deref(), Some("before"), "the page is served from memory");
     assert_eq!(like(&app, world.alice, post).await["data"]["likePost"]["likeCount"], 1);
     let deadline = Instant::now() + Duration::from_secs(10);
     while rows_and_counter(&app, post).await != (1, 1) {
@@ -475,6 +486,9 @@ async fn redis_restarted_empty_recovers_on_its_own() {
         heard.push(update["likeCounts"]["likeCount"].as_i64().expect("likeCount"));
     }
     assert!(heard.windows(2).all(|w| w[0] < w[1]) && heard.len() <= 2, "in order, nothing stale: {heard:?}");
+    // Changes published during the gap are lost, so the resubscribed relay dropped every page
+    // kept in memory: the page is read again.
+    assert_eq!(page_title().await.as_deref(), Some("by hand"));
     let ready = app.http.get(app.url("/readyz")).send().await.expect("readyz");
     assert_eq!(ready.status(), 200);
 
