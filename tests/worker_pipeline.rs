@@ -33,8 +33,8 @@ async fn a_transaction_waits(app: &TestApp) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_commits_only_after_the_batch_before_it_was_retired() {
+/// Buffered, one shard, batches of two, and a post by bob in the world's course.
+async fn one_shard_of_batches_of_two() -> (TestApp, World, i64) {
     let app = TestApp::spawn_with(|s| {
         s.like_mode = LikeMode::Buffered;
         s.like_batch_size = 2;
@@ -43,6 +43,12 @@ async fn a_batch_commits_only_after_the_batch_before_it_was_retired() {
     .await;
     let world = World::create(&app).await;
     let post = app.create_post(&app.token(world.bob), world.course, "p").await;
+    (app, world, post)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_commits_only_after_the_batch_before_it_was_retired() {
+    let (app, world, post) = one_shard_of_batches_of_two().await;
     let carol = app.create_user("carol").await;
     app.enroll(world.course, carol, "student").await;
     for user in [world.alice, world.bob, world.instructor, carol] {
@@ -83,14 +89,7 @@ async fn a_batch_commits_only_after_the_batch_before_it_was_retired() {
 /// batches apply once the stream is readable again, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_retire_rolls_the_next_batch_back_and_both_apply_later_in_order() {
-    let app = TestApp::spawn_with(|s| {
-        s.like_mode = LikeMode::Buffered;
-        s.like_batch_size = 2;
-        s.like_stream_shards = 1;
-    })
-    .await;
-    let world = World::create(&app).await;
-    let post = app.create_post(&app.token(world.bob), world.course, "p").await;
+    let (app, world, post) = one_shard_of_batches_of_two().await;
     // Batch 1: alice likes, bob likes. Batch 2: alice unlikes, instructor likes.
     toggle(&app, world.alice, Target::Post(post), true).await;
     toggle(&app, world.bob, Target::Post(post), true).await;
