@@ -6,44 +6,13 @@
 
 use std::sync::Arc;
 
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextRequest, NextSubscribe};
 use async_graphql::{Response, ServerError};
-use futures_util::StreamExt;
-use futures_util::stream::BoxStream;
 
 use crate::error::AppError;
 
-pub struct ErrorCodes;
-
-impl ExtensionFactory for ErrorCodes {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(ErrorCodesExtension)
-    }
-}
-
-struct ErrorCodesExtension;
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for ErrorCodesExtension {
-    async fn request(&self, ctx: &ExtensionContext<'_>, next: NextRequest<'_>) -> Response {
-        let mut response = next.run(ctx).await;
-        response.errors.iter_mut().for_each(assign_code);
-        response
-    }
-
-    fn subscribe<'s>(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        stream: BoxStream<'s, Response>,
-        next: NextSubscribe<'_>,
-    ) -> BoxStream<'s, Response> {
-        next.run(ctx, stream)
-            .map(|mut response| {
-                response.errors.iter_mut().for_each(assign_code);
-                response
-            })
-            .boxed()
-    }
+/// Gives every error of a response its code (`hooks::RequestHooks` calls it on every answer).
+pub fn assign_codes(response: &mut Response) {
+    response.errors.iter_mut().for_each(assign_code);
 }
 
 fn app_error(err: &ServerError) -> Option<&AppError> {

@@ -17,12 +17,9 @@
 //! in `extensions`. Lists are batched per level (`loaders`), so the cost bounds the rows a
 //! request reads; `REQUEST_STATEMENT_BUDGET` bounds its statements.
 
-use std::sync::Arc;
-
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextValidation};
 use async_graphql::parser::types::{DocumentOperations, ExecutableDocument, Selection, SelectionSet};
 use async_graphql::{ErrorExtensionValues, ValidationResult};
-use async_graphql::{ServerError, ServerResult, Variables};
+use async_graphql::{ServerError, ServerResult};
 
 /// Highest cost accepted. A page of 20 posts with their authors and flags costs about 200;
 /// 100 posts with 100 comments each, 10,000 times their fields.
@@ -34,34 +31,18 @@ pub const MAX_ALIASES: usize = 30;
 /// Most directives on one field.
 pub const MAX_DIRECTIVES: usize = 8;
 
-pub struct AliasLimit;
-
-impl ExtensionFactory for AliasLimit {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(AliasLimit)
+/// Refuses a document holding more than `MAX_ALIASES` aliases (run on the parsed document, by
+/// `hooks::RequestHooks`).
+pub fn check_aliases(document: &ExecutableDocument) -> ServerResult<()> {
+    let aliases = count_aliases(document);
+    if aliases > MAX_ALIASES {
+        // No AppError source: `errors` makes it BAD_USER_INPUT, like other shape limits.
+        return Err(ServerError::new(
+            format!("a request may use at most {MAX_ALIASES} aliases; this one uses {aliases}"),
+            None,
+        ));
     }
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for AliasLimit {
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        let document = next.run(ctx, query, variables).await?;
-        let aliases = count_aliases(&document);
-        if aliases > MAX_ALIASES {
-            // No AppError source: ErrorCodes makes it BAD_USER_INPUT, like other shape limits.
-            return Err(ServerError::new(
-                format!("a request may use at most {MAX_ALIASES} aliases; this one uses {aliases}"),
-                None,
-            ));
-        }
-        Ok(document)
-    }
+    Ok(())
 }
 
 /// Aliases over every operation of the document, a fragment's counted at each spread.
@@ -104,39 +85,24 @@ fn aliases_in<'a>(document: &'a ExecutableDocument, set: &'a SelectionSet, enter
 }
 
 /// Refuses an operation whose cost (async-graphql's complexity with `types::page_cost`) is over
-/// `MAX_COST`, with its own code and both numbers.
-pub struct CostLimit;
-
-impl ExtensionFactory for CostLimit {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(CostLimit)
-    }
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for CostLimit {
-    async fn validation(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        next: NextValidation<'_>,
-    ) -> Result<ValidationResult, Vec<ServerError>> {
-        let result = next.run(ctx).await?;
-        if result.complexity > MAX_COST {
-            let mut error = ServerError::new(
-                format!(
-                    "this request would cost {} (each field once per place it is resolved, connections times \
+/// `MAX_COST`, with its own code and both numbers (run on the validation's result, by
+/// `hooks::RequestHooks`).
+pub fn check_cost(result: ValidationResult) -> Result<ValidationResult, Vec<ServerError>> {
+    if result.complexity > MAX_COST {
+        let mut error = ServerError::new(
+            format!(
+                "this request would cost {} (each field once per place it is resolved, connections times \
                      their page size); at most {MAX_COST} is accepted: ask for smaller pages or fewer fields",
-                    result.complexity
-                ),
-                None,
-            );
-            let mut extensions = ErrorExtensionValues::default();
-            extensions.set("code", "COST_LIMIT_EXCEEDED");
-            extensions.set("cost", result.complexity as u64);
-            extensions.set("limit", MAX_COST as u64);
-            error.extensions = Some(extensions);
-            return Err(vec![error]);
-        }
-        Ok(result)
+                result.complexity
+            ),
+            None,
+        );
+        let mut extensions = ErrorExtensionValues::default();
+        extensions.set("code", "COST_LIMIT_EXCEEDED");
+        extensions.set("cost", result.complexity as u64);
+        extensions.set("limit", MAX_COST as u64);
+        error.extensions = Some(extensions);
+        return Err(vec![error]);
     }
+    Ok(result)
 }

@@ -9,21 +9,15 @@
 //! - `invalid` when the document did not parse or validate;
 //! - `unparsed` when the request was refused before GraphQL read it (a bad token).
 //!
-//! Registered before `ErrorCodes`, so this extension runs outermost and sees the final codes.
+//! `hooks::RequestHooks` reports to `Observed` after the errors got their codes.
 
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_graphql::extensions::{
-    Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextPrepareRequest, NextRequest, NextSubscribe,
-    NextValidation,
-};
 use async_graphql::parser::types::{DocumentOperations, ExecutableDocument, OperationType, Selection, SelectionSet};
-use async_graphql::{Request, Response, ServerError, ServerResult, ValidationResult, Variables};
-use futures_util::StreamExt;
-use futures_util::stream::BoxStream;
+use async_graphql::{Request, Response, ServerError, ValidationResult};
 
 use crate::telemetry::names;
 
@@ -32,23 +26,11 @@ pub const UNPARSED: &str = "unparsed";
 const INVALID: &str = "invalid";
 const MULTIPLE: &str = "multiple";
 
-pub struct RequestMetrics;
-
-impl ExtensionFactory for RequestMetrics {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(Observer::default())
-    }
-}
-
-/// One per request. The state is shared so that a subscription's stream can keep it.
+/// What a request's pipeline learned about its operation on the way through, for its metrics
+/// (one per request, created by `hooks::RequestHooks`; shared so that a subscription's stream
+/// can keep it).
 #[derive(Default)]
-struct Observer {
-    state: Arc<Observed>,
-}
-
-/// What a request's pipeline learned about its operation on the way through.
-#[derive(Default)]
-struct Observed {
+pub struct Observed {
     operation_name: Mutex<Option<String>>,
     /// Root fields and type of the selected operation, once parsed (not yet validated).
     parsed: Mutex<Option<(OperationType, String)>>,
@@ -68,80 +50,48 @@ impl Observed {
             metrics::counter!(names::GRAPHQL_REQUESTS, "operation" => self.label()).increment(1);
         }
     }
+
+    /// The request as it arrives: its operation name selects the operation later.
+    pub fn request(&self, request: &Request) {
+        *lock(&self.operation_name) = request.operation_name.clone();
+    }
+
+    /// The document parsed: the selected operation's root fields.
+    pub fn parsed(&self, document: &ExecutableDocument) {
+        let operation_name = lock(&self.operation_name).clone();
+        *lock(&self.parsed) = selected_root_fields(document, operation_name.as_deref());
+    }
+
+    /// Validation decided: the label is the root field, or `invalid`.
+    pub fn validated(&self, result: &Result<ValidationResult, Vec<ServerError>>) {
+        let parsed = lock(&self.parsed).clone();
+        let label = match (result, &parsed) {
+            (Ok(_), Some((_, label))) => label.clone(),
+            _ => INVALID.to_owned(),
+        };
+        *lock(&self.label) = Some(label);
+        if matches!(parsed, Some((OperationType::Subscription, _))) {
+            self.count_once();
+        }
+    }
+
+    /// A query or mutation answered (its errors already coded).
+    pub fn answered(&self, started: Instant, response: &Response) {
+        self.counted.store(true, Ordering::Relaxed);
+        record(&self.label(), Some(started.elapsed()), &response.errors);
+    }
+
+    /// One response of a subscription's stream (its errors already coded). Parsing and
+    /// validation run when the stream is first polled; a subscription refused before
+    /// validation is counted at its (error) response.
+    pub fn streamed(&self, response: &Response) {
+        self.count_once();
+        record_errors(&self.label(), &response.errors);
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for Observer {
-    async fn request(&self, ctx: &ExtensionContext<'_>, next: NextRequest<'_>) -> Response {
-        let started = Instant::now();
-        let response = next.run(ctx).await;
-        self.state.counted.store(true, Ordering::Relaxed);
-        record(&self.state.label(), Some(started.elapsed()), &response.errors);
-        response
-    }
-
-    fn subscribe<'s>(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        stream: BoxStream<'s, Response>,
-        next: NextSubscribe<'_>,
-    ) -> BoxStream<'s, Response> {
-        // Parsing and validation run when the stream is first polled; a subscription refused
-        // before validation is counted at its (error) response.
-        let state = self.state.clone();
-        next.run(ctx, stream)
-            .map(move |response| {
-                state.count_once();
-                record_errors(&state.label(), &response.errors);
-                response
-            })
-            .boxed()
-    }
-
-    async fn prepare_request(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        request: Request,
-        next: NextPrepareRequest<'_>,
-    ) -> ServerResult<Request> {
-        *lock(&self.state.operation_name) = request.operation_name.clone();
-        next.run(ctx, request).await
-    }
-
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        let document = next.run(ctx, query, variables).await?;
-        let operation_name = lock(&self.state.operation_name).clone();
-        *lock(&self.state.parsed) = selected_root_fields(&document, operation_name.as_deref());
-        Ok(document)
-    }
-
-    async fn validation(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        next: NextValidation<'_>,
-    ) -> Result<ValidationResult, Vec<ServerError>> {
-        let result = next.run(ctx).await;
-        let parsed = lock(&self.state.parsed).clone();
-        let label = match (&result, &parsed) {
-            (Ok(_), Some((_, label))) => label.clone(),
-            _ => INVALID.to_owned(),
-        };
-        *lock(&self.state.label) = Some(label);
-        if matches!(parsed, Some((OperationType::Subscription, _))) {
-            self.state.count_once();
-        }
-        result
-    }
 }
 
 /// Records one answered request: its count, its errors by code, and (for queries and

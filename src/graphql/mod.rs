@@ -6,6 +6,7 @@ pub mod batch_gate;
 pub mod context;
 pub mod cursor;
 pub mod errors;
+pub mod hooks;
 pub mod ids;
 pub mod limits;
 pub mod loaders;
@@ -28,7 +29,7 @@ pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subs
 
 /// Deepest selection accepted (a post page with comments, replies and their authors fits).
 pub const MAX_DEPTH: usize = 16;
-/// Highest query cost accepted (`limits::CostLimit`; docs/api.md, "Error codes", Limits).
+/// Highest query cost accepted (`limits::check_cost`; docs/api.md, "Error codes", Limits).
 pub const MAX_COST: usize = limits::MAX_COST;
 
 /// The schema without runtime data: for SDL export.
@@ -36,11 +37,7 @@ pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::
     Schema::build(query::Query, mutation::Mutation::default(), subscription::Subscription)
         .limit_depth(MAX_DEPTH)
         .limit_directives(limits::MAX_DIRECTIVES)
-        // Outermost first: the metrics see the codes ErrorCodes assigns.
-        .extension(metrics::RequestMetrics)
-        .extension(errors::ErrorCodes)
-        .extension(limits::AliasLimit)
-        .extension(limits::CostLimit)
+        .extension(hooks::RequestHooks)
         // Types the library defines carry its generic descriptions (or none); a front-end
         // developer reads these instead. The wire format stays the library's.
         .override_output_type_description::<DateTime<Utc>>(DATETIME_DESCRIPTION)
