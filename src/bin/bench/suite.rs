@@ -444,15 +444,17 @@ pub fn table(r: &SuiteReport) -> String {
     let _ = writeln!(t, "\nViews: {} distinct users view one post (start, dwell, complete; caps on)\n", v.viewers);
     let _ = writeln!(
         t,
-        "| starts/s | p50 ms | p99 ms | completes/s | p50 ms | p99 ms | counted | failed | flush lag ms | DB = counted | load |"
+        "| starts/s | p50 ms | p99 ms | SQL/start | Redis/start | completes/s | p50 ms | p99 ms | counted | failed | flush lag ms | DB = counted | load |"
     );
-    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
     let _ = writeln!(
         t,
-        "| {:.0} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {} | {} | {:.0} | {} = {} {} | {:.2} |",
+        "| {:.0} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0} | {:.1} | {:.1} | {} | {} | {:.0} | {} = {} {} | {:.2} |",
         v.starts_per_s,
         v.start_p50_ms,
         v.start_p99_ms,
+        v.start_sql,
+        v.start_redis,
         v.completes_per_s,
         v.complete_p50_ms,
         v.complete_p99_ms,

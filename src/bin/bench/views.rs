@@ -33,6 +33,9 @@ pub struct ViewsResult {
     pub starts_per_s: f64,
     pub start_p50_ms: f64,
     pub start_p99_ms: f64,
+    /// The requests' SQL statements and Redis commands per start (`/metrics`, role `api`).
+    pub start_sql: f64,
+    pub start_redis: f64,
     pub completes_per_s: f64,
     pub complete_p50_ms: f64,
     pub complete_p99_ms: f64,
@@ -87,7 +90,10 @@ async fn measure(
         data["startPostView"]["ticket"].as_str().map(|_| ()).ok_or_else(|| format!("no ticket: {data}"))
     });
     let load_before = load_average();
+    let counters_before = server.counters().await?;
     let started = load::run(&server.graphql_url(), starts, connections, cap, check_start, true).await?;
+    let start_counters = server.counters().await? - counters_before;
+    let per_start = |n: f64| n / started.ok.max(1) as f64;
     tokio::time::sleep(MIN_DWELL + Duration::from_millis(100)).await;
 
     let completes: Vec<Request> = started
@@ -122,6 +128,8 @@ async fn measure(
         starts_per_s: started.rate(),
         start_p50_ms: started.p(50.0),
         start_p99_ms: started.p(99.0),
+        start_sql: per_start(start_counters.sql),
+        start_redis: per_start(start_counters.redis_api),
         completes_per_s: completed.rate(),
         complete_p50_ms: completed.p(50.0),
         complete_p99_ms: completed.p(99.0),
