@@ -26,21 +26,9 @@ async fn wait_for(gate: &course_forum::hooks::Gate, passes: u64) {
     }
 }
 
-/// Waits until some backend of the test database waits for a lock (no sleeping and hoping).
+/// Waits until some backend of the test database waits for a lock.
 async fn someone_waits_for_a_lock(app: &TestApp) {
-    loop {
-        let waiting = app
-            .scalar_i64(
-                "SELECT count(*) AS v FROM pg_stat_activity WHERE datname = current_database() \
-                 AND wait_event_type = 'Lock'",
-                [],
-            )
-            .await;
-        if waiting > 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    app.until_a_backend("wait_event_type = 'Lock'").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::time::Duration;
 
 use common::likes::{Target, rows_and_counter, toggle, unapplied};
 use common::{TestApp, World};
@@ -16,21 +15,7 @@ use course_forum::config::LikeMode;
 /// Waits until a backend of the test database sits in an open transaction: a batch whose
 /// statements ran and that has not committed.
 async fn a_transaction_waits(app: &TestApp) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let open = app
-            .scalar_i64(
-                "SELECT count(*) AS v FROM pg_stat_activity WHERE datname = current_database() \
-                 AND state = 'idle in transaction'",
-                [],
-            )
-            .await;
-        if open > 0 {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "no batch transaction opened");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    app.until_a_backend("state = 'idle in transaction'").await;
 }
 
 /// Buffered, one shard, batches of two, and a post by bob in the world's course.

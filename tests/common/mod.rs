@@ -347,6 +347,18 @@ impl TestApp {
         }
     }
 
+    /// Waits until some backend of the test database matches `condition` (a `pg_stat_activity`
+    /// predicate, e.g. `wait_event_type = 'Lock'`): no sleeping and hoping. Panics after 10 s.
+    pub async fn until_a_backend(&self, condition: &str) {
+        let sql =
+            format!("SELECT count(*) AS v FROM pg_stat_activity WHERE datname = current_database() AND {condition}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.scalar_i64(&sql, []).await == 0 {
+            assert!(std::time::Instant::now() < deadline, "no backend with {condition} within 10 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Runs a statement returning one row with a bigint column named `v`
     /// (`SELECT count(*) AS v …`, `INSERT … RETURNING id AS v`).
     pub async fn scalar_i64<I: IntoIterator<Item = Value>>(&self, sql: &str, values: I) -> i64 {

@@ -57,18 +57,8 @@ async fn measure(server: &Server, requests: usize, connections: usize, time_cap:
         Some("Query") => Ok(()),
         _ => Err(format!("unexpected answer {data}")),
     });
-    let warm = load::run(
-        &server.graphql_url(),
-        vec![request.clone(); (requests / 10).max(100)],
-        connections,
-        time_cap,
-        check.clone(),
-        false,
-    )
-    .await?;
-    if warm.failed > 0 {
-        return Err(AppError::Internal(format!("ceiling warm-up failed: {}", warm.first_failure.unwrap_or_default())));
-    }
+    let warm = vec![request.clone(); (requests / 10).max(100)];
+    load::warm_up("ceiling", &server.graphql_url(), warm, connections, time_cap, check.clone()).await?;
     let load_before = load_average();
     let report = load::run(&server.graphql_url(), vec![request; requests], connections, time_cap, check, false).await?;
     Ok(CeilingResult {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use course_forum::error::AppResult;
+use course_forum::error::{AppError, AppResult};
 use serde_json::Value;
 
 use crate::percentile;
@@ -57,6 +57,23 @@ impl LoadReport {
 
 /// Sends `requests` to `url` over `connections` keep-alive connections. Stops taking new
 /// requests after `time_cap`. Keeps each answer's `data` when `keep_data`.
+/// Sends `requests` untimed (a warm-up: connections, caches, liked-sets); any failure is an
+/// error naming `what`.
+pub async fn warm_up(
+    what: &str,
+    url: &str,
+    requests: Vec<Request>,
+    connections: usize,
+    time_cap: Duration,
+    check: Check,
+) -> AppResult<()> {
+    let warm = run(url, requests, connections, time_cap, check, false).await?;
+    if warm.failed > 0 {
+        return Err(AppError::Internal(format!("{what} warm-up failed: {}", warm.first_failure.unwrap_or_default())));
+    }
+    Ok(())
+}
+
 pub async fn run(
     url: &str,
     requests: Vec<Request>,

@@ -134,21 +134,8 @@ async fn measure(
         Ok(())
     });
     // Warm-up: one read per reader (loads their liked-sets; not measured).
-    let warm = load::run(
-        &server.graphql_url(),
-        (0..readers).map(request).collect(),
-        connections,
-        time_cap,
-        check.clone(),
-        false,
-    )
-    .await?;
-    if warm.failed > 0 {
-        return Err(course_forum::error::AppError::Internal(format!(
-            "page warm-up failed: {}",
-            warm.first_failure.unwrap_or_default()
-        )));
-    }
+    let warm = (0..readers).map(request).collect();
+    load::warm_up("page", &server.graphql_url(), warm, connections, time_cap, check.clone()).await?;
     let load_before = load_average();
     let counters_before = server.counters().await?;
     let cpu_before = CpuSplit::now(server.pid, &fixture.db).await?;
