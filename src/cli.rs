@@ -51,7 +51,8 @@ pub enum Command {
     /// Run only the workers: the like worker (stream consumer, or recount job), the view aggregator
     /// and the feed fan-out.
     Worker,
-    /// Recount every post's and comment's like counter from its rows; prints what it fixed.
+    /// Recount every post's and comment's like counter, and every post's comment count, from
+    /// their rows (which rebuilds the HOT and TOP orders); prints what it fixed.
     Reconcile,
     /// Drop every liked-set in Redis so each reloads from PostgreSQL on next use.
     ResetLikeCache,
@@ -168,6 +169,13 @@ pub async fn run(cli: Cli) -> AppResult<()> {
                 );
             }
             println!("reconcile: {} counter(s) fixed", fixed.len());
+            // Comment counts too: HOT order is computed from them (and TOP from the like
+            // counts just fixed), so this rebuilds both rankings.
+            let comments_fixed = crate::forum::comments::recount_post_comments(&db, 1000).await?;
+            for (post_id, comment_count) in &comments_fixed {
+                println!("fixed post p:{post_id} -> comment_count {comment_count}");
+            }
+            println!("reconcile: {} comment count(s) fixed; HOT and TOP follow the counts", comments_fixed.len());
             Ok(())
         }
         Command::ResetLikeCache => {

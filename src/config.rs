@@ -110,6 +110,11 @@ pub struct Settings {
     #[arg(long, env = "LIVE_COALESCE", default_value = "100ms", value_parser = parse_duration, global = true)]
     pub live_coalesce: Duration,
 
+    /// Notifications each user keeps: the newest this many (older ones are deleted as new
+    /// ones arrive).
+    #[arg(long, env = "NOTIFICATIONS_PER_USER", default_value_t = 500, global = true)]
+    pub notifications_per_user: i64,
+
     /// Most subscriptions one websocket connection may hold open.
     #[arg(long, env = "LIVE_MAX_SUBSCRIPTIONS", default_value_t = 50, global = true)]
     pub live_max_subscriptions: usize,
@@ -487,6 +492,9 @@ impl Settings {
             return Err(AppError::Config(
                 "DB_MAX_CONNECTIONS must be at least 2 (one connection is the membership listener's)".into(),
             ));
+        }
+        if !(1..=100_000).contains(&self.notifications_per_user) {
+            return Err(AppError::Config("NOTIFICATIONS_PER_USER must be between 1 and 100000".into()));
         }
         if self.request_statement_budget == 0 {
             return Err(AppError::Config("REQUEST_STATEMENT_BUDGET must be at least 1".into()));

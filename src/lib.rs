@@ -37,6 +37,9 @@
 //! - `feed`      — the home feed: the fan-out job (`feed::fanout`: transactional outbox →
 //!                 members' timelines, or one list per celebrity course), timelines rebuilt
 //!                 from PostgreSQL once under a lock, `homeFeed` pages merged from them.
+//! - `notifications` — replies and `@handle` mentions: written in the cause's transaction,
+//!                 exactly once per (recipient, cause), withdrawn with the cause, shown only
+//!                 from the viewer's courses, capped per user, pushed live through `live`.
 //! - `live`      — after-commit live updates: one Redis Pub/Sub channel (sharded on a cluster)
 //!                 published to by whoever commits, relayed by every process to its websocket
 //!                 subscribers, re-read from PostgreSQL after a gap in the subscription.
@@ -118,6 +121,7 @@ pub mod like_event;
 pub mod likes;
 pub mod live;
 pub mod membership;
+pub mod notifications;
 pub mod ops;
 pub mod seed;
 pub mod startup;

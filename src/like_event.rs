@@ -15,6 +15,13 @@ pub enum LikeTarget {
 }
 
 impl LikeTarget {
+    /// The post's or comment's database id.
+    pub fn id(&self) -> i64 {
+        match self {
+            LikeTarget::Post(id) | LikeTarget::Comment(id) => *id,
+        }
+    }
+
     pub fn kind_name(&self) -> &'static str {
         match self {
             LikeTarget::Post(_) => "post",

@@ -373,7 +373,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         limiter,
         keys.clone(),
         settings.liked_set_ttl,
-        AfterCommit::new(post_cache.clone(), publisher.clone()),
+        AfterCommit::new(post_cache.clone(), publisher.clone(), db.clone()),
     );
     let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
     let memberships = Memberships::new(settings.membership_cache);

@@ -65,6 +65,6 @@ pub struct AppState {
 impl AppState {
     /// The step after every COMMIT of like counts: into the post cache, then to subscribers.
     pub fn after_commit(&self) -> crate::likes::committed::AfterCommit {
-        crate::likes::committed::AfterCommit::new(self.post_cache.clone(), self.publisher.clone())
+        crate::likes::committed::AfterCommit::new(self.post_cache.clone(), self.publisher.clone(), self.db.clone())
     }
 }

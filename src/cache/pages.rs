@@ -232,6 +232,7 @@ impl CoursePages {
             LiveMessage::ViewCounts { counts } => {
                 counts.iter().map(|(post, views)| Change::Views { post: *post, views: *views }).collect()
             }
+            LiveMessage::Notifications { .. } => return,
         };
         let mut pages = self.lock();
         for change in changes {

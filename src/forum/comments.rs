@@ -293,3 +293,45 @@ pub async fn soft_delete<C: ConnectionTrait + TransactionTrait>(db: &C, comment:
     txn.commit().await?;
     Ok(true)
 }
+
+/// Recounts `posts.comment_count` (live comments and replies) of every post, in id-ordered
+/// chunks, each its own short transaction; `hot_score` follows, so this also rebuilds the HOT
+/// ranking (`reconcile`). Returns the posts it fixed with their counts.
+///
+/// Each chunk locks its posts first, as every comment writer does, and counts only then (a
+/// statement of its own, so its snapshot is taken after the locks): a comment committing
+/// meanwhile is either counted or waits for the chunk, never lost.
+pub async fn recount_post_comments<C: ConnectionTrait + TransactionTrait>(db: &C, chunk: i64) -> AppResult<Vec<(i64, i32)>> {
+    #[derive(FromQueryResult)]
+    struct Fixed {
+        id: i64,
+        comment_count: i32,
+    }
+    let mut fixed = Vec::new();
+    let mut after = 0i64;
+    loop {
+        let txn = db.begin().await?;
+        let locked = IdRow::find_by_statement(stmt(
+            "SELECT id FROM posts WHERE id > $1 ORDER BY id LIMIT $2 FOR NO KEY UPDATE",
+            [after.into(), chunk.into()],
+        ))
+        .all(&txn)
+        .await?;
+        let Some(last) = locked.last().map(|row| row.id) else { break };
+        let ids: Vec<i64> = locked.iter().map(|row| row.id).collect();
+        let rows = Fixed::find_by_statement(stmt(
+            "UPDATE posts p SET comment_count = s.actual \
+             FROM (SELECT t.id, count(c.id)::int AS actual FROM posts t \
+                   LEFT JOIN comments c ON c.post_id = t.id AND c.deleted_at IS NULL \
+                   WHERE t.id = ANY($1) GROUP BY t.id) s \
+             WHERE p.id = s.id AND p.comment_count <> s.actual RETURNING p.id, p.comment_count",
+            [ids.into()],
+        ))
+        .all(&txn)
+        .await?;
+        txn.commit().await?;
+        fixed.extend(rows.into_iter().map(|r| (r.id, r.comment_count)));
+        after = last;
+    }
+    Ok(fixed)
+}

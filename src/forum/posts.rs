@@ -75,6 +75,51 @@ pub async fn page_in_course(db: &impl ConnectionTrait, course_id: i64, page: &Pa
     Ok(page.finish(rows))
 }
 
+/// The orders of a course's posts other than newest first. Both are kept by PostgreSQL
+/// itself: `hot_score` is a generated column of the counts and the creation time
+/// (`post_hot_score()` in migration 0009), so every statement that commits a count commits
+/// the ranking with it, and a deleted post leaves both orders with its `deleted_at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ranking {
+    /// Engagement with a decay by age: log10(max(1, likes + 2 * comments)) + created / 45000 s.
+    Hot,
+    /// Most liked first.
+    Top,
+}
+
+impl Ranking {
+    fn order_by(self) -> &'static str {
+        match self {
+            Ranking::Hot => "hot_score DESC, id DESC",
+            Ranking::Top => "like_count DESC, id DESC",
+        }
+    }
+}
+
+/// The `limit` best-ranked live posts of a course that are not in `shown`, and whether more
+/// remain: one step of a ranked walk (served by `posts_course_hot_idx` / `_top_idx`, skipping
+/// what the walk has shown).
+pub async fn ranked_page(
+    db: &impl ConnectionTrait,
+    course_id: i64,
+    ranking: Ranking,
+    shown: &[i64],
+    limit: i64,
+) -> AppResult<(Vec<PostRow>, bool)> {
+    let sql = format!(
+        "{} WHERE course_id = $1 AND deleted_at IS NULL AND id <> ALL($2) ORDER BY {} LIMIT $3",
+        select_post(),
+        ranking.order_by()
+    );
+    let mut rows =
+        PostRow::find_by_statement(stmt(&sql, [course_id.into(), shown.to_vec().into(), (limit + 1).into()]))
+            .all(db)
+            .await?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    Ok((rows, more))
+}
+
 /// The same page of several courses' posts in one statement: one course's query per row of
 /// `unnest`, joined laterally, so each course still walks its own index range.
 pub async fn pages_in_courses(

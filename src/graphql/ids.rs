@@ -14,6 +14,7 @@ pub enum NodeKind {
     Post,
     Comment,
     Reply,
+    Notification,
 }
 
 impl NodeKind {
@@ -24,11 +25,12 @@ impl NodeKind {
             NodeKind::Post => "Post",
             NodeKind::Comment => "Comment",
             NodeKind::Reply => "Reply",
+            NodeKind::Notification => "Notification",
         }
     }
 
     fn parse(name: &str) -> Option<Self> {
-        [NodeKind::User, NodeKind::Course, NodeKind::Post, NodeKind::Comment, NodeKind::Reply]
+        [NodeKind::User, NodeKind::Course, NodeKind::Post, NodeKind::Comment, NodeKind::Reply, NodeKind::Notification]
             .into_iter()
             .find(|k| k.name() == name)
     }

@@ -12,6 +12,7 @@ pub mod limits;
 pub mod loaders;
 pub mod metrics;
 pub mod mutation;
+pub mod notifications;
 pub mod persisted;
 pub mod query;
 pub mod revocation;

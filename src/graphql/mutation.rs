@@ -21,6 +21,8 @@ use crate::forum::posts::{self, MAX_BODY_CHARS, MAX_TITLE_CHARS, validate_text};
 use crate::kv::ratelimit::WriteKind;
 use crate::likes::{LikeTarget, Membership, ShownCount};
 use crate::live::{Activity, ActivityKind};
+use crate::notifications::{self, Cause, Notified};
+use sea_orm::{ConnectionTrait, TransactionTrait};
 use crate::views::{ClientIp, ViewOutcome};
 
 /// What can be changed. Every mutation needs a signed-in user, else UNAUTHENTICATED. Writes
@@ -28,7 +30,36 @@ use crate::views::{ClientIp, ViewOutcome};
 /// `extensions.retryAfterMs` saying when to try again. Ids are checked as in `Query`
 /// (BAD_USER_INPUT, NOT_FOUND, FORBIDDEN); text is trimmed and must not be empty.
 #[derive(MergedObject, Default)]
-pub struct Mutation(PostMutations, CommentMutations, LikeMutations, ViewMutations, super::roster::RosterMutations);
+pub struct Mutation(
+    PostMutations,
+    CommentMutations,
+    LikeMutations,
+    ViewMutations,
+    NotificationMutations,
+    super::roster::RosterMutations,
+);
+
+#[derive(Default)]
+pub struct NotificationMutations;
+
+#[Object]
+impl NotificationMutations {
+    /// Marks your notifications read, up to and including `upTo` (NOT_FOUND if it is not one of
+    /// yours). Never marks anything unread again: an older `upTo` changes nothing.
+    async fn mark_notifications_read(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The global id of your newest notification to mark read (`Notification.id`).")]
+        up_to: ID,
+    ) -> Result<Option<super::notifications::NotificationsRead>> {
+        nullable(async {
+            viewer(ctx)?;
+            let up_to = ids::decode_one(&up_to, NodeKind::Notification)?;
+            super::notifications::mark_read(ctx, up_to).await
+        })
+        .await
+    }
+}
 
 #[derive(Default)]
 pub struct PostMutations;
@@ -51,12 +82,23 @@ impl PostMutations {
             let course_id = ids::decode_one(&course_id, NodeKind::Course)?;
             let title = validate_text("title", &title, MAX_TITLE_CHARS)?;
             let body = validate_text("body", &body, MAX_BODY_CHARS)?;
+            let mentioned = notifications::checked_mentions(&[&title, &body])?;
             within_limit(ctx, viewer.user_id, WriteKind::Post).await?;
             let (course, _) = access::course(ctx, course_id).await?;
-            let row = posts::create(&state(ctx)?.db, course.course_id, viewer.user_id, &title, &body).await?;
+            let state = state(ctx)?;
+            let (row, notified) = if mentioned.is_empty() {
+                (posts::create(&state.db, course.course_id, viewer.user_id, &title, &body).await?, Vec::new())
+            } else {
+                let txn = state.db.begin().await?;
+                let row = posts::create(&txn, course.course_id, viewer.user_id, &title, &body).await?;
+                let notified = record_notifications(ctx, &txn, Cause::post(&row), &mentioned).await?;
+                txn.commit().await?;
+                (row, notified)
+            };
             // Its id may have been asked for before it existed: drop any "missing" marker.
-            state(ctx)?.post_cache.invalidate(row.id).await;
+            state.post_cache.invalidate(row.id).await;
             publish(ctx, row.course_id, ActivityKind::PostCreated, row.id, row.id).await?;
+            notify(ctx, &notified).await;
             Ok(Post::from(row))
         })
         .await
@@ -86,9 +128,17 @@ impl PostMutations {
             within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
             let (post, _) = access::post(ctx, post_id).await?;
             require_author(viewer.user_id, post.user_id)?;
-            let row = posts::edit(&state(ctx)?.db, post.id, title.as_deref(), body.as_deref()).await?;
-            state(ctx)?.post_cache.invalidate(post.id).await;
-            state(ctx)?.publisher.posts_changed(&[post.id]).await;
+            let state = state(ctx)?;
+            // Mentions are counted in the post as edited, and refused (the edit rolled back)
+            // past the limit; people it already mentioned are not notified again.
+            let txn = state.db.begin().await?;
+            let row = posts::edit(&txn, post.id, title.as_deref(), body.as_deref()).await?;
+            let mentioned = notifications::checked_mentions(&[&row.title, &row.body])?;
+            let notified = record_notifications(ctx, &txn, Cause::post(&row), &mentioned).await?;
+            txn.commit().await?;
+            state.post_cache.invalidate(post.id).await;
+            state.publisher.posts_changed(&[post.id]).await;
+            notify(ctx, &notified).await;
             Ok(Post::from(row))
         })
         .await
@@ -113,6 +163,8 @@ impl PostMutations {
                 return Err(AppError::not_found("post").into());
             }
             publish(ctx, post.course_id, ActivityKind::PostDeleted, post.id, post.id).await?;
+            let withdrawn = notifications::withdraw_post(&state(ctx)?.db, post.id).await?;
+            unread_moved(ctx, &withdrawn).await;
             Ok(DeletePayload { deleted_id: encode(NodeKind::Post, post.id), post: None, comment: None })
         })
         .await
@@ -136,11 +188,16 @@ impl CommentMutations {
             let viewer = viewer(ctx)?;
             let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
             let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
+            let mentioned = notifications::checked_mentions(&[&body])?;
             within_limit(ctx, viewer.user_id, WriteKind::Comment).await?;
             let (post, _) = access::post(ctx, post_id).await?;
-            let row = comments::create_comment(&state(ctx)?.db, post.id, post.course_id, viewer.user_id, &body).await?;
+            let txn = state(ctx)?.db.begin().await?;
+            let row = comments::create_comment(&txn, post.id, post.course_id, viewer.user_id, &body).await?;
+            let notified = record_notifications(ctx, &txn, Cause::comment(&row, post.user_id), &mentioned).await?;
+            txn.commit().await?;
             state(ctx)?.post_cache.invalidate(row.post_id).await;
             publish(ctx, row.course_id, ActivityKind::CommentCreated, row.id, row.post_id).await?;
+            notify(ctx, &notified).await;
             Ok(Comment::from(row))
         })
         .await
@@ -160,10 +217,15 @@ impl CommentMutations {
             let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
             let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
             within_limit(ctx, viewer.user_id, WriteKind::Comment).await?;
+            let mentioned = notifications::checked_mentions(&[&body])?;
             let (target, _) = access::comment(ctx, kind, comment_id).await?;
-            let row = comments::create_reply(&state(ctx)?.db, &target, viewer.user_id, &body).await?;
+            let txn = state(ctx)?.db.begin().await?;
+            let row = comments::create_reply(&txn, &target, viewer.user_id, &body).await?;
+            let notified = record_notifications(ctx, &txn, Cause::comment(&row, target.user_id), &mentioned).await?;
+            txn.commit().await?;
             state(ctx)?.post_cache.invalidate(row.post_id).await;
             publish(ctx, row.course_id, ActivityKind::ReplyCreated, row.id, row.post_id).await?;
+            notify(ctx, &notified).await;
             Ok(Reply::from(row))
         })
         .await
@@ -180,11 +242,18 @@ impl CommentMutations {
         nullable(async {
             let viewer = viewer(ctx)?;
             let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
+            let mentioned = notifications::checked_mentions(&[&body])?;
             let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
             within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
             let (comment, _) = access::comment(ctx, kind, comment_id).await?;
             require_author(viewer.user_id, comment.user_id)?;
-            let row = comments::edit(&state(ctx)?.db, &comment, &body).await?;
+            let txn = state(ctx)?.db.begin().await?;
+            let row = comments::edit(&txn, &comment, &body).await?;
+            // An edit notifies only the people it newly mentions; its reply was notified already.
+            let cause = Cause { answers: None, ..Cause::comment(&row, row.user_id) };
+            let notified = record_notifications(ctx, &txn, cause, &mentioned).await?;
+            txn.commit().await?;
+            notify(ctx, &notified).await;
             Ok(AnyComment::from_row(row))
         })
         .await
@@ -205,6 +274,8 @@ impl CommentMutations {
             if !comments::soft_delete(&state(ctx)?.db, &comment).await? {
                 return Err(AppError::not_found("comment").into());
             }
+            let withdrawn = notifications::withdraw_comment(&state(ctx)?.db, comment.id).await?;
+            unread_moved(ctx, &withdrawn).await;
             state(ctx)?.post_cache.invalidate(comment.post_id).await;
             let (kind, activity) = if comment.parent_id.is_some() {
                 (NodeKind::Reply, ActivityKind::ReplyDeleted)
@@ -350,6 +421,30 @@ async fn within_limit(ctx: &Context<'_>, user_id: i64, kind: WriteKind) -> Resul
 async fn publish(ctx: &Context<'_>, course_id: i64, kind: ActivityKind, node_id: i64, post_id: i64) -> Result<()> {
     state(ctx)?.publisher.activity(Activity { course_id, kind, node_id, post_id }).await;
     Ok(())
+}
+
+/// Writes the notifications of a cause inside its transaction.
+async fn record_notifications(
+    ctx: &Context<'_>,
+    txn: &impl ConnectionTrait,
+    cause: Cause,
+    mentioned: &[String],
+) -> Result<Vec<Notified>> {
+    Ok(notifications::record(txn, cause, mentioned, state(ctx)?.settings.notifications_per_user).await?)
+}
+
+/// Tells the recipients of committed notifications, on every instance.
+async fn notify(ctx: &Context<'_>, notified: &[Notified]) {
+    if let Ok(state) = state(ctx) {
+        state.publisher.notifications(notified.iter().map(|n| (n.recipient_id, Some(n.id))).collect()).await;
+    }
+}
+
+/// Tells users that their unread count moved (notifications withdrawn or marked read).
+pub(super) async fn unread_moved(ctx: &Context<'_>, users: &[i64]) {
+    if let Ok(state) = state(ctx) {
+        state.publisher.notifications(users.iter().map(|user| (*user, None)).collect()).await;
+    }
 }
 
 async fn set_post_like(ctx: &Context<'_>, post_id: &ID, liked: bool) -> Result<Post> {

@@ -5,11 +5,11 @@ use async_graphql::{Context, ID, Object, Result};
 
 use super::access;
 use super::context::{state, viewer};
-use super::cursor::{self, KeyCursor};
+use super::cursor::{self, KeyCursor, PostsCursor};
 use super::errors::nullable;
 use super::ids::{self, NodeKind};
 use super::loaders::prime_liked;
-use super::types::{Course, Node, Post, User, connection, page_cost};
+use super::types::{Course, Node, Post, User, page_cost, post_connection};
 use crate::error::AppError;
 use crate::forum::paging::PageRequest;
 use crate::forum::{courses, users};
@@ -44,6 +44,24 @@ impl Query {
         .await
     }
 
+    /// Your notifications, newest first: replies to your posts and comments, and mentions of
+    /// your `@handle`, from the courses you belong to now. Pages forward with `first` (1 to
+    /// 100, default 20) and `after`; `unreadCount` counts every unread one, not only this page.
+    #[graphql(complexity = "page_cost(first, None, child_complexity)")]
+    async fn notifications(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "How many notifications to return: 1 to 100, 20 when not given.")] first: Option<i32>,
+        #[graphql(
+            desc = "Return the notifications after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A malformed cursor is BAD_USER_INPUT."
+        )]
+        after: Option<String>,
+    ) -> Result<
+        Option<Connection<KeyCursor, super::notifications::Notification, super::notifications::NotificationTotals>>,
+    > {
+        nullable(super::notifications::page(ctx, first, after)).await
+    }
+
     /// Posts from all the signed-in user's courses, newest first: the home feed. Pages forward
     /// with `first` (1 to 100, default 20) and `after`; never shows deleted posts or posts of
     /// courses the user has left.
@@ -56,7 +74,7 @@ impl Query {
             desc = "Return the posts after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A malformed cursor is BAD_USER_INPUT."
         )]
         after: Option<String>,
-    ) -> Result<Option<Connection<KeyCursor, Post>>> {
+    ) -> Result<Option<Connection<PostsCursor, Post>>> {
         nullable(async {
             let viewer = viewer(ctx)?;
             let page = PageRequest::new(first, cursor::decode(after.as_deref())?, None, None)?;
@@ -64,7 +82,7 @@ impl Query {
             let courses: Vec<i64> = viewer.memberships(&state.db).await?.keys().copied().collect();
             let rows = state.feed.page(viewer.user_id, &courses, &page).await?;
             prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
-            Ok(connection(rows, |r| r.id, Post::from))
+            Ok(post_connection(rows))
         })
         .await
     }
@@ -147,5 +165,6 @@ async fn node_by_id(ctx: &Context<'_>, id: &ID) -> Result<Node> {
         NodeKind::Post => Node::Post(access::post(ctx, raw_id).await?.0.into()),
         NodeKind::Comment => Node::Comment(access::comment(ctx, kind, raw_id).await?.0.into()),
         NodeKind::Reply => Node::Reply(access::comment(ctx, kind, raw_id).await?.0.into()),
+        NodeKind::Notification => Node::Notification(super::notifications::by_id(ctx, raw_id).await?),
     })
 }

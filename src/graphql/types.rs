@@ -9,13 +9,15 @@ use async_graphql::{Context, ID, Interface, Object, Result, SimpleObject};
 use chrono::{DateTime, Utc};
 
 use super::context::{state, viewer};
-use super::cursor::{self, KeyCursor};
+use super::cursor::{self, KeyCursor, MAX_RANKED_WALK, PostsCursor, RankCursor};
+use async_graphql::connection::CursorType;
 use super::ids::{NodeKind, encode};
 use super::loaders::{liked_by_me, loaders, prime_liked, user};
 use crate::error::AppError;
 use crate::forum::comments::{CommentRow, Thread};
 use crate::forum::courses::{CourseRow, Role};
-use crate::forum::paging::{Page, PageRequest};
+use crate::forum::paging::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Page, PageRequest};
+use crate::forum::posts::{self, Ranking};
 use crate::forum::posts::PostRow;
 use crate::forum::users::UserRow;
 use crate::likes::LikeTarget;
@@ -62,6 +64,7 @@ pub enum Node {
     Post(Post),
     Comment(Comment),
     Reply(Reply),
+    Notification(super::notifications::Notification),
 }
 
 /// A top-level comment or a reply: what comment mutations return.
@@ -249,9 +252,13 @@ impl Course {
     async fn my_role(&self, ctx: &Context<'_>) -> Result<Role> {
         Ok(viewer(ctx)?.require_member(&state(ctx)?.db, self.course_id).await?)
     }
-    /// The course's posts, newest first; deleted posts are left out. 1 to 100 a page, 20 by
-    /// default.
+    /// The course's posts in `orderBy` order (newest first by default); deleted posts are left
+    /// out. 1 to 100 a page, 20 by default. NEW pages both ways with keyset cursors. HOT and TOP
+    /// page forward only: their cursor holds the posts the walk has shown, and each page is the
+    /// best ranked of the others as the ranking is now, so a walk never shows a post twice nor
+    /// skips one while likes move them; a walk ends after 1,000 posts.
     #[graphql(complexity = "page_cost(first, last, child_complexity)")]
+    #[allow(clippy::too_many_arguments)]
     async fn posts(
         &self,
         ctx: &Context<'_>,
@@ -260,18 +267,70 @@ impl Course {
         )]
         first: Option<i32>,
         #[graphql(
-            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A malformed cursor, or one of another order, is BAD_USER_INPUT."
         )]
         after: Option<String>,
         #[graphql(
-            desc = "How many items to return walking backward, ending at `before`: 1 to 100 (20 when only `before` is given). Not with `first` or `after`."
+            desc = "How many items to return walking backward, ending at `before`: 1 to 100 (20 when only `before` is given). Not with `first` or `after`. NEW order only."
         )]
         last: Option<i32>,
         #[graphql(
-            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A malformed cursor is BAD_USER_INPUT. NEW order only."
         )]
         before: Option<String>,
-    ) -> Result<Connection<KeyCursor, Post>> {
+        #[graphql(desc = "NEW (the default), HOT or TOP.", default)] order_by: PostOrder,
+    ) -> Result<Connection<PostsCursor, Post>> {
+        let ranking = match order_by {
+            PostOrder::New => return self.newest_posts(ctx, first, after, last, before).await,
+            PostOrder::Hot => Ranking::Hot,
+            PostOrder::Top => Ranking::Top,
+        };
+        if last.is_some() || before.is_some() {
+            return Err(AppError::bad_input("HOT and TOP page forward only: use `first` and `after`").into());
+        }
+        let limit = first.unwrap_or(DEFAULT_PAGE_SIZE);
+        if !(1..=MAX_PAGE_SIZE).contains(&limit) {
+            return Err(AppError::bad_input(format!("`first` must be between 1 and {MAX_PAGE_SIZE}, got {limit}")).into());
+        }
+        let shown: Vec<i64> = match after.as_deref().map(PostsCursor::decode_cursor).transpose()? {
+            None => Vec::new(),
+            Some(PostsCursor::Ranked(cursor)) if cursor.ranking == ranking => cursor.shown().to_vec(),
+            Some(_) => {
+                return Err(AppError::bad_input("this cursor belongs to another order: pass one this order returned").into());
+            }
+        };
+        // The walk's end: never more than MAX_RANKED_WALK posts, so cursors stay small.
+        let room = MAX_RANKED_WALK.saturating_sub(shown.len()) as i64;
+        let (rows, more) = if room == 0 {
+            (Vec::new(), false)
+        } else {
+            let limit = i64::from(limit).min(room);
+            let (rows, more) = posts::ranked_page(&state(ctx)?.db, self.course_id, ranking, &shown, limit).await?;
+            let walk_continues = shown.len() + rows.len() < MAX_RANKED_WALK;
+            (rows, more && walk_continues)
+        };
+        prime_liked(ctx, rows.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
+        let before_page = shown.len();
+        let walk = std::sync::Arc::new(shown.into_iter().chain(rows.iter().map(|r| r.id)).collect::<Vec<i64>>());
+        let mut conn = Connection::new(before_page > 0, more);
+        conn.edges.extend(rows.into_iter().enumerate().map(|(i, row)| {
+            let cursor = RankCursor { ranking, shown: walk.clone(), len: before_page + i + 1 };
+            Edge::new(PostsCursor::Ranked(cursor), Post::from(row))
+        }));
+        Ok(conn)
+    }
+}
+
+impl Course {
+    /// NEW order: keyset pages, from the instance's course pages (or the list's loader).
+    async fn newest_posts(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+    ) -> Result<Connection<PostsCursor, Post>> {
         let page = page_request(first, after, last, before)?;
         let rows = if self.in_list {
             let rows = loaders(ctx)?.course_pages.load_one((self.course_id, page)).await?;
@@ -282,8 +341,30 @@ impl Course {
             state.course_pages.get_or_read(&state.db, self.course_id, page).await?.as_ref().clone()
         };
         prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
-        Ok(connection(rows, |r| r.id, Post::from))
+        Ok(post_connection(rows))
     }
+}
+
+/// A keyset page of posts as a `PostConnection` (the type every list of posts shares).
+pub(crate) fn post_connection(page: Page<PostRow>) -> Connection<PostsCursor, Post> {
+    let mut conn = Connection::new(page.has_prev, page.has_next);
+    conn.edges.extend(page.items.into_iter().map(|row| Edge::new(PostsCursor::Key(KeyCursor(row.id)), Post::from(row))));
+    conn
+}
+
+/// The order of a course's posts.
+#[derive(async_graphql::Enum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PostOrder {
+    /// Newest first.
+    #[default]
+    New,
+    /// By `post_hot_score`: log10(max(1, likeCount + 2 × commentCount)) + (creation time in Unix
+    /// seconds) / 45000. Each 12.5 hours of age weighs as much as ten times the engagement, so
+    /// new posts rise and old ones sink without anything being recomputed. Follows a like
+    /// within its commit.
+    Hot,
+    /// Most liked first (`likeCount`), newest first among equals.
+    Top,
 }
 
 /// A post: its row as read, or (built from a live like update) its id and committed like
@@ -297,6 +378,11 @@ impl From<PostRow> for Post {
 }
 
 impl Post {
+    /// A post known only by id (its access was checked another way), read on first ask.
+    pub fn by_id(id: i64) -> Self {
+        Post(Known { id, row: tokio::sync::OnceCell::new(), live: None })
+    }
+
     /// A post as a `likeCounts` update delivers it.
     pub fn live(id: i64, likes: LiveLikes) -> Self {
         Post(Known::live(id, likes))

@@ -25,6 +25,8 @@ use crate::telemetry::names;
 
 /// Activity events a course channel holds for subscribers that are behind.
 const ACTIVITY_CAPACITY: usize = 256;
+/// Notification changes a user's channel holds for subscribers that are behind.
+const NOTIFICATION_CAPACITY: usize = 64;
 
 /// The latest committed count of one target, as this process knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +61,8 @@ pub struct HubStats {
 pub struct Hub {
     counts: Mutex<HashMap<LikeTarget, watch::Sender<VersionedCount>>>,
     activity: Mutex<HashMap<i64, broadcast::Sender<Activity>>>,
+    /// Per user: a new notification's id, or None when their unread count moved otherwise.
+    notifications: Mutex<HashMap<i64, broadcast::Sender<Option<i64>>>>,
     pub stats: HubStats,
 }
 
@@ -88,6 +92,14 @@ impl Hub {
         (receiver, HubGuard { hub: self.clone(), targets: Vec::new() })
     }
 
+    /// The notification changes of one user; dropping the guard releases the channel.
+    pub fn watch_notifications(self: &Arc<Self>, user_id: i64) -> (broadcast::Receiver<Option<i64>>, HubGuard) {
+        let mut map = self.notifications.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let receiver = map.entry(user_id).or_insert_with(|| broadcast::channel(NOTIFICATION_CAPACITY).0).subscribe();
+        self.opened();
+        (receiver, HubGuard { hub: self.clone(), targets: Vec::new() })
+    }
+
     fn opened(&self) {
         self.stats.subscriptions_open.fetch_add(1, Ordering::Relaxed);
         metrics::gauge!(names::LIVE_SUBSCRIPTIONS_OPEN).increment(1.0);
@@ -112,6 +124,14 @@ impl Hub {
                     let _ = sender.send(activity);
                 }
             }
+            LiveMessage::Notifications { changes } => {
+                let map = self.notifications.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                for (user_id, added) in changes {
+                    if let Some(sender) = map.get(&user_id) {
+                        let _ = sender.send(added);
+                    }
+                }
+            }
             // For the in-process caches only (the relay hands them there too).
             LiveMessage::PostsChanged { .. } | LiveMessage::ViewCounts { .. } => {}
         }
@@ -130,6 +150,9 @@ impl Hub {
         drop(counts);
         let mut activity = self.activity.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         activity.retain(|_, sender| sender.receiver_count() > 0);
+        drop(activity);
+        let mut notifications = self.notifications.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        notifications.retain(|_, sender| sender.receiver_count() > 0);
     }
 
     /// Targets with at least one live watcher in this process.

@@ -69,6 +69,11 @@ pub enum LiveMessage {
     ViewCounts {
         counts: Vec<(i64, i64)>,
     },
+    /// Users whose notifications changed: `(user, Some(id))` for a new notification,
+    /// `(user, None)` when some were withdrawn or marked read (their unread count moved).
+    Notifications {
+        changes: Vec<(i64, Option<i64>)>,
+    },
 }
 
 impl LiveMessage {
@@ -183,6 +188,13 @@ impl Publisher {
         }
     }
 
+    /// Committed notification changes, to the recipients' `notifications` subscriptions.
+    pub async fn notifications(&self, changes: Vec<(i64, Option<i64>)>) {
+        if !changes.is_empty() {
+            self.publish(&LiveMessage::Notifications { changes }).await;
+        }
+    }
+
     async fn publish(&self, message: &LiveMessage) {
         if let Some(pages) = &self.local_pages {
             pages.apply(message);
@@ -192,6 +204,7 @@ impl Publisher {
             LiveMessage::Activity { .. } => "activity",
             LiveMessage::PostsChanged { .. } => "posts_changed",
             LiveMessage::ViewCounts { .. } => "view_counts",
+            LiveMessage::Notifications { .. } => "notifications",
         };
         match self.try_publish(message).await {
             Ok(()) => metrics::counter!(names::LIVE_MESSAGES_PUBLISHED, "kind" => kind).increment(1),

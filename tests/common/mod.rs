@@ -103,6 +103,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         worker_in_serve: false,
         membership_cache: true,
         live_coalesce: Duration::from_millis(100),
+        notifications_per_user: 500,
         live_max_subscriptions: 50,
         ws_init_timeout: Duration::from_secs(10),
         // Long enough that no existing test sees a ping or is taken for a dead peer.

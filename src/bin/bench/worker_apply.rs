@@ -138,6 +138,7 @@ async fn run_worker_apply(cli: &Cli, events: i64, batch: usize, pipelined: bool)
                     },
                 ),
                 Publisher::new(redis.clone(), keys.live_channel()),
+                db.clone(),
             ),
         );
         worker.ensure_groups().await?;

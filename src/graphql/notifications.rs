@@ -1,0 +1,218 @@
+//! The GraphQL side of notifications: the `Notification` type, the `notifications`
+//! connection with its unread count, `markNotificationsRead`, and the stream behind the
+//! `notifications` subscription. Every reader passes the viewer's courses as they are now, so
+//! a notification from a course the viewer has left is neither shown, counted nor delivered.
+
+use async_graphql::connection::{Connection, Edge};
+use async_graphql::{Context, Enum, ID, Object, Result};
+use chrono::{DateTime, Utc};
+use futures_util::{Stream, StreamExt};
+use tokio_stream::wrappers::BroadcastStream;
+
+use super::context::{state, viewer};
+use super::cursor::{self, KeyCursor};
+use super::ids::{NodeKind, encode};
+use super::loaders::{loaders, user};
+use super::types::{AnyComment, Course, Post, User};
+use crate::error::AppError;
+use crate::forum::paging::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::notifications::{self, NotificationRow};
+use crate::state::AppState;
+
+/// Why a notification was sent.
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationKind {
+    /// Someone commented on your post, or replied to your comment or reply.
+    Reply,
+    /// Someone mentioned your `@handle` in a post, comment or reply.
+    Mention,
+    /// Your post, comment or reply reached 10, 100 or 1,000 likes (`milestone`).
+    LikeMilestone,
+}
+
+pub struct Notification(pub NotificationRow);
+
+/// Something that happened to you: a reply to what you wrote, a mention of your handle, or
+/// something of yours passing 10, 100 or 1,000 likes.
+#[Object]
+impl Notification {
+    /// Global id of this notification (also what `markNotificationsRead(upTo:)` takes).
+    pub async fn id(&self) -> ID {
+        encode(NodeKind::Notification, self.0.id)
+    }
+    /// Why it was sent.
+    async fn kind(&self) -> NotificationKind {
+        match self.0.kind.as_str() {
+            "reply" => NotificationKind::Reply,
+            "mention" => NotificationKind::Mention,
+            _ => NotificationKind::LikeMilestone,
+        }
+    }
+    /// The like count reached, for LIKE_MILESTONE; null for the other kinds.
+    async fn milestone(&self) -> Option<i32> {
+        (self.0.milestone > 0).then_some(self.0.milestone)
+    }
+    /// Whether you marked it read (`markNotificationsRead`).
+    async fn read(&self) -> bool {
+        self.0.read
+    }
+    /// When its cause was written.
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    /// Who wrote the reply or the mention; null for a like milestone.
+    async fn actor(&self, ctx: &Context<'_>) -> Result<Option<User>> {
+        let Some(actor_id) = self.0.actor_id else { return Ok(None) };
+        Ok(Some(User(user(ctx, actor_id).await?)))
+    }
+    /// The course it happened in.
+    async fn course(&self) -> Course {
+        Course::known(self.0.course_id)
+    }
+    /// The post it is about: the one mentioning you, or the one the reply is under.
+    async fn post(&self) -> Post {
+        Post::by_id(self.0.post_id)
+    }
+    /// The comment or reply that caused it (or reached the milestone); null for a post's (or
+    /// once deleted).
+    async fn comment(&self, ctx: &Context<'_>) -> Result<Option<AnyComment>> {
+        let Some(comment_id) = self.0.comment_id else { return Ok(None) };
+        Ok(loaders(ctx)?.comments.load_one(comment_id).await?.map(AnyComment::from_row))
+    }
+}
+
+/// The viewer's notifications with the count of those unread.
+pub struct NotificationTotals {
+    user_id: i64,
+    courses: Vec<i64>,
+}
+
+#[Object]
+impl NotificationTotals {
+    /// How many of your notifications are unread (from your courses only, like the list).
+    async fn unread_count(&self, ctx: &Context<'_>) -> Result<i64> {
+        Ok(notifications::unread_count(&state(ctx)?.db, self.user_id, &self.courses).await?)
+    }
+}
+
+/// The viewer's courses as they are now.
+async fn courses_of_viewer(ctx: &Context<'_>) -> Result<(i64, Vec<i64>)> {
+    let viewer = viewer(ctx)?;
+    let roles = viewer.memberships(&state(ctx)?.db).await?;
+    Ok((viewer.user_id, roles.keys().copied().collect()))
+}
+
+/// `Query.notifications`: newest first, forward only.
+pub async fn page(
+    ctx: &Context<'_>,
+    first: Option<i32>,
+    after: Option<String>,
+) -> Result<Connection<KeyCursor, Notification, NotificationTotals>> {
+    let limit = first.unwrap_or(DEFAULT_PAGE_SIZE);
+    if !(1..=MAX_PAGE_SIZE).contains(&limit) {
+        return Err(AppError::bad_input(format!("`first` must be between 1 and {MAX_PAGE_SIZE}, got {limit}")).into());
+    }
+    let before = cursor::decode(after.as_deref())?;
+    let (user_id, courses) = courses_of_viewer(ctx).await?;
+    let (rows, more) = notifications::page(&state(ctx)?.db, user_id, &courses, before, limit as i64).await?;
+    let mut conn = Connection::with_additional_fields(before.is_some(), more, NotificationTotals { user_id, courses });
+    conn.edges.extend(rows.into_iter().map(|row| Edge::new(KeyCursor(row.id), Notification(row))));
+    Ok(conn)
+}
+
+/// A notification by id, for `node(id:)`: only its recipient sees it.
+pub async fn by_id(ctx: &Context<'_>, id: i64) -> Result<Notification> {
+    let (user_id, courses) = courses_of_viewer(ctx).await?;
+    let row = notifications::find(&state(ctx)?.db, user_id, &courses, id).await?;
+    Ok(Notification(row.ok_or_else(|| AppError::not_found("notification"))?))
+}
+
+/// What `markNotificationsRead` answers.
+pub struct NotificationsRead {
+    user_id: i64,
+    courses: Vec<i64>,
+}
+
+#[Object]
+impl NotificationsRead {
+    /// How many of your notifications are still unread.
+    async fn unread_count(&self, ctx: &Context<'_>) -> Result<i64> {
+        Ok(notifications::unread_count(&state(ctx)?.db, self.user_id, &self.courses).await?)
+    }
+}
+
+/// `Mutation.markNotificationsRead`.
+pub async fn mark_read(ctx: &Context<'_>, up_to: i64) -> Result<NotificationsRead> {
+    let (user_id, courses) = courses_of_viewer(ctx).await?;
+    notifications::mark_read(&state(ctx)?.db, user_id, up_to).await?;
+    // Other tabs and devices of the same user update their count.
+    state(ctx)?.publisher.notifications(vec![(user_id, None)]).await;
+    Ok(NotificationsRead { user_id, courses })
+}
+
+/// One update of the `notifications` subscription.
+pub struct NotificationUpdate {
+    notification: Option<NotificationRow>,
+    unread_count: i64,
+}
+
+/// A change to your notifications: a new one, or your unread count moving (some were
+/// withdrawn because their cause was deleted, or marked read elsewhere).
+#[Object]
+impl NotificationUpdate {
+    /// The new notification; null when the update only moves the unread count.
+    async fn notification(&self) -> Option<Notification> {
+        self.notification.clone().map(Notification)
+    }
+    /// How many of your notifications are unread now.
+    async fn unread_count(&self) -> i64 {
+        self.unread_count
+    }
+}
+
+/// The stream behind `Subscription.notifications`: each change heard for the user becomes one
+/// update, read after its commit with the user's courses as they are at that moment. A new
+/// notification from a course the user has left is not delivered.
+pub fn updates<H: Send + Sync + 'static>(
+    state: &AppState,
+    user_id: i64,
+    held: H,
+) -> impl Stream<Item = NotificationUpdate> + use<H> {
+    let (receiver, guard) = state.live.watch_notifications(user_id);
+    let (db, memberships) = (state.db.clone(), state.memberships.clone());
+    let held = std::sync::Arc::new((guard, held));
+    BroadcastStream::new(receiver).filter_map(move |change| {
+        let (db, memberships, held) = (db.clone(), memberships.clone(), held.clone());
+        async move {
+            let _held = held;
+            // A subscriber that fell behind gets one update with the count as it is now.
+            let added = change.unwrap_or(None);
+            let courses: Vec<i64> = match memberships.roles_of_user(&db, user_id).await {
+                Ok(roles) => roles.keys().copied().collect(),
+                Err(err) => {
+                    tracing::warn!(error = %err, user_id, "could not read memberships for a notification update");
+                    return None;
+                }
+            };
+            let notification = match added {
+                Some(id) => match notifications::find(&db, user_id, &courses, id).await {
+                    Ok(Some(row)) => Some(row),
+                    // Withdrawn meanwhile, or from a course the user has left.
+                    Ok(None) => return None,
+                    Err(err) => {
+                        tracing::warn!(error = %err, user_id, "could not read a new notification");
+                        return None;
+                    }
+                },
+                None => None,
+            };
+            match notifications::unread_count(&db, user_id, &courses).await {
+                Ok(unread_count) => Some(NotificationUpdate { notification, unread_count }),
+                Err(err) => {
+                    tracing::warn!(error = %err, user_id, "could not count unread notifications");
+                    None
+                }
+            }
+        }
+    })
+}
