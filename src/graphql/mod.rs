@@ -42,13 +42,19 @@ pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::
         // Types the library defines carry its generic descriptions (or none); a front-end
         // developer reads these instead. The wire format stays the library's.
         .override_output_type_description::<DateTime<Utc>>(DATETIME_DESCRIPTION)
-        .override_output_type_description::<Connection<cursor::KeyCursor, types::Post>>(
+        .override_output_type_description::<Connection<cursor::PostsCursor, types::Post>>(
             "A page of posts. Ask for the next one with `after: pageInfo.endCursor` while \
              `pageInfo.hasNextPage` is true.",
         )
         .override_output_type_description::<Connection<cursor::KeyCursor, types::Comment>>(
             "A page of top-level comments. Ask for the next one with `after: pageInfo.endCursor` while \
              `pageInfo.hasNextPage` is true.",
+        )
+        .override_output_type_description::<
+            Connection<cursor::KeyCursor, notifications::Notification, notifications::NotificationTotals>,
+        >(
+            "A page of your notifications, newest first, with the count of those unread. Ask for the next \
+             one with `after: pageInfo.endCursor` while `pageInfo.hasNextPage` is true.",
         )
         .override_output_type_description::<Connection<cursor::KeyCursor, types::Reply>>(
             "A page of replies. Ask for the next one with `after: pageInfo.endCursor` while \

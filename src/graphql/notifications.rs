@@ -127,12 +127,12 @@ pub async fn by_id(ctx: &Context<'_>, id: i64) -> Result<Notification> {
     Ok(Notification(row.ok_or_else(|| AppError::not_found("notification"))?))
 }
 
-/// What `markNotificationsRead` answers.
 pub struct NotificationsRead {
     user_id: i64,
     courses: Vec<i64>,
 }
 
+/// What `markNotificationsRead` answers: the unread count after it.
 #[Object]
 impl NotificationsRead {
     /// How many of your notifications are still unread.
