@@ -1,8 +1,10 @@
 // The demo forum: pick a demo user, see their courses, page through a course's posts (Relay
 // first/after), read a post with its comments and replies, like/unlike with an optimistic
 // update, watch counts live (likeCounts) and new comments arrive live (courseActivity).
-// Plain TypeScript; routes live in the URL hash: #/, #/courses, #/course/<id>, #/post/<id>.
+// A course's posts come newest, hot or top first (orderBy).
+// Plain TypeScript; routes live in the URL hash: #/, #/courses, #/course/<id>[/hot|/top], #/post/<id>.
 import { gql, subscribe, setToken, onLive, GraphQLError } from './api';
+import { counted, noun, esc } from './text';
 
 type DemoUser = { id: string; handle: string; token: string; courses: string[] };
 type Author = { handle: string; displayName?: string };
@@ -23,14 +25,6 @@ onLive((state) => {
   live.textContent = { up: '● live', down: '○ offline', refused: '✕ signed out: token refused or expired' }[state];
   live.dataset.state = state;
 });
-
-/** "1 like", "2 likes", "0 likes": the count and its noun, in agreement. */
-const counted = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
-/** The noun alone, for a count shown in its own element. */
-const noun = (n: number, one: string, many = `${one}s`) => (n === 1 ? one : many);
-
-const esc = (s: unknown) =>
-  String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 
 // --- who is signed in ------------------------------------------------------------------------
 
@@ -94,35 +88,83 @@ async function courses() {
 
 const POST_FIELDS = `id title likeCount likedByMe commentCount createdAt author { handle }`;
 
-async function course(courseId: string) {
+/** The orders of `Course.posts(orderBy:)`; the route's third part picks one (#/course/<id>/top). */
+const ORDERS = ['NEW', 'HOT', 'TOP'] as const;
+type PostOrder = (typeof ORDERS)[number];
+const ORDER_LABELS: Record<PostOrder, [string, string]> = {
+  NEW: ['New', 'newest first'],
+  HOT: ['Hot', 'liked and discussed lately'],
+  TOP: ['Top', 'most liked first'],
+};
+const orderOf = (part: string | undefined): PostOrder =>
+  ORDERS.find((o) => o === part?.toUpperCase()) ?? 'NEW';
+
+async function course(courseId: string, initialOrder: PostOrder) {
   const head = await gql(`query($id: ID!) { course(id: $id) { id code title } }`, { id: courseId });
   app.innerHTML = `<p><a href="#/courses">← courses</a></p>
     <h1>${esc(head.course.code)} · ${esc(head.course.title)}</h1>
+    <p class="order" role="group" aria-label="Order of posts" data-testid="post-order">
+      ${ORDERS.map((o) => `<button data-order="${o}" data-testid="order-${o}" title="${ORDER_LABELS[o][1]}"
+        aria-pressed="false">${ORDER_LABELS[o][0]}</button>`).join(' ')}</p>
     <div id="posts" data-testid="posts"></div>
-    <p><button id="more" data-testid="more-posts" hidden>Older posts</button> <span id="page-info" class="muted"></span></p>`;
+    <p><button id="more" data-testid="more-posts" hidden>More posts</button> <span id="page-info" class="muted"></span></p>`;
   const postsEl = app.querySelector('#posts')!;
   const more = app.querySelector<HTMLButtonElement>('#more')!;
+  const info = app.querySelector('#page-info')!;
+  // The list in one order: its cursor only means something in that order (the server refuses
+  // a cursor of another), so switching starts over from the first page. `shown` moves with
+  // every switch; a page that arrives for an older switch is dropped, so quick clicks cannot
+  // mix two orders in one list.
+  let order = initialOrder;
   let after: string | null = null;
   let pages = 0;
+  let shown = 0;
   const loadPage = async () => {
+    const mine = shown;
     more.disabled = true;
-    const data = await gql(
-      `query($id: ID!, $first: Int!, $after: String) { course(id: $id) {
-         posts(first: $first, after: $after) { pageInfo { hasNextPage endCursor } edges { cursor node { ${POST_FIELDS} } } } } }`,
-      { id: courseId, first: PAGE_SIZE, after },
-    );
-    const conn = data.course.posts;
-    pages += 1;
-    postsEl.insertAdjacentHTML('beforeend', conn.edges.map((e: any) => `<div class="card" data-testid="post-item">
-      <a href="#/post/${esc(e.node.id)}">${esc(e.node.title)}</a>
-      <div class="muted">@${esc(e.node.author.handle)} · ${counted(e.node.likeCount, 'like')} · ${counted(e.node.commentCount, 'comment')}</div></div>`).join(''));
-    after = conn.pageInfo.endCursor;
-    more.hidden = !conn.pageInfo.hasNextPage;
-    more.disabled = false;
-    app.querySelector('#page-info')!.textContent = `${counted(postsEl.children.length, 'post')}, ${counted(pages, 'page')}`;
+    try {
+      const data = await gql(
+        `query($id: ID!, $first: Int!, $after: String, $order: PostOrder!) { course(id: $id) {
+           posts(first: $first, after: $after, orderBy: $order) { pageInfo { hasNextPage endCursor } edges { cursor node { ${POST_FIELDS} } } } } }`,
+        { id: courseId, first: PAGE_SIZE, after, order },
+      );
+      if (mine !== shown) return;
+      const conn = data.course.posts;
+      pages += 1;
+      postsEl.setAttribute('data-pages', String(pages));
+      postsEl.insertAdjacentHTML('beforeend', conn.edges.map((e: any) => `<div class="card" data-testid="post-item" data-id="${esc(e.node.id)}">
+        <a href="#/post/${esc(e.node.id)}">${esc(e.node.title)}</a>
+        <div class="muted">@${esc(e.node.author.handle)} · ${counted(e.node.likeCount, 'like')} · ${counted(e.node.commentCount, 'comment')}</div></div>`).join(''));
+      after = conn.pageInfo.endCursor;
+      more.hidden = !conn.pageInfo.hasNextPage;
+      info.textContent = `${counted(postsEl.children.length, 'post')}, ${counted(pages, 'page')}, ${ORDER_LABELS[order][1]}`;
+    } catch (err) {
+      if (mine === shown) info.innerHTML = `<span class="error" data-testid="posts-error">${esc((err as Error).message)}</span>`;
+    } finally {
+      if (mine === shown) more.disabled = false;
+    }
   };
+  const show = (next: PostOrder) => {
+    order = next;
+    shown += 1;
+    after = null;
+    pages = 0;
+    postsEl.innerHTML = '';
+    more.hidden = true;
+    app.querySelectorAll<HTMLButtonElement>('[data-order]').forEach((b) => b.setAttribute('aria-pressed', String(b.dataset.order === order)));
+    postsEl.setAttribute('data-order', order);
+    postsEl.setAttribute('data-pages', '0');
+    return loadPage();
+  };
+  app.querySelector('[data-testid=post-order]')!.addEventListener('click', (e) => {
+    const b = (e.target as HTMLElement).closest<HTMLButtonElement>('[data-order]');
+    if (!b || b.dataset.order === order) return;
+    // Kept in the URL for a reload or a link, without a hashchange (which would rebuild the page).
+    history.replaceState(null, '', `#/course/${encodeURIComponent(courseId)}${b.dataset.order === 'NEW' ? '' : `/${b.dataset.order!.toLowerCase()}`}`);
+    void show(b.dataset.order as PostOrder);
+  });
   more.addEventListener('click', loadPage);
-  await loadPage();
+  await show(order);
 }
 
 const REPLY_FIELDS = `id body likeCount likedByMe author { handle } replyTo { handle }`;
@@ -317,11 +359,11 @@ async function route() {
   const me = currentUser();
   if (me) setToken(me.token);
   whoami.textContent = me ? `signed in as @${me.handle}` : '';
-  const [, page, id] = location.hash.replace(/^#/, '').split('/');
+  const [, page, id, extra] = location.hash.replace(/^#/, '').split('/');
   try {
     if (!me || !page) return await pickUser();
     if (page === 'courses') return await courses();
-    if (page === 'course' && id) return await course(decodeURIComponent(id));
+    if (page === 'course' && id) return await course(decodeURIComponent(id), orderOf(extra));
     if (page === 'post' && id) return await post(decodeURIComponent(id));
     return await pickUser();
   } catch (err) {
