@@ -1,10 +1,12 @@
 // The demo forum: pick a demo user, see their courses, page through a course's posts (Relay
 // first/after), read a post with its comments and replies, like/unlike with an optimistic
 // update, watch counts live (likeCounts) and new comments arrive live (courseActivity).
-// A course's posts come newest, hot or top first (orderBy).
+// A course's posts come newest, hot or top first (orderBy), and a bell in the header counts
+// unread notifications live (bell.ts).
 // Plain TypeScript; routes live in the URL hash: #/, #/courses, #/course/<id>[/hot|/top], #/post/<id>.
 import { gql, subscribe, setToken, onLive, GraphQLError } from './api';
 import { counted, noun, esc } from './text';
+import { bellFor } from './bell';
 
 type DemoUser = { id: string; handle: string; token: string; courses: string[] };
 type Author = { handle: string; displayName?: string };
@@ -359,6 +361,7 @@ async function route() {
   const me = currentUser();
   if (me) setToken(me.token);
   whoami.textContent = me ? `signed in as @${me.handle}` : '';
+  bellFor(me?.token ?? null);
   const [, page, id, extra] = location.hash.replace(/^#/, '').split('/');
   try {
     if (!me || !page) return await pickUser();
