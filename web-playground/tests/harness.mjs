@@ -139,3 +139,48 @@ export async function screenshotsOnFailure(name, pages, body) {
     throw err;
   }
 }
+
+/** A GraphQL call from outside the browser, as another client of the same server would make
+ * it; throws on any error in the answer. */
+export async function graphqlAs(server, token, query, variables = {}) {
+  const res = await fetch(`${server.url}/graphql`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query, variables }),
+  });
+  const body = await res.json();
+  if (body.errors?.length) throw new Error(`GraphQL errors: ${JSON.stringify(body.errors)}`);
+  return body.data;
+}
+
+/** A demo user from `seed --demo` (id, handle, token, courses). */
+export function demoUser(server, handle) {
+  const user = server.demo.users.find((u) => u.handle === handle);
+  if (!user) throw new Error(`no demo user @${handle}`);
+  return user;
+}
+
+/** A new browser context (outside requests blocked) with the demo open, signed in as `handle`
+ * through the user picker. */
+export async function demoPageAs(browser, server, handle) {
+  const context = await browser.newContext();
+  const blocked = await blockOutside(context);
+  const page = await context.newPage();
+  page.on('pageerror', (e) => console.error(`[${handle}] page error: ${e}`));
+  await page.goto(`${server.url}/demo`);
+  await page.getByTestId(`user-${handle}`).click();
+  await page.getByTestId('whoami').getByText(`@${handle}`).waitFor();
+  return { page, blocked };
+}
+
+/** Polls `probe` (async, returns a value) every 100 ms until `ok(value)`, for at most `ms`;
+ * returns the last value, or throws with `what` and that value. */
+export async function until(what, probe, ok, ms = 5000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (ok(value)) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms (last: ${JSON.stringify(value)})`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
