@@ -12,8 +12,8 @@ use crate::like_event::{CountChange, LikeTarget};
 use crate::live::{Publisher, now_micros};
 use crate::notifications::Notified;
 
-/// The lowest like milestone: a count below it cannot have reached one.
-const FIRST_MILESTONE: i32 = 10;
+/// The like counts that notify (migration 0009's trigger writes them).
+const MILESTONES: [i32; 3] = [10, 100, 1000];
 
 /// Patches the post cache and publishes committed like counts. Cheap to clone.
 #[derive(Clone)]
@@ -39,14 +39,25 @@ impl AfterCommit {
         let committed_at_us = now_micros();
         self.post_cache.like_counts_committed(changes).await;
         self.publisher.counts(changes, committed_at_us).await;
-        self.deliver_milestones(changes).await;
+        let reached: Vec<&CountChange> = changes.iter().filter(|c| c.like_count >= MILESTONES[0]).collect();
+        self.deliver_milestones(&reached).await;
+    }
+
+    /// One committed like or unlike (sync mode): the count moved by exactly one, so it reached
+    /// a milestone only if it now equals one, and every other like costs no statement here.
+    pub async fn one_like(&self, change: CountChange) {
+        let committed_at_us = now_micros();
+        self.post_cache.like_counts_committed(&[change]).await;
+        self.publisher.counts(&[change], committed_at_us).await;
+        if MILESTONES.contains(&change.like_count) {
+            self.deliver_milestones(&[&change]).await;
+        }
     }
 
     /// The milestone notifications these committed changes wrote, found by the `like_version`
-    /// each was written at, to their recipients' subscriptions. Only changes at or above the
-    /// first milestone can have written one, so most commits cost no statement.
-    async fn deliver_milestones(&self, changes: &[CountChange]) {
-        let reached: Vec<&CountChange> = changes.iter().filter(|c| c.like_count >= FIRST_MILESTONE).collect();
+    /// each was written at, to their recipients' subscriptions. Callers pass only changes that
+    /// can have reached one, so most commits cost no statement.
+    async fn deliver_milestones(&self, reached: &[&CountChange]) {
         if reached.is_empty() {
             return;
         }

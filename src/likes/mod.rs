@@ -222,7 +222,7 @@ impl Likes {
                     self.buffered.forget(user_id, course_id).await;
                     // The statement autocommitted: the count is final.
                     let change = CountChange { target, like_count: outcome.like_count, version: outcome.version };
-                    self.after_commit.like_counts(&[change]).await;
+                    self.after_commit.one_like(change).await;
                 }
                 (ShownCount { like_count: outcome.like_count, version: outcome.version }, outcome.changed)
             }

@@ -51,6 +51,12 @@ pub struct Cli {
     /// turn on the same data (the suite uses the first).
     #[arg(long = "server-bin", global = true)]
     pub server_bins: Vec<std::path::PathBuf>,
+    /// A server binary to run first, on the schema as it was before migration 0009 (without
+    /// `posts.hot_score`, the HOT and TOP indexes and the like-milestone triggers), then the
+    /// schema is put back for the others: the "before" of notifications and hot ranking, in the
+    /// same run and on the same data (`storm`, `page`). Give the binary of a commit before 0009.
+    #[arg(long = "pre-0009-server-bin", global = true)]
+    pub pre_0009_server_bin: Option<std::path::PathBuf>,
     /// `sslmode` of the servers' DATABASE_URL. Unset: the app's default (no TLS to a loopback
     /// host, see `db::without_tls_on_loopback`); `prefer` measures the cost of TLS there.
     #[arg(long, global = true)]
@@ -257,13 +263,16 @@ impl Cli {
             self.server_bins.clone()
         };
         let mut servers: Vec<server::ServerBin> =
-            exes.iter().map(|exe| server::ServerBin { exe: exe.clone(), env: Vec::new() }).collect();
+            exes.iter().map(|exe| server::ServerBin { exe: exe.clone(), env: Vec::new(), pre_0009: false }).collect();
+        if let Some(exe) = &self.pre_0009_server_bin {
+            servers.insert(0, server::ServerBin { exe: exe.clone(), env: Vec::new(), pre_0009: true });
+        }
         let mut variant = self.variant_env.clone();
         if self.redis_cluster {
             variant.push(("REDIS_CLUSTER_NODES".to_owned(), self.redis_cluster_nodes.clone()));
         }
         if !variant.is_empty() {
-            servers.extend(exes.into_iter().map(|exe| server::ServerBin { exe, env: variant.clone() }));
+            servers.extend(exes.into_iter().map(|exe| server::ServerBin { exe, env: variant.clone(), pre_0009: false }));
         }
         Ok(servers)
     }
