@@ -458,3 +458,27 @@ async fn a_like_batch_replayed_after_a_crash_notifies_its_milestone_once() {
     assert_eq!((listed.len(), unread), (1, 1), "{listed:?}");
     assert_eq!(listed[0]["kind"], "LIKE_MILESTONE");
 }
+
+#[tokio::test]
+async fn a_burst_of_mentions_is_held_to_the_write_limit_and_refused_writes_notify_nobody() {
+    let app = TestApp::spawn_with(|s| s.comment_rate_per_minute = 3).await;
+    let w = World::create(&app).await;
+    let post = post_by(&app, w.alice, w.course, "q", "b").await;
+    let mut refused = 0;
+    for n in 0..6 {
+        let response = app
+            .gql(
+                Some(&app.token(w.bob)),
+                "mutation($p: ID!, $b: String!) { createComment(postId: $p, body: $b) { id } }",
+                json!({ "p": gid("Post", post), "b": format!("@prof look {n}") }),
+            )
+            .await;
+        if response.get("errors").is_some() {
+            assert_eq!(error_code(&response).as_deref(), Some("RATE_LIMITED"), "{response}");
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 3);
+    assert_eq!(notifications_of(&app, w.instructor).await.1, 3, "one mention per accepted comment");
+    assert_eq!(notifications_of(&app, w.alice).await.1, 3, "one reply per accepted comment");
+}
