@@ -15,6 +15,7 @@ use crate::forum::courses::Role;
 use crate::forum::{comments, posts, roster};
 use crate::graphql::ids::{NodeKind, encode};
 use crate::likes::{LikeTarget, sync};
+use crate::notifications;
 
 /// Members of the mass course beyond the named demo users.
 pub const MASS_COURSE_EXTRA_MEMBERS: i64 = 2_500;
@@ -161,10 +162,15 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         "It recomputes the same values exponentially often. Try memoising.",
     )
     .await?;
+    notify(txn, &c1, bob).await?;
     let r1 = comments::create_reply(txn, &c1, bob, "Memoising with a HashMap made it instant, thanks!").await?;
-    comments::create_reply(txn, &r1, tran, "Good. Next step: can you do it with O(1) memory?").await?;
+    notify(txn, &r1, alice).await?;
+    let r2 = comments::create_reply(txn, &r1, tran, "Good. Next step: can you do it with O(1) memory? @alice, you too.")
+        .await?;
+    notify(txn, &r2, bob).await?;
     let c2 =
         comments::create_comment(txn, recursion.id, cs, tran, "See lecture 7, slide 12, on the call tree.").await?;
+    notify(txn, &c2, bob).await?;
     for (user, target) in [
         (alice, LikeTarget::Post(recursion.id)),
         (tran, LikeTarget::Post(recursion.id)),
@@ -192,12 +198,15 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         "Mostly, yes. Try the 3Blue1Brown-style picture with a shear.",
     )
     .await?;
-    comments::create_reply(txn, &c3, alice, "The shear example finally made it click for me.").await?;
+    notify(txn, &c3, carol).await?;
+    let r3 = comments::create_reply(txn, &c3, alice, "The shear example finally made it click for me.").await?;
+    notify(txn, &r3, tran).await?;
     sync::set(txn, alice, LikeTarget::Post(eigen.id), true).await?;
     let essay =
         posts::create(txn, hist, dave, "Essay topics for the midterm", "Has anyone picked the Silk Road topic?")
             .await?;
-    comments::create_comment(txn, essay.id, hist, carol, "I did! Happy to share sources.").await?;
+    let c4 = comments::create_comment(txn, essay.id, hist, carol, "I did! Happy to share sources.").await?;
+    notify(txn, &c4, dave).await?;
     sync::set(txn, bob, LikeTarget::Post(essay.id), true).await?;
 
     // WRIT100, the mass course: an announcement that half the course likes (a hot post).
@@ -217,10 +226,23 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         [announcement.id.into()],
     ))
     .await?;
-    comments::create_comment(txn, announcement.id, writ, carol, "Thank you! Does this apply to the outline too?")
-        .await?;
+    let c5 =
+        comments::create_comment(txn, announcement.id, writ, carol, "Thank you! Does this apply to the outline too?")
+            .await?;
+    notify(txn, &c5, tran).await?;
     Ok(())
 }
+
+/// The notifications a demo comment or reply causes, as the API would write them (the like
+/// milestones of the announcement come from the trigger).
+async fn notify<C: ConnectionTrait>(txn: &C, row: &comments::CommentRow, answers: i64) -> AppResult<()> {
+    let mentioned = notifications::mentions(&row.body);
+    notifications::record(txn, notifications::Cause::comment(row, answers), &mentioned, DEMO_NOTIFICATIONS_KEPT).await?;
+    Ok(())
+}
+
+/// Far above what the demo writes: the server's own NOTIFICATIONS_PER_USER trims later writes.
+const DEMO_NOTIFICATIONS_KEPT: i64 = 500;
 
 async fn summary(db: &DatabaseConnection, tokens: &TokenKeys, graphql_url: String) -> AppResult<DemoSummary> {
     let courses = CourseIdTitle::find_by_statement(stmt(
