@@ -4,7 +4,7 @@
 // live, and comments and replies can be liked.
 import { test, beforeEach, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, launchBrowser, blockOutside, screenshotsOnFailure } from './harness.mjs';
+import { startServer, launchBrowser, blockOutside, screenshotsOnFailure, demoPageAs } from './harness.mjs';
 
 let server, browser, pages;
 beforeEach(async () => {
@@ -16,16 +16,7 @@ afterEach(async () => {
   await server?.stop();
 });
 
-async function signedIn(handle) {
-  const context = await browser.newContext();
-  const blocked = await blockOutside(context);
-  const page = await context.newPage();
-  page.on('pageerror', (e) => console.error(`[${handle}] page error: ${e}`));
-  await page.goto(`${server.url}/demo`);
-  await page.getByTestId(`user-${handle}`).click();
-  await page.getByTestId('whoami').getByText(`@${handle}`).waitFor();
-  return { page, blocked };
-}
+const signedIn = (handle) => demoPageAs(browser, server, handle);
 
 /** Alice opens CS101's newest post through the UI; Bob (also in CS101) opens the same URL. */
 async function bothOnOnePost() {
