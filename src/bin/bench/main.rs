@@ -140,6 +140,9 @@ enum Scenario {
         /// Runs of every server binary, interleaved.
         #[arg(long, default_value_t = 1)]
         rounds: usize,
+        /// The orders to read, side by side: NEW, HOT, TOP (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "NEW", value_parser = clap::builder::PossibleValuesParser::new(page::ORDERS))]
+        orders: Vec<String>,
     },
     /// Likes/s one worker applies to PostgreSQL.
     WorkerApply {
@@ -209,8 +212,8 @@ async fn main() -> std::process::ExitCode {
         Scenario::Storm { likes, connections, modes, time_cap_secs, rounds, warm_sets } => {
             show(storm::run(&cli, modes, *likes, *connections, secs(*time_cap_secs), *rounds, *warm_sets).await)
         }
-        Scenario::Page { readers, pages, connections, time_cap_secs, rounds } => {
-            show(page::run(&cli, *readers, *pages, *connections, secs(*time_cap_secs), *rounds).await)
+        Scenario::Page { readers, pages, connections, time_cap_secs, rounds, orders } => {
+            show(page::run(&cli, *readers, *pages, *connections, secs(*time_cap_secs), *rounds, orders).await)
         }
         Scenario::WorkerApply { events, batches } => worker_apply::run(&cli, *events, batches).await.map(|results| {
             worker_apply::print(&results);

@@ -1,4 +1,5 @@
-//! `bench page`: the course page. R readers read the newest 20 posts of a course with
+//! `bench page`: the course page. R readers read the first 20 posts of a course (newest first,
+//! or HOT or TOP with `--orders`) with
 //! `likedByMe`, `likeCount`, `commentCount` and `author` over C keep-alive connections, on a
 //! buffered server with no like traffic. Every answer is checked: 20 posts, each with the
 //! `likedByMe` the database says for that reader. The app's counters over the measured window
@@ -22,13 +23,23 @@ use crate::load::{self, Request};
 use crate::server::{CpuSplit, Server, label, load_average};
 use crate::storm::tokens;
 
-pub const COURSE_PAGE: &str = "query($c: ID!) { course(id: $c) { posts(first: 20) { edges { node { \
-    id title likeCount commentCount likedByMe author { id handle displayName } } } } } }";
+/// The page in one of `Course.posts`' orders (`NEW`, `HOT`, `TOP`).
+pub fn course_page(order: &str) -> String {
+    format!(
+        "query($c: ID!) {{ course(id: $c) {{ posts(first: 20, orderBy: {order}) {{ edges {{ node {{ \
+         id title likeCount commentCount likedByMe author {{ id handle displayName }} }} }} }} }} }}"
+    )
+}
+
+/// The orders `bench page --orders` takes, as the API spells them.
+pub const ORDERS: [&str; 3] = ["NEW", "HOT", "TOP"];
 
 #[derive(Debug, Serialize)]
 pub struct PageResult {
     /// The server binary.
     pub server: String,
+    /// `NEW`, `HOT` or `TOP`.
+    pub order: String,
     pub readers: usize,
     pub pages: usize,
     pub failed: usize,
@@ -79,11 +90,12 @@ pub async fn run_on(
     pages: usize,
     connections: usize,
     time_cap: Duration,
+    order: &str,
 ) -> AppResult<PageResult> {
     // No view flushes during the window: their Redis commands are not the page's.
     let env = [("VIEW_FLUSH_INTERVAL", "1h".to_owned())];
     let server = Server::start(cli, exe, &fixture.url, LikeMode::Buffered, &env).await?;
-    let outcome = measure(fixture, &server, posts, readers, pages, connections, time_cap).await.map(|mut result| {
+    let outcome = measure(fixture, &server, posts, readers, pages, connections, time_cap, order).await.map(|mut result| {
         result.server = label(exe);
         result
     });
@@ -91,6 +103,7 @@ pub async fn run_on(
     outcome
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn measure(
     fixture: &Fixture,
     server: &Server,
@@ -99,16 +112,22 @@ async fn measure(
     pages: usize,
     connections: usize,
     time_cap: Duration,
+    order: &str,
 ) -> AppResult<PageResult> {
-    let body = load::graphql_body(COURSE_PAGE, json!({ "c": encode(NodeKind::Course, 1) }));
+    let body = load::graphql_body(&course_page(order), json!({ "c": encode(NodeKind::Course, 1) }));
     let reader_tokens = tokens(2, readers)?;
     let request = |n: usize| Request {
         authorization: reader_tokens[n % readers].clone(),
         body: body.clone(),
         forwarded_for: None,
     };
-    let newest: HashSet<i64> = posts.iter().rev().take(20).copied().collect();
+    let newest: HashSet<i64> = match order {
+        "NEW" => posts.iter().rev().take(20).copied().collect(),
+        ranked => first_twenty(fixture, ranked).await?,
+    };
+    let order_name = order.to_owned();
     let check: load::Check = Arc::new(move |index, data| {
+        let order = &order_name;
         let user = 2 + (index % readers) as i64;
         let edges = data["course"]["posts"]["edges"].as_array().ok_or("no edges")?;
         if edges.len() != 20 {
@@ -118,7 +137,7 @@ async fn measure(
             let node = &edge["node"];
             let (_, post) = ids::decode(node["id"].as_str().unwrap_or_default()).map_err(|e| e.to_string())?;
             if !newest.contains(&post) {
-                return Err(format!("post {post} is not one of the newest 20"));
+                return Err(format!("post {post} is not one of the first 20 in {order} order"));
             }
             let expected = (post + user) % 4 == 0;
             if node["likedByMe"].as_bool() != Some(expected) {
@@ -147,6 +166,7 @@ async fn measure(
     let per_page = |n: f64| n / (report.ok.max(1) as f64);
     Ok(PageResult {
         server: String::new(),
+        order: order.to_owned(),
         readers,
         pages: report.ok,
         failed: report.failed,
@@ -164,7 +184,21 @@ async fn measure(
     })
 }
 
-/// `bench page` on its own: a fresh database; every server binary in turn, `rounds` times.
+/// The first 20 posts of course 1 in a ranked order, as PostgreSQL ranks them.
+async fn first_twenty(fixture: &Fixture, order: &str) -> AppResult<HashSet<i64>> {
+    #[derive(sea_orm::FromQueryResult)]
+    struct Id {
+        id: i64,
+    }
+    let order_by = if order == "HOT" { "hot_score DESC, id DESC" } else { "like_count DESC, id DESC" };
+    let sql = format!("SELECT id FROM posts WHERE course_id = 1 AND deleted_at IS NULL ORDER BY {order_by} LIMIT 20");
+    let rows = <Id as sea_orm::FromQueryResult>::find_by_statement(stmt(&sql, [])).all(&fixture.db).await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// `bench page` on its own: a fresh database; every server binary in turn, in each of
+/// `orders` (a binary from before migration 0009 reads NEW only), `rounds` times.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     cli: &crate::Cli,
     readers: usize,
@@ -172,6 +206,7 @@ pub async fn run(
     connections: usize,
     time_cap: Duration,
     rounds: usize,
+    orders: &[String],
 ) -> AppResult<Vec<PageResult>> {
     let servers = cli.servers()?;
     let fixture = Fixture::create(&cli.database_url, readers.max(21) as i64).await?;
@@ -179,10 +214,14 @@ pub async fn run(
         let posts = prepare(&fixture, readers).await?;
         let mut results = Vec::new();
         for _ in 0..rounds.max(1) {
-            for exe in &servers {
-                let r = run_on(cli, exe, &fixture, &posts, readers, pages, connections, time_cap).await?;
+            for (exe, order) in servers.iter().flat_map(|exe| orders.iter().map(move |order| (exe, order))) {
+                if exe.pre_0009 && order != "NEW" {
+                    continue;
+                }
+                let r = run_on(cli, exe, &fixture, &posts, readers, pages, connections, time_cap, order).await?;
                 eprintln!(
-                    "page {:<28} {:>7.0} pages/s  p50 {:>6.1} ms  p99 {:>6.1} ms  failed {}  redis/page {:.3}  sql/page {:.3}  cpu server {:.1}s bench {:.1}s pg {:.1}s redis {:.1}s = {:.2} ms/page  load {:.2}",
+                    "page {} {:<28} {:>7.0} pages/s  p50 {:>6.1} ms  p99 {:>6.1} ms  failed {}  redis/page {:.3}  sql/page {:.3}  cpu server {:.1}s bench {:.1}s pg {:.1}s redis {:.1}s = {:.2} ms/page  load {:.2}",
+                    r.order,
                     r.server,
                     r.pages_per_s,
                     r.p50_ms,

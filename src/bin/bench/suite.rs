@@ -135,7 +135,7 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
         }
         eprintln!("bench suite: course page…");
         let page =
-            page::run_on(cli, &exe, &fixture, &page_posts, config.readers, config.pages, config.connections, cap)
+            page::run_on(cli, &exe, &fixture, &page_posts, config.readers, config.pages, config.connections, cap, "NEW")
                 .await?;
         eprintln!("bench suite: live delivery…");
         let live =
