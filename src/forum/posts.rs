@@ -97,8 +97,9 @@ impl Ranking {
 }
 
 /// The `limit` best-ranked live posts of a course that are not in `shown`, and whether more
-/// remain: one step of a ranked walk (served by `posts_course_hot_idx` / `_top_idx`, skipping
-/// what the walk has shown).
+/// remain: one step of a ranked walk. The course's posts come through `posts_course_feed_idx`
+/// and are ranked here, by a top-N sort: neither order is indexed, so that a like stays a
+/// heap-only update of its post's row (migration 0009 says why).
 pub async fn ranked_page(
     db: &impl ConnectionTrait,
     course_id: i64,

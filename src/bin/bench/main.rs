@@ -52,7 +52,7 @@ pub struct Cli {
     #[arg(long = "server-bin", global = true)]
     pub server_bins: Vec<std::path::PathBuf>,
     /// A server binary to run first, on the schema as it was before migration 0009 (without
-    /// `posts.hot_score`, the HOT and TOP indexes and the like-milestone triggers), then the
+    /// `posts.hot_score` and the like-milestone triggers), then the
     /// schema is put back for the others: the "before" of notifications and hot ranking, in the
     /// same run and on the same data (`storm`, `page`). Give the binary of a commit before 0009.
     #[arg(long = "pre-0009-server-bin", global = true)]
@@ -143,6 +143,10 @@ enum Scenario {
         /// The orders to read, side by side: NEW, HOT, TOP (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "NEW", value_parser = clap::builder::PossibleValuesParser::new(page::ORDERS))]
         orders: Vec<String>,
+        /// Posts added to the course beyond the page's 24, with counts of their own: HOT and TOP
+        /// rank every live post of a course at read time, so their cost grows with it.
+        #[arg(long, default_value_t = 0)]
+        course_posts: usize,
     },
     /// Likes/s one worker applies to PostgreSQL.
     WorkerApply {
@@ -212,8 +216,11 @@ async fn main() -> std::process::ExitCode {
         Scenario::Storm { likes, connections, modes, time_cap_secs, rounds, warm_sets } => {
             show(storm::run(&cli, modes, *likes, *connections, secs(*time_cap_secs), *rounds, *warm_sets).await)
         }
-        Scenario::Page { readers, pages, connections, time_cap_secs, rounds, orders } => {
-            show(page::run(&cli, *readers, *pages, *connections, secs(*time_cap_secs), *rounds, orders).await)
+        Scenario::Page { readers, pages, connections, time_cap_secs, rounds, orders, course_posts } => {
+            show(
+                page::run(&cli, *readers, *pages, *connections, secs(*time_cap_secs), *rounds, orders, *course_posts)
+                    .await,
+            )
         }
         Scenario::WorkerApply { events, batches } => worker_apply::run(&cli, *events, batches).await.map(|results| {
             worker_apply::print(&results);

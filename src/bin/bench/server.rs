@@ -16,27 +16,26 @@ use sea_orm::{DatabaseConnection, FromQueryResult};
 pub struct ServerBin {
     pub exe: std::path::PathBuf,
     pub env: Vec<(String, String)>,
-    /// Runs on the schema without migration 0009's ranking column, indexes and triggers
+    /// Runs on the schema without migration 0009's ranking column and triggers
     /// (`--pre-0009-server-bin`).
     pub pre_0009: bool,
 }
 
-/// Takes migration 0009's per-row costs out of the schema: the triggers, the ranking indexes
-/// and the generated column (the notification tables stay: nothing writes them then).
+/// Takes migration 0009's per-row costs out of the schema: the triggers and the generated
+/// column (the notification tables stay: nothing writes them then).
 const SCHEMA_WITHOUT_0009: &str = "DROP TRIGGER IF EXISTS posts_like_milestones ON posts; \
      DROP TRIGGER IF EXISTS comments_like_milestones ON comments; \
-     DROP INDEX IF EXISTS posts_course_hot_idx; DROP INDEX IF EXISTS posts_course_top_idx; \
      ALTER TABLE posts DROP COLUMN IF EXISTS hot_score";
 
 /// Puts them back as migration 0009 made them.
 const SCHEMA_WITH_0009: &str = "ALTER TABLE posts ADD COLUMN IF NOT EXISTS hot_score double precision \
        GENERATED ALWAYS AS (post_hot_score(like_count, comment_count, created_at)) STORED; \
-     CREATE INDEX IF NOT EXISTS posts_course_hot_idx ON posts (course_id, hot_score DESC, id DESC) WHERE deleted_at IS NULL; \
-     CREATE INDEX IF NOT EXISTS posts_course_top_idx ON posts (course_id, like_count DESC, id DESC) WHERE deleted_at IS NULL; \
-     CREATE OR REPLACE TRIGGER posts_like_milestones AFTER UPDATE OF like_count ON posts \
-       FOR EACH ROW WHEN (NEW.like_count >= 10 AND NEW.like_count > OLD.like_count) EXECUTE FUNCTION post_like_milestones(); \
-     CREATE OR REPLACE TRIGGER comments_like_milestones AFTER UPDATE OF like_count ON comments \
-       FOR EACH ROW WHEN (NEW.like_count >= 10 AND NEW.like_count > OLD.like_count) EXECUTE FUNCTION comment_like_milestones()";
+     CREATE OR REPLACE TRIGGER posts_like_milestones AFTER UPDATE OF like_count ON posts FOR EACH ROW \
+       WHEN ((OLD.like_count < 10 AND NEW.like_count >= 10) OR (OLD.like_count < 100 AND NEW.like_count >= 100) \
+          OR (OLD.like_count < 1000 AND NEW.like_count >= 1000)) EXECUTE FUNCTION post_like_milestones(); \
+     CREATE OR REPLACE TRIGGER comments_like_milestones AFTER UPDATE OF like_count ON comments FOR EACH ROW \
+       WHEN ((OLD.like_count < 10 AND NEW.like_count >= 10) OR (OLD.like_count < 100 AND NEW.like_count >= 100) \
+          OR (OLD.like_count < 1000 AND NEW.like_count >= 1000)) EXECUTE FUNCTION comment_like_milestones()";
 
 /// A short name for a server in tables: its file name and, for `course-forum` itself, the
 /// profile directory (`release/course-forum`), then its own environment.
