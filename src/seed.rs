@@ -165,8 +165,9 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
     notify(txn, &c1, bob).await?;
     let r1 = comments::create_reply(txn, &c1, bob, "Memoising with a HashMap made it instant, thanks!").await?;
     notify(txn, &r1, alice).await?;
-    let r2 = comments::create_reply(txn, &r1, tran, "Good. Next step: can you do it with O(1) memory? @alice, you too.")
-        .await?;
+    let r2 =
+        comments::create_reply(txn, &r1, tran, "Good. Next step: can you do it with O(1) memory? @alice, you too.")
+            .await?;
     notify(txn, &r2, bob).await?;
     let c2 =
         comments::create_comment(txn, recursion.id, cs, tran, "See lecture 7, slide 12, on the call tree.").await?;
@@ -237,7 +238,8 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
 /// milestones of the announcement come from the trigger).
 async fn notify<C: ConnectionTrait>(txn: &C, row: &comments::CommentRow, answers: i64) -> AppResult<()> {
     let mentioned = notifications::mentions(&row.body);
-    notifications::record(txn, notifications::Cause::comment(row, answers), &mentioned, DEMO_NOTIFICATIONS_KEPT).await?;
+    notifications::record(txn, notifications::Cause::comment(row, answers), &mentioned, DEMO_NOTIFICATIONS_KEPT)
+        .await?;
     Ok(())
 }
 

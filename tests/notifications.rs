@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 const LIST: &str = "query { notifications(first: 50) { unreadCount edges { node { \
     id kind read milestone actor { handle } post { id } comment { id } } } } }";
 
-const LIVE: &str = "subscription { notifications { unreadCount notification { id kind actor { handle } post { id } } } }";
+const LIVE: &str =
+    "subscription { notifications { unreadCount notification { id kind actor { handle } post { id } } } }";
 
 /// The user's notifications as the API lists them, newest first, and their unread count.
 async fn notifications_of(app: &TestApp, user: i64) -> (Vec<Value>, i64) {
@@ -151,7 +152,8 @@ async fn a_text_with_too_many_mentions_is_refused_and_writes_nothing() {
         )
         .await;
     assert_eq!(error_code(&response).as_deref(), Some("BAD_USER_INPUT"), "{response}");
-    let body = app.scalar_i64("SELECT (body = 'no one')::int::bigint AS v FROM posts WHERE id = $1", [post.into()]).await;
+    let body =
+        app.scalar_i64("SELECT (body = 'no one')::int::bigint AS v FROM posts WHERE id = $1", [post.into()]).await;
     assert_eq!(body, 1, "the refused edit changed nothing");
     assert_eq!(stored_notifications(&app).await, 0);
 }
@@ -341,7 +343,8 @@ async fn each_user_keeps_only_their_newest_notifications_and_pages_walk_them_all
     for n in 0..7 {
         comments.push(comment_by(&app, w.bob, post, &format!("comment {n}")).await);
     }
-    let kept = app.scalar_i64("SELECT count(*) AS v FROM notifications WHERE recipient_id = $1", [w.alice.into()]).await;
+    let kept =
+        app.scalar_i64("SELECT count(*) AS v FROM notifications WHERE recipient_id = $1", [w.alice.into()]).await;
     assert_eq!(kept, 4);
     // Pages of 3, newest first, through the cursor.
     let page = "query($after: String) { notifications(first: 3, after: $after) { \

@@ -301,7 +301,10 @@ pub async fn soft_delete<C: ConnectionTrait + TransactionTrait>(db: &C, comment:
 /// Each chunk locks its posts first, as every comment writer does, and counts only then (a
 /// statement of its own, so its snapshot is taken after the locks): a comment committing
 /// meanwhile is either counted or waits for the chunk, never lost.
-pub async fn recount_post_comments<C: ConnectionTrait + TransactionTrait>(db: &C, chunk: i64) -> AppResult<Vec<(i64, i32)>> {
+pub async fn recount_post_comments<C: ConnectionTrait + TransactionTrait>(
+    db: &C,
+    chunk: i64,
+) -> AppResult<Vec<(i64, i32)>> {
     #[derive(FromQueryResult)]
     struct Fixed {
         id: i64,

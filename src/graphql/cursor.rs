@@ -135,7 +135,9 @@ impl CursorType for PostsCursor {
     type Error = AppError;
 
     fn decode_cursor(raw: &str) -> Result<Self, Self::Error> {
-        KeyCursor::decode_cursor(raw).map(PostsCursor::Key).or_else(|_| RankCursor::decode_cursor(raw).map(PostsCursor::Ranked))
+        KeyCursor::decode_cursor(raw)
+            .map(PostsCursor::Key)
+            .or_else(|_| RankCursor::decode_cursor(raw).map(PostsCursor::Ranked))
     }
 
     fn encode_cursor(&self) -> String {
@@ -171,7 +173,8 @@ mod tests {
         for bytes in [&b"r:hot:\x03\x00"[..], &b"r:hot:\x83"[..], &b"r:new:\x03"[..]] {
             assert!(RankCursor::decode_cursor(&URL_SAFE_NO_PAD.encode(bytes)).is_err());
         }
-        let too_long: Vec<u8> = b"r:top:".iter().copied().chain(std::iter::repeat_n(1u8, MAX_RANKED_WALK + 1)).collect();
+        let too_long: Vec<u8> =
+            b"r:top:".iter().copied().chain(std::iter::repeat_n(1u8, MAX_RANKED_WALK + 1)).collect();
         assert!(RankCursor::decode_cursor(&URL_SAFE_NO_PAD.encode(too_long)).is_err());
     }
 }

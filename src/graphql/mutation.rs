@@ -22,8 +22,8 @@ use crate::kv::ratelimit::WriteKind;
 use crate::likes::{LikeTarget, Membership, ShownCount};
 use crate::live::{Activity, ActivityKind};
 use crate::notifications::{self, Cause, Notified};
-use sea_orm::{ConnectionTrait, TransactionTrait};
 use crate::views::{ClientIp, ViewOutcome};
+use sea_orm::{ConnectionTrait, TransactionTrait};
 
 /// What can be changed. Every mutation needs a signed-in user, else UNAUTHENTICATED. Writes
 /// are limited per user per minute: one over its limit is RATE_LIMITED, with
@@ -49,8 +49,7 @@ impl NotificationMutations {
     async fn mark_notifications_read(
         &self,
         ctx: &Context<'_>,
-        #[graphql(desc = "The global id of your newest notification to mark read (`Notification.id`).")]
-        up_to: ID,
+        #[graphql(desc = "The global id of your newest notification to mark read (`Notification.id`).")] up_to: ID,
     ) -> Result<Option<super::notifications::NotificationsRead>> {
         nullable(async {
             viewer(ctx)?;

@@ -4,21 +4,20 @@
 
 use std::future::Future;
 
-use async_graphql::connection::{Connection, Edge};
+use async_graphql::connection::{Connection, CursorType, Edge};
 use async_graphql::{Context, ID, Interface, Object, Result, SimpleObject};
 use chrono::{DateTime, Utc};
 
 use super::context::{state, viewer};
 use super::cursor::{self, KeyCursor, MAX_RANKED_WALK, PostsCursor, RankCursor};
-use async_graphql::connection::CursorType;
 use super::ids::{NodeKind, encode};
 use super::loaders::{liked_by_me, loaders, prime_liked, user};
 use crate::error::AppError;
 use crate::forum::comments::{CommentRow, Thread};
 use crate::forum::courses::{CourseRow, Role};
 use crate::forum::paging::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Page, PageRequest};
-use crate::forum::posts::{self, Ranking};
 use crate::forum::posts::PostRow;
+use crate::forum::posts::{self, Ranking};
 use crate::forum::users::UserRow;
 use crate::likes::LikeTarget;
 
@@ -290,13 +289,17 @@ impl Course {
         }
         let limit = first.unwrap_or(DEFAULT_PAGE_SIZE);
         if !(1..=MAX_PAGE_SIZE).contains(&limit) {
-            return Err(AppError::bad_input(format!("`first` must be between 1 and {MAX_PAGE_SIZE}, got {limit}")).into());
+            return Err(
+                AppError::bad_input(format!("`first` must be between 1 and {MAX_PAGE_SIZE}, got {limit}")).into()
+            );
         }
         let shown: Vec<i64> = match after.as_deref().map(PostsCursor::decode_cursor).transpose()? {
             None => Vec::new(),
             Some(PostsCursor::Ranked(cursor)) if cursor.ranking == ranking => cursor.shown().to_vec(),
             Some(_) => {
-                return Err(AppError::bad_input("this cursor belongs to another order: pass one this order returned").into());
+                return Err(
+                    AppError::bad_input("this cursor belongs to another order: pass one this order returned").into()
+                );
             }
         };
         // The walk's end: never more than MAX_RANKED_WALK posts, so cursors stay small.
@@ -348,7 +351,8 @@ impl Course {
 /// A keyset page of posts as a `PostConnection` (the type every list of posts shares).
 pub(crate) fn post_connection(page: Page<PostRow>) -> Connection<PostsCursor, Post> {
     let mut conn = Connection::new(page.has_prev, page.has_next);
-    conn.edges.extend(page.items.into_iter().map(|row| Edge::new(PostsCursor::Key(KeyCursor(row.id)), Post::from(row))));
+    conn.edges
+        .extend(page.items.into_iter().map(|row| Edge::new(PostsCursor::Key(KeyCursor(row.id)), Post::from(row))));
     conn
 }
 

@@ -122,7 +122,12 @@ pub struct Notified {
 /// who is a member of the course) in ONE statement, inside the caller's transaction, and trims
 /// each recipient to their newest `kept`. Returns the rows written (none for a cause already
 /// notified).
-pub async fn record(txn: &impl ConnectionTrait, cause: Cause, handles: &[String], kept: i64) -> AppResult<Vec<Notified>> {
+pub async fn record(
+    txn: &impl ConnectionTrait,
+    cause: Cause,
+    handles: &[String],
+    kept: i64,
+) -> AppResult<Vec<Notified>> {
     if cause.answers.is_none() && handles.is_empty() {
         return Ok(Vec::new());
     }
@@ -250,7 +255,12 @@ pub async fn page(
 }
 
 /// One visible notification of the user, if it is one.
-pub async fn find(db: &impl ConnectionTrait, user_id: i64, courses: &[i64], id: i64) -> AppResult<Option<NotificationRow>> {
+pub async fn find(
+    db: &impl ConnectionTrait,
+    user_id: i64,
+    courses: &[i64],
+    id: i64,
+) -> AppResult<Option<NotificationRow>> {
     let sql = format!(
         "SELECT n.id, n.kind, n.course_id, n.actor_id, n.post_id, n.comment_id, n.milestone, n.created_at, \
                 n.id <= {READ_UP_TO} AS read \

@@ -216,12 +216,9 @@ async fn main() -> std::process::ExitCode {
         Scenario::Storm { likes, connections, modes, time_cap_secs, rounds, warm_sets } => {
             show(storm::run(&cli, modes, *likes, *connections, secs(*time_cap_secs), *rounds, *warm_sets).await)
         }
-        Scenario::Page { readers, pages, connections, time_cap_secs, rounds, orders, course_posts } => {
-            show(
-                page::run(&cli, *readers, *pages, *connections, secs(*time_cap_secs), *rounds, orders, *course_posts)
-                    .await,
-            )
-        }
+        Scenario::Page { readers, pages, connections, time_cap_secs, rounds, orders, course_posts } => show(
+            page::run(&cli, *readers, *pages, *connections, secs(*time_cap_secs), *rounds, orders, *course_posts).await,
+        ),
         Scenario::WorkerApply { events, batches } => worker_apply::run(&cli, *events, batches).await.map(|results| {
             worker_apply::print(&results);
             true
@@ -282,7 +279,11 @@ impl Cli {
             variant.push(("REDIS_CLUSTER_NODES".to_owned(), self.redis_cluster_nodes.clone()));
         }
         if !variant.is_empty() {
-            servers.extend(exes.into_iter().map(|exe| server::ServerBin { exe, env: variant.clone(), pre_0009: false }));
+            servers.extend(exes.into_iter().map(|exe| server::ServerBin {
+                exe,
+                env: variant.clone(),
+                pre_0009: false,
+            }));
         }
         Ok(servers)
     }

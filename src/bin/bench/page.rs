@@ -97,10 +97,11 @@ pub async fn run_on(
     // No view flushes during the window: their Redis commands are not the page's.
     let env = [("VIEW_FLUSH_INTERVAL", "1h".to_owned())];
     let server = Server::start(cli, exe, &fixture.url, LikeMode::Buffered, &env).await?;
-    let outcome = measure(fixture, &server, posts, readers, pages, connections, time_cap, order).await.map(|mut result| {
-        result.server = label(exe);
-        result
-    });
+    let outcome =
+        measure(fixture, &server, posts, readers, pages, connections, time_cap, order).await.map(|mut result| {
+            result.server = label(exe);
+            result
+        });
     server.stop().await;
     outcome
 }

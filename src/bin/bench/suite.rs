@@ -134,9 +134,18 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
             );
         }
         eprintln!("bench suite: course page…");
-        let page =
-            page::run_on(cli, &exe, &fixture, &page_posts, config.readers, config.pages, config.connections, cap, "NEW")
-                .await?;
+        let page = page::run_on(
+            cli,
+            &exe,
+            &fixture,
+            &page_posts,
+            config.readers,
+            config.pages,
+            config.connections,
+            cap,
+            "NEW",
+        )
+        .await?;
         eprintln!("bench suite: live delivery…");
         let live =
             live::run_on(cli, &fixture, live_post, config.subscribers, config.live_likes, config.connections, 500)
