@@ -7,7 +7,6 @@
 
 mod common;
 
-
 use common::likes::{Target, rows_and_counter, toggle, unapplied};
 use common::{TestApp, World};
 use course_forum::config::LikeMode;

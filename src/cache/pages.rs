@@ -17,6 +17,14 @@
 //! makes it not store at all (drops). A load therefore never puts back a row older than a
 //! change already heard.
 //!
+//! **HOT and TOP first pages** are kept too, for `RANKED_PAGE_TTL` at most (half a second).
+//! The same drops apply, so a deleted post leaves them at once. A committed like drops the
+//! ranked pages of its post's course when this instance knows the course (the post is on a
+//! page or among the posts kept here, as it is on the instance that took the like), and a load
+//! that a like overtook is not kept. A like on a post this instance has not seen can still
+//! lift it into a kept page unnoticed: the short TTL bounds that, inside the second in which a
+//! like must show in HOT order.
+//!
 //! **How stale a page can be.** Behind the database by the relay's delay (a few milliseconds)
 //! for changes published on the live channel. A change that is not published (SQL by hand,
 //! `course-forum reconcile`) or a message lost while the relay was not subscribed shows at
@@ -31,9 +39,12 @@ use crate::forum::paging::{Page, PageRequest};
 use sea_orm::ConnectionTrait;
 
 use crate::error::AppResult;
-use crate::forum::posts::{self, PostRow};
+use crate::forum::posts::{self, PostRow, Ranking};
 use crate::like_event::{CountChange, LikeTarget};
 use crate::live::{ActivityKind, LiveMessage};
+
+/// Longest a HOT or TOP first page is served without a reload (see the module doc).
+pub const RANKED_PAGE_TTL: Duration = Duration::from_millis(500);
 
 /// Most pages kept. A server past it forgets them all and starts over (a page is one
 /// statement to read again).
@@ -70,9 +81,17 @@ pub struct CoursePages {
     ttl: Duration,
 }
 
+/// Which page of a course: a keyset page in NEW order, or the first page of a ranked order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum PageKey {
+    Keyset(PageRequest),
+    /// The first `limit` posts in HOT or TOP order.
+    RankedFirst(Ranking, i64),
+}
+
 #[derive(Default)]
 struct Pages {
-    by_course: HashMap<i64, HashMap<PageRequest, Cached>>,
+    by_course: HashMap<i64, HashMap<PageKey, Cached>>,
     pages: usize,
     /// The course of every post on a cached page (a post's course never changes). May name
     /// posts no longer cached: that costs a lookup, never a wrong answer.
@@ -114,12 +133,38 @@ impl CoursePages {
 
     /// A page served lately, unless older than the TTL.
     pub fn get(&self, course_id: i64, request: &PageRequest) -> Option<Arc<Page<PostRow>>> {
+        self.get_key(course_id, &PageKey::Keyset(*request))
+    }
+
+    fn get_key(&self, course_id: i64, key: &PageKey) -> Option<Arc<Page<PostRow>>> {
         if !self.enabled() {
             return None;
         }
+        let ttl = match key {
+            PageKey::Keyset(_) => self.ttl,
+            PageKey::RankedFirst(..) => self.ttl.min(RANKED_PAGE_TTL),
+        };
         let pages = self.lock();
-        let cached = pages.by_course.get(&course_id)?.get(request)?;
-        (cached.stored_at.elapsed() < self.ttl).then(|| cached.page.clone())
+        let cached = pages.by_course.get(&course_id)?.get(key)?;
+        (cached.stored_at.elapsed() < ttl).then(|| cached.page.clone())
+    }
+
+    /// The first `limit` posts of a course in HOT or TOP order, from memory (at most
+    /// `RANKED_PAGE_TTL` old) or read from the database (and kept).
+    pub async fn ranked_first_page(
+        &self,
+        db: &impl ConnectionTrait,
+        course_id: i64,
+        ranking: Ranking,
+        limit: i64,
+    ) -> AppResult<Arc<Page<PostRow>>> {
+        let key = PageKey::RankedFirst(ranking, limit);
+        if let Some(page) = self.get_key(course_id, &key) {
+            return Ok(page);
+        }
+        let start = self.begin();
+        let (items, has_next) = posts::ranked_page(db, course_id, ranking, &[], limit).await?;
+        Ok(self.store_key(start, course_id, key, Page { items, has_next, has_prev: false }))
     }
 
     /// The page from memory, or read from the database (and kept).
@@ -169,7 +214,7 @@ impl CoursePages {
             return;
         }
         let mut pages = self.lock();
-        if pages.catch_up(start, None, std::slice::from_mut(&mut row)) {
+        if pages.catch_up(start, None, false, std::slice::from_mut(&mut row)) {
             if pages.posts.len() >= MAX_POSTS {
                 pages.posts.clear();
             }
@@ -184,13 +229,18 @@ impl CoursePages {
         start: LoadStart,
         course_id: i64,
         request: PageRequest,
-        mut page: Page<PostRow>,
+        page: Page<PostRow>,
     ) -> Arc<Page<PostRow>> {
+        self.store_key(start, course_id, PageKey::Keyset(request), page)
+    }
+
+    fn store_key(&self, start: LoadStart, course_id: i64, key: PageKey, mut page: Page<PostRow>) -> Arc<Page<PostRow>> {
         if !self.enabled() {
             return Arc::new(page);
         }
         let mut pages = self.lock();
-        let caught_up = pages.catch_up(start, Some(course_id), &mut page.items);
+        let ranked = matches!(key, PageKey::RankedFirst(..));
+        let caught_up = pages.catch_up(start, Some(course_id), ranked, &mut page.items);
         let page = Arc::new(page);
         if caught_up {
             if pages.pages >= MAX_PAGES {
@@ -202,7 +252,7 @@ impl CoursePages {
                 pages.course_of_post.insert(row.id, course_id);
             }
             let cached = Cached { page: page.clone(), stored_at: Instant::now() };
-            if pages.by_course.entry(course_id).or_default().insert(request, cached).is_none() {
+            if pages.by_course.entry(course_id).or_default().insert(key, cached).is_none() {
                 pages.pages += 1;
             }
         }
@@ -275,7 +325,14 @@ impl Pages {
                 if let Some(cached) = post.and_then(|p| self.posts.get_mut(&p)) {
                     patch(std::slice::from_mut(&mut cached.row), &change);
                 }
-                let Some(course) = post.and_then(|p| self.course_of_post.get(&p).copied()) else { return };
+                let known_course = post.and_then(|p| {
+                    self.course_of_post.get(&p).copied().or_else(|| self.posts.get(&p).map(|c| c.row.course_id))
+                });
+                let Some(course) = known_course else { return };
+                if matches!(change, Change::Likes(_)) {
+                    // A like may reorder HOT and TOP: patching counts is not enough there.
+                    self.drop_ranked(course);
+                }
                 for cached in self.by_course.get_mut(&course).into_iter().flat_map(|pages| pages.values_mut()) {
                     if cached.page.items.iter().any(|row| Some(row.id) == post) {
                         patch(&mut Arc::make_mut(&mut cached.page).items, &change);
@@ -291,6 +348,14 @@ impl Pages {
         }
     }
 
+    fn drop_ranked(&mut self, course: i64) {
+        if let Some(pages) = self.by_course.get_mut(&course) {
+            let before = pages.len();
+            pages.retain(|key, _| matches!(key, PageKey::Keyset(_)));
+            self.pages -= before - pages.len();
+        }
+    }
+
     fn drop_course(&mut self, course: i64) {
         if let Some(dropped) = self.by_course.remove(&course) {
             self.pages -= dropped.len();
@@ -299,8 +364,9 @@ impl Pages {
 
     /// Applies to `rows` (read since `start`: a page of `course`, or one post) the changes heard
     /// since. False when one of them may have changed which rows they are, or changed one
-    /// beyond a patch, or the log no longer reaches back to `start`.
-    fn catch_up(&self, start: LoadStart, course: Option<i64>, rows: &mut [PostRow]) -> bool {
+    /// beyond a patch, or the log no longer reaches back to `start`; for a `ranked` page, also
+    /// when any like was committed meanwhile (it may have reordered the course).
+    fn catch_up(&self, start: LoadStart, course: Option<i64>, ranked: bool, rows: &mut [PostRow]) -> bool {
         if self.seq == start.0 {
             return true;
         }
@@ -312,6 +378,7 @@ impl Pages {
                 Change::Everything => return false,
                 Change::Course(c) if Some(*c) == course => return false,
                 Change::Post(p) if rows.iter().any(|row| row.id == *p) => return false,
+                Change::Likes(_) if ranked => return false,
                 Change::Likes(_) | Change::Views { .. } => patch(rows, change),
                 Change::Course(_) | Change::Post(_) => {}
             }

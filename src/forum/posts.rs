@@ -79,7 +79,7 @@ pub async fn page_in_course(db: &impl ConnectionTrait, course_id: i64, page: &Pa
 /// itself: `hot_score` is a generated column of the counts and the creation time
 /// (`post_hot_score()` in migration 0009), so every statement that commits a count commits
 /// the ranking with it, and a deleted post leaves both orders with its `deleted_at`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Ranking {
     /// Engagement with a decay by age: log10(max(1, likes + 2 * comments)) + created / 45000 s.
     Hot,
