@@ -15,7 +15,7 @@ use super::ids::{NodeKind, encode};
 use super::loaders::{loaders, user};
 use super::types::{AnyComment, Course, Post, User};
 use crate::error::AppError;
-use crate::forum::paging::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::forum::paging::PageRequest;
 use crate::notifications::{self, NotificationRow};
 use crate::state::AppState;
 
@@ -108,13 +108,11 @@ pub async fn page(
     first: Option<i32>,
     after: Option<String>,
 ) -> Result<Connection<KeyCursor, Notification, NotificationTotals>> {
-    let limit = first.unwrap_or(DEFAULT_PAGE_SIZE);
-    if !(1..=MAX_PAGE_SIZE).contains(&limit) {
-        return Err(AppError::bad_input(format!("`first` must be between 1 and {MAX_PAGE_SIZE}, got {limit}")).into());
-    }
-    let before = cursor::decode(after.as_deref())?;
+    // Newest first: the cursor is an upper bound on the id, as `after` in a NEW list of posts.
+    let page = PageRequest::new(first, cursor::decode(after.as_deref())?, None, None)?;
+    let before = page.cursor;
     let (user_id, courses) = courses_of_viewer(ctx).await?;
-    let (rows, more) = notifications::page(&state(ctx)?.db, user_id, &courses, before, limit as i64).await?;
+    let (rows, more) = notifications::page(&state(ctx)?.db, user_id, &courses, before, page.limit).await?;
     let mut conn = Connection::with_additional_fields(before.is_some(), more, NotificationTotals { user_id, courses });
     conn.edges.extend(rows.into_iter().map(|row| Edge::new(KeyCursor(row.id), Notification(row))));
     Ok(conn)

@@ -15,7 +15,7 @@ use super::loaders::{liked_by_me, loaders, prime_liked, user};
 use crate::error::AppError;
 use crate::forum::comments::{CommentRow, Thread};
 use crate::forum::courses::{CourseRow, Role};
-use crate::forum::paging::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Page, PageRequest};
+use crate::forum::paging::{Page, PageRequest};
 use crate::forum::posts::PostRow;
 use crate::forum::posts::{self, Ranking};
 use crate::forum::users::UserRow;
@@ -287,12 +287,8 @@ impl Course {
         if last.is_some() || before.is_some() {
             return Err(AppError::bad_input("HOT and TOP page forward only: use `first` and `after`").into());
         }
-        let limit = first.unwrap_or(DEFAULT_PAGE_SIZE);
-        if !(1..=MAX_PAGE_SIZE).contains(&limit) {
-            return Err(
-                AppError::bad_input(format!("`first` must be between 1 and {MAX_PAGE_SIZE}, got {limit}")).into()
-            );
-        }
+        // The page size checks of every connection (`first` 1 to 100, 20 by default).
+        let limit = PageRequest::new(first, None, None, None)?.limit;
         let shown: Vec<i64> = match after.as_deref().map(PostsCursor::decode_cursor).transpose()? {
             None => Vec::new(),
             Some(PostsCursor::Ranked(cursor)) if cursor.ranking == ranking => cursor.shown().to_vec(),
@@ -307,7 +303,7 @@ impl Course {
         let (rows, more) = if room == 0 {
             (Vec::new(), false)
         } else {
-            let limit = i64::from(limit).min(room);
+            let limit = limit.min(room);
             let state = state(ctx)?;
             let (rows, more) = if shown.is_empty() {
                 // The first page, the one every reader opens: from memory for up to half a second.

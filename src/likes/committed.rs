@@ -29,16 +29,14 @@ impl AfterCommit {
     }
 
     /// Committed counts: into cached posts first (a subscriber that reloads the post sees the
-    /// new count), then to every instance. The time on entry is the commit time as this
-    /// process saw it (`likeCountCommittedAt` for subscribers). Best effort, like both halves: the
-    /// counts are already in PostgreSQL.
+    /// new count), then to every instance, then the milestones they reached. The time on entry
+    /// is the commit time as this process saw it (`likeCountCommittedAt` for subscribers). Best
+    /// effort, like every part: the counts are already in PostgreSQL.
     pub async fn like_counts(&self, changes: &[CountChange]) {
         if changes.is_empty() {
             return;
         }
-        let committed_at_us = now_micros();
-        self.post_cache.like_counts_committed(changes).await;
-        self.publisher.counts(changes, committed_at_us).await;
+        self.show(changes).await;
         let reached: Vec<&CountChange> = changes.iter().filter(|c| c.like_count >= MILESTONES[0]).collect();
         self.deliver_milestones(&reached).await;
     }
@@ -46,12 +44,17 @@ impl AfterCommit {
     /// One committed like or unlike (sync mode): the count moved by exactly one, so it reached
     /// a milestone only if it now equals one, and every other like costs no statement here.
     pub async fn one_like(&self, change: CountChange) {
-        let committed_at_us = now_micros();
-        self.post_cache.like_counts_committed(&[change]).await;
-        self.publisher.counts(&[change], committed_at_us).await;
+        self.show(&[change]).await;
         if MILESTONES.contains(&change.like_count) {
             self.deliver_milestones(&[&change]).await;
         }
+    }
+
+    /// Into cached posts, then to every instance's subscribers.
+    async fn show(&self, changes: &[CountChange]) {
+        let committed_at_us = now_micros();
+        self.post_cache.like_counts_committed(changes).await;
+        self.publisher.counts(changes, committed_at_us).await;
     }
 
     /// The milestone notifications these committed changes wrote, found by the `like_version`
