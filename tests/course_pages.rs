@@ -85,6 +85,16 @@ async fn eventually<F: AsyncFn() -> Shown>(what: &str, read: F, wanted: impl Fn(
     }
 }
 
+/// Waits until this instance's relay has heard `n` messages: the echo of a write this instance
+/// published arrives after the write answered, and drops the pages it concerns when it does.
+async fn relay_heard(app: &TestApp, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while app.state.live.stats.messages_received.load(std::sync::atomic::Ordering::Relaxed) < n {
+        assert!(Instant::now() < deadline, "the relay did not hear {n} messages within 5 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn create_post(app: &TestApp, addr: std::net::SocketAddr, user: i64, course: i64, title: &str) -> i64 {
     let response = app
         .gql_at(
@@ -314,6 +324,7 @@ async fn an_unpublished_change_shows_after_the_ttl() {
     let app = TestApp::spawn_with(|s| s.course_page_cache_ttl = Duration::from_millis(3000)).await;
     let world = World::create(&app).await;
     let post = create_post(&app, app.addr, world.alice, world.course, "before").await;
+    relay_heard(&app, 1).await;
     page_at(&app, app.addr, world.bob, world.course).await;
     let changed_at = Instant::now();
     app.scalar_i64("UPDATE posts SET title = 'by hand' WHERE id = $1 RETURNING id AS v", [post.into()]).await;
@@ -579,6 +590,7 @@ async fn a_ranked_first_page_is_kept_briefly_and_follows_likes_and_deletes_at_on
         posts.push(create_post(&app, app.addr, world.alice, world.course, &format!("post {i}")).await);
     }
     let (oldest, middle, newest) = (posts[0], posts[1], posts[2]);
+    relay_heard(&app, 3).await;
     for order in ["HOT", "TOP"] {
         let kept_at = Instant::now();
         let first = ranked_at(&app, app.addr, world.bob, world.course, order).await;
