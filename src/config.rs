@@ -329,6 +329,20 @@ pub struct Settings {
     /// no listener). `serve` has them on BIND.
     #[arg(long, env = "WORKER_METRICS_BIND", global = true)]
     pub worker_metrics_bind: Option<SocketAddr>,
+
+    /// Longest query text kept as an automatic persisted query, in bytes (`graphql::persisted`).
+    /// A longer one still runs; it is just not kept.
+    #[arg(long, env = "PERSISTED_QUERY_MAX_BYTES", default_value_t = 4 * 1024, global = true)]
+    pub persisted_query_max_bytes: usize,
+
+    /// Persisted queries one user may add per hour (0: no limit).
+    #[arg(long, env = "PERSISTED_QUERY_REGISTRATIONS_PER_HOUR", default_value_t = 60, global = true)]
+    pub persisted_query_registrations_per_hour: u32,
+
+    /// A manifest of trusted documents (Apollo's persisted query manifest, or a JSON object of
+    /// id → text): when set, only its documents run, and SIGHUP reloads it (`graphql::trusted`).
+    #[arg(long, env = "TRUSTED_DOCUMENTS", global = true)]
+    pub trusted_documents: Option<std::path::PathBuf>,
 }
 
 /// Parses durations written like `30s`, `250ms`, `1m`.

@@ -95,6 +95,9 @@ impl Application {
         if let Some(fanout) = fanout_job {
             jobs.spawn("feed fan-out", fanout.run(jobs.shutdown()));
         }
+        if let Some(trusted) = self.state.persisted_queries.trusted() {
+            jobs.spawn("trusted documents reload", trusted.clone().reload_on_hangup(jobs.shutdown()));
+        }
         tracing::info!(addr = %self.local_addr(), mode = ?settings.like_mode, "serving GraphQL");
         let lifecycle = http::Lifecycle { shutdown: stopping.clone(), worker: worker_consumer };
         let router = http::router(self.state.clone(), self.schema, lifecycle);
@@ -340,6 +343,9 @@ pub async fn build_feed_fanout(state: &AppState) -> AppResult<FanoutJob> {
     Ok(FanoutJob::new(state.jobs_db.clone(), redis, state.keys.clone(), FeedConfig::from_settings(&state.settings)))
 }
 
+/// Estimated bytes of parsed documents kept per process.
+const PARSED_DOCUMENTS_BYTES: u64 = 32 * 1024 * 1024;
+
 /// Opens every client and assembles the shared state.
 pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let settings = Arc::new(settings);
@@ -377,6 +383,12 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     );
     let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
     let memberships = Memberships::new(settings.membership_cache);
+    let trusted = match &settings.trusted_documents {
+        Some(path) => Some(Arc::new(crate::graphql::trusted::TrustedDocuments::load(path)?)),
+        None => None,
+    };
+    let persisted_queries =
+        Arc::new(crate::graphql::persisted::PersistedQueries::new(redis.clone(), keys.clone(), &settings, trusted));
     Ok(AppState {
         settings,
         db,
@@ -396,7 +408,8 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         users: Default::default(),
         feed,
         memberships,
-        parsed_documents: Default::default(),
+        parsed_documents: Arc::new(crate::graphql::persisted::ParsedDocuments::new(PARSED_DOCUMENTS_BYTES)),
+        persisted_queries,
     })
 }
 

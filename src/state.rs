@@ -58,8 +58,11 @@ pub struct AppState {
     pub feed: Feed,
     /// Who belongs to which course, kept in memory while this process hears every change.
     pub memberships: Memberships,
-    /// Recently parsed GraphQL documents, by the SHA-256 of their text.
+    /// Parsed GraphQL documents that validated for a signed-in caller, by the SHA-256 of
+    /// their text, bounded by bytes.
     pub parsed_documents: Arc<crate::graphql::persisted::ParsedDocuments>,
+    /// Automatic persisted queries (Redis), or the trusted documents' manifest.
+    pub persisted_queries: Arc<crate::graphql::persisted::PersistedQueries>,
 }
 
 impl AppState {

@@ -33,6 +33,10 @@ pub mod names {
     pub const GRAPHQL_REQUESTS: &str = "graphql_requests_total";
     pub const GRAPHQL_ERRORS: &str = "graphql_errors_total";
     pub const GRAPHQL_DURATION: &str = "graphql_request_duration_seconds";
+    pub const GRAPHQL_PARSE_DURATION: &str = "graphql_parse_duration_seconds";
+    pub const GRAPHQL_VALIDATION_DURATION: &str = "graphql_validation_duration_seconds";
+    pub const DOCUMENT_REFUSALS: &str = "graphql_document_refusals_total";
+    pub const PERSISTED_QUERY_REGISTRATIONS: &str = "persisted_query_registrations_total";
     pub const LIKE_TOGGLES: &str = "like_toggles_total";
     pub const LIKE_BATCHES: &str = "like_batches_total";
     pub const LIKE_BATCH_ENTRIES: &str = "like_batch_entries";
@@ -93,6 +97,20 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
         (GRAPHQL_REQUESTS, Counter, "operation", "GraphQL operations served (HTTP and subscriptions)"),
         (GRAPHQL_ERRORS, Counter, "operation, code", "errors in GraphQL responses, by extensions.code"),
         (GRAPHQL_DURATION, Histogram, "operation", "time to answer a query or mutation"),
+        (GRAPHQL_PARSE_DURATION, Histogram, "", "time to parse a document not kept parsed (HTTP and websocket)"),
+        (GRAPHQL_VALIDATION_DURATION, Histogram, "", "time to validate a document and cost its operation"),
+        (
+            DOCUMENT_REFUSALS,
+            Counter,
+            "limit",
+            "documents refused by the pre-pass before validation: bytes, tokens, fragments, selections, directives",
+        ),
+        (
+            PERSISTED_QUERY_REGISTRATIONS,
+            Counter,
+            "outcome",
+            "texts offered with a persisted-query hash by signed-in callers: kept, too_large, rate_limited, failed",
+        ),
         (
             LIKE_TOGGLES,
             Counter,

@@ -189,3 +189,157 @@ adversarial! {
 }
 
 const POSTS_FIELDS: &str = "posts(first: 5) { nodes { id title likeCount commentCount } }";
+
+// The linear pre-pass (graphql::document_limits): shapes whose cost is in the expansion of
+// their fragments, not in their leaves, refused before async-graphql walks them.
+
+/// `{ ...F0 }` and `levels` fragments each spreading the next twice, ending in `__typename`:
+/// about 1 KB at 25 levels, 2^levels selections once expanded.
+fn doubling_chain(levels: usize) -> String {
+    let mut text = String::from("{ ...F0 }");
+    for i in 0..levels {
+        text.push_str(&format!(" fragment F{i} on Query {{ ...F{n} ...F{n} }}", n = i + 1));
+    }
+    text + &format!(" fragment F{levels} on Query {{ __typename }}")
+}
+
+/// Answers within `seconds`, or fails the test (6b52d0b spent 13 to 16 s of CPU on 24 levels,
+/// and doubled that with each level).
+async fn answered_within(seconds: u64, answer: impl std::future::Future<Output = Value>) -> Value {
+    tokio::time::timeout(std::time::Duration::from_secs(seconds), answer)
+        .await
+        .unwrap_or_else(|_| panic!("not answered within {seconds} s"))
+}
+
+#[tokio::test]
+async fn doubling_fragment_chains_are_refused_in_milliseconds_with_their_figures() {
+    let case = world().await;
+    let app = &case.app;
+    let bob = app.token(case.world.bob);
+    // A stranger meets the limit on fragments first (20), a member the one on selections.
+    for (levels, token, limit) in [
+        (15, None, "selections"),
+        (24, None, "fragments"),
+        (31, None, "fragments"),
+        (24, Some(bob.as_str()), "selections"),
+        (31, Some(bob.as_str()), "selections"),
+    ] {
+        let response = answered_within(5, app.gql(token, &doubling_chain(levels), json!({}))).await;
+        let error = &response["errors"][0];
+        assert_eq!(error["extensions"]["code"], "DOCUMENT_LIMIT_EXCEEDED", "{levels} levels: {response}");
+        assert_eq!(error["extensions"]["limit"], limit, "{response}");
+        let found = error["extensions"]["found"].as_u64().expect("found");
+        if limit == "selections" {
+            assert!(found > 1 << levels, "the expansion is counted in full: {found}");
+            let max = if token.is_some() { 5_000 } else { 1_000 };
+            assert_eq!(error["extensions"]["max"], max, "{response}");
+        }
+        assert!(response.get("data").is_none() || response["data"].is_null(), "nothing ran: {response}");
+    }
+    // The server still answers at once afterwards: nothing was left running.
+    let health = answered_within(2, async {
+        app.http.get(app.url("/healthz")).send().await.expect("healthz").text().await.map(Value::from).expect("text")
+    })
+    .await;
+    assert_eq!(health, "ok");
+}
+
+#[tokio::test]
+async fn a_fragment_cycle_and_an_unused_bomb_are_refused_before_validation() {
+    let case = world().await;
+    let app = &case.app;
+    let bob = app.token(case.world.bob);
+    // Two fragments spreading each other twice: every walk that follows spreads loops, or
+    // (async-graphql's depth check) doubles 32 times before stopping.
+    let cycle = "{ ...A } fragment A on Query { ...B ...B } fragment B on Query { ...A ...A __typename }";
+    let response = answered_within(5, app.gql(Some(&bob), cycle, json!({}))).await;
+    assert_eq!(response["errors"][0]["extensions"]["code"], "BAD_USER_INPUT", "{response}");
+    assert!(response["errors"][0]["message"].as_str().unwrap_or_default().contains("spreads itself"), "{response}");
+}
+
+#[tokio::test]
+async fn strangers_get_the_smaller_document_budget_and_members_the_larger() {
+    let case = world().await;
+    let app = &case.app;
+    let bob = app.token(case.world.bob);
+    // 2^10 spreads: within a member's budget, past a stranger's.
+    let chain = doubling_chain(10);
+    let member = app.gql(Some(&bob), &chain, json!({})).await;
+    assert_eq!(member["data"]["__typename"], "Query", "{member}");
+    let stranger = app.gql(None, &chain, json!({})).await;
+    assert_eq!(stranger["errors"][0]["extensions"]["code"], "DOCUMENT_LIMIT_EXCEEDED", "{stranger}");
+    assert_eq!(stranger["errors"][0]["extensions"]["max"], 1_000, "{stranger}");
+    // 60 KB of comment, anonymously: refused on its size before it is parsed.
+    let comment = format!("# {}\n{{ __typename }}", "x".repeat(60 * 1024));
+    let stranger = app.gql(None, &comment, json!({})).await;
+    assert_eq!(stranger["errors"][0]["extensions"]["code"], "DOCUMENT_LIMIT_EXCEEDED", "{stranger}");
+    assert_eq!(stranger["errors"][0]["extensions"]["limit"], "bytes", "{stranger}");
+    // Many tokens in few bytes: counted before parsing too.
+    let tokens = format!("{{ {} }}", repeat(2_500, |_| "a".to_owned()));
+    let stranger = app.gql(None, &tokens, json!({})).await;
+    assert_eq!(stranger["errors"][0]["extensions"]["limit"], "tokens", "{stranger}");
+    let member = app.gql(Some(&bob), &tokens, json!({})).await;
+    assert_eq!(
+        member["errors"][0]["extensions"]["code"], "BAD_USER_INPUT",
+        "a member's budget takes it to validation, which names the unknown field: {member}"
+    );
+}
+
+/// graphql-js's `getIntrospectionQuery()` (descriptions, `specifiedByURL`, deprecations), as
+/// GraphiQL sends it before anyone signs in.
+const GRAPHIQL_INTROSPECTION: &str = "query IntrospectionQuery { __schema { queryType { name } mutationType { name } \
+    subscriptionType { name } types { ...FullType } directives { name description locations args { ...InputValue } } } } \
+    fragment FullType on __Type { kind name description specifiedByURL fields(includeDeprecated: true) { name description \
+    args { ...InputValue } type { ...TypeRef } isDeprecated deprecationReason } inputFields { ...InputValue } \
+    interfaces { ...TypeRef } enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason } \
+    possibleTypes { ...TypeRef } } fragment InputValue on __InputValue { name description type { ...TypeRef } defaultValue } \
+    fragment TypeRef on __Type { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name \
+    ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } } }";
+
+#[tokio::test]
+async fn graphiql_s_introspection_fits_a_stranger_s_budget() {
+    let app = TestApp::spawn().await;
+    let response = app.gql(None, GRAPHIQL_INTROSPECTION, json!({})).await;
+    assert!(response.get("errors").is_none(), "{response}");
+    assert_eq!(response["data"]["__schema"]["queryType"]["name"], "Query");
+}
+
+#[tokio::test]
+async fn parse_and_validation_time_and_refusals_are_metrics() {
+    let case = world().await;
+    let app = &case.app;
+    app.gql(None, "{ __typename }", json!({})).await;
+    app.gql(None, &doubling_chain(15), json!({})).await;
+    let metrics = app.http.get(app.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    for name in [
+        "graphql_parse_duration_seconds_count",
+        "graphql_validation_duration_seconds_count",
+        "graphql_document_refusals_total{limit=\"selections\"}",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from /metrics");
+    }
+}
+
+#[tokio::test]
+async fn a_doubling_chain_over_the_websocket_is_refused_as_over_http() {
+    let case = world().await;
+    let app = &case.app;
+    let bob = app.token(case.world.bob);
+    let mut socket = common::ws::GqlSocket::connect(app.addr, Some(&bob)).await.expect("connected");
+    socket.subscribe("chain", &doubling_chain(31), json!({})).await;
+    let message = socket.next_message(std::time::Duration::from_secs(5)).await.expect("answered within 5 s");
+    // async-graphql answers a request error of a subscribe as a `next` holding only errors.
+    assert_eq!(message["type"], "next", "{message}");
+    assert!(message["payload"]["data"].is_null(), "nothing ran: {message}");
+    assert_eq!(message["payload"]["errors"][0]["extensions"]["code"], "DOCUMENT_LIMIT_EXCEEDED", "{message}");
+    assert_eq!(message["payload"]["errors"][0]["extensions"]["limit"], "selections", "{message}");
+    // The socket still serves: the refusal cost nothing lasting.
+    socket.subscribe("ok", "{ __typename }", json!({})).await;
+    loop {
+        let message = socket.next_message(std::time::Duration::from_secs(5)).await.expect("answered");
+        if message["id"] == "ok" && message["type"] == "next" {
+            assert_eq!(message["payload"]["data"]["__typename"], "Query", "{message}");
+            break;
+        }
+    }
+}

@@ -1,13 +1,22 @@
-//! The schema's one extension: what runs around every request, in order. Errors get their
-//! codes (`errors`), the document's aliases and the operation's cost are limited (`limits`),
-//! and the metrics observe the request (`metrics`).
+//! The schema's one extension: what runs around every request, in order, over HTTP and over
+//! the websocket alike:
+//! 1. before anything is parsed: a trusted-documents server refuses a text not in its
+//!    manifest (`trusted`), and the text's size and tokens are limited (`document_limits`);
+//! 2. the document is taken from the parsed documents kept (`persisted::ParsedDocuments`) or
+//!    parsed here (timed: `graphql_parse_duration_seconds`), then measured by the linear
+//!    pre-pass (`document_limits`) before async-graphql's own checks and validation, which
+//!    walk fragments without memoizing;
+//! 3. validation (timed: `graphql_validation_duration_seconds`) and the cost limit
+//!    (`limits`); a document that validated for a signed-in caller is kept parsed;
+//! 4. errors get their codes (`errors`), and the metrics observe the request (`metrics`).
 //!
 //! One extension rather than one per concern, because async-graphql wraps the resolution of
 //! every field in a future of every extension, hooked or not: with four, a course page of about
 //! 180 fields ran 720 more futures, and `bench page` measured 3,574 / 3,640 pages/s against
 //! 4,220 / 4,222 with this one (same run, two rounds).
 
-use std::sync::Arc;
+use std::any::TypeId;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_graphql::extensions::{
@@ -19,8 +28,13 @@ use async_graphql::{Request, Response, ServerError, ServerResult, ValidationResu
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 
+use super::document_limits::{self, DocumentLimits};
 use super::metrics::Observed;
-use super::{errors, limits};
+use super::persisted::sha256_hex;
+use super::{errors, limits, trusted};
+use crate::auth::Viewer;
+use crate::state::AppState;
+use crate::telemetry::names;
 
 pub struct RequestHooks;
 
@@ -34,6 +48,48 @@ impl ExtensionFactory for RequestHooks {
 #[derive(Default)]
 struct Hooks {
     observed: Arc<Observed>,
+    /// A document this request parsed for a signed-in caller, kept once it validates: its
+    /// hash, the parsed form and the length of its text.
+    to_keep: Mutex<Option<(String, ExecutableDocument, usize)>>,
+}
+
+impl Hooks {
+    /// Steps 1 and 2 of the module doc: refuses what must not be parsed or validated, and
+    /// attaches the parsed document to the request.
+    fn screen(&self, app: Option<&AppState>, request: &mut Request, signed_in: bool) -> ServerResult<()> {
+        if let Some(trusted) = app.and_then(|app| app.persisted_queries.trusted())
+            && !trusted.allows(&request.query)
+        {
+            return Err(trusted::refusal());
+        }
+        let limits = DocumentLimits::for_caller(signed_in);
+        document_limits::check_text(&request.query, &limits, signed_in)?;
+        let hash = app.map(|_| sha256_hex(&request.query));
+        let kept = app.zip(hash.as_deref()).and_then(|(app, hash)| app.parsed_documents.get(hash));
+        let document = match kept {
+            Some(kept) => kept.document.clone(),
+            None => {
+                let started = Instant::now();
+                let parsed = async_graphql::parser::parse_query(&request.query);
+                metrics::histogram!(names::GRAPHQL_PARSE_DURATION).record(started.elapsed().as_secs_f64());
+                if let Some(app) = app {
+                    app.parsed_documents.parsed();
+                }
+                let document = parsed.map_err(ServerError::from)?;
+                document_limits::check_document(&document, &limits, signed_in)?;
+                if let (true, Some(hash)) = (signed_in, hash) {
+                    *self.to_keep.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((hash, document.clone(), request.query.len()));
+                }
+                request.set_parsed_query(document);
+                return Ok(());
+            }
+        };
+        // Kept for a signed-in caller; measured again against this caller's budget.
+        document_limits::check_document(&document, &limits, signed_in)?;
+        request.set_parsed_query(document);
+        Ok(())
+    }
 }
 
 #[async_graphql::async_trait::async_trait]
@@ -68,7 +124,12 @@ impl Extension for Hooks {
         request: Request,
         next: NextPrepareRequest<'_>,
     ) -> ServerResult<Request> {
+        let mut request = request;
         self.observed.request(&request);
+        // The request's own data is not attached yet: an HTTP caller's `Viewer` is found in it,
+        // a websocket's in the connection's data.
+        let signed_in = request.data.contains_key(&TypeId::of::<Viewer>()) || ctx.data_opt::<Viewer>().is_some();
+        self.screen(ctx.data_opt::<AppState>(), &mut request, signed_in)?;
         next.run(ctx, request).await
     }
 
@@ -79,8 +140,9 @@ impl Extension for Hooks {
         variables: &Variables,
         next: NextParseQuery<'_>,
     ) -> ServerResult<ExecutableDocument> {
+        // The document was measured by `screen` (the aliases included) before async-graphql's
+        // own checks that run inside `next`.
         let document = next.run(ctx, query, variables).await?;
-        limits::check_aliases(&document)?;
         self.observed.parsed(&document);
         Ok(document)
     }
@@ -90,8 +152,14 @@ impl Extension for Hooks {
         ctx: &ExtensionContext<'_>,
         next: NextValidation<'_>,
     ) -> Result<ValidationResult, Vec<ServerError>> {
+        let started = Instant::now();
         let result = next.run(ctx).await.and_then(limits::check_cost);
+        metrics::histogram!(names::GRAPHQL_VALIDATION_DURATION).record(started.elapsed().as_secs_f64());
         self.observed.validated(&result);
+        let to_keep = self.to_keep.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let (Ok(_), Some((hash, document, text_bytes)), Some(app)) = (&result, to_keep, ctx.data_opt::<AppState>()) {
+            app.parsed_documents.keep(hash, document, text_bytes);
+        }
         result
     }
 }

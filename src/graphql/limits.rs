@@ -4,8 +4,9 @@
 //! post(id: $p) { id }` fits in a 64 KiB body, costs little complexity (each alias costs its
 //! own small selection), and runs one SQL statement per alias: measured, 1,000 such aliases
 //! took 0.27 s and 1,000 statements on one request. So a document may hold at most
-//! `MAX_ALIASES` aliases, counted everywhere in it (operations and fragments). Fields without
-//! aliases cannot multiply: the same response key is resolved once.
+//! `MAX_ALIASES` aliases, counted everywhere in it (operations and fragments, a fragment's at
+//! every spread), by the linear pre-pass (`document_limits`). Fields without aliases cannot
+//! multiply: the same response key is resolved once.
 //!
 //! Directives: at most `MAX_DIRECTIVES` on one field (async-graphql's own check).
 //!
@@ -17,9 +18,8 @@
 //! in `extensions`. Lists are batched per level (`loaders`), so the cost bounds the rows a
 //! request reads; `REQUEST_STATEMENT_BUDGET` bounds its statements.
 
-use async_graphql::parser::types::{DocumentOperations, ExecutableDocument, Selection, SelectionSet};
 use async_graphql::{ErrorExtensionValues, ValidationResult};
-use async_graphql::{ServerError, ServerResult};
+use async_graphql::ServerError;
 
 /// Highest cost accepted. A page of 20 posts with their authors and flags costs about 200;
 /// 100 posts with 100 comments each, 10,000 times their fields.
@@ -30,59 +30,6 @@ pub const MAX_COST: usize = 20_000;
 pub const MAX_ALIASES: usize = 30;
 /// Most directives on one field.
 pub const MAX_DIRECTIVES: usize = 8;
-
-/// Refuses a document holding more than `MAX_ALIASES` aliases (run on the parsed document, by
-/// `hooks::RequestHooks`).
-pub fn check_aliases(document: &ExecutableDocument) -> ServerResult<()> {
-    let aliases = count_aliases(document);
-    if aliases > MAX_ALIASES {
-        // No AppError source: `errors` makes it BAD_USER_INPUT, like other shape limits.
-        return Err(ServerError::new(
-            format!("a request may use at most {MAX_ALIASES} aliases; this one uses {aliases}"),
-            None,
-        ));
-    }
-    Ok(())
-}
-
-/// Aliases over every operation of the document, a fragment's counted at each spread.
-fn count_aliases(document: &ExecutableDocument) -> usize {
-    let operations: Vec<&SelectionSet> = match &document.operations {
-        DocumentOperations::Single(operation) => vec![&operation.node.selection_set.node],
-        DocumentOperations::Multiple(operations) => operations.values().map(|o| &o.node.selection_set.node).collect(),
-    };
-    operations.into_iter().map(|set| aliases_in(document, set, &mut Vec::new())).sum()
-}
-
-/// `entered`: the fragments being expanded, so a cycle (refused later by validation) stops
-/// here instead of recursing forever; past `MAX_ALIASES` the count stops growing usefully.
-fn aliases_in<'a>(document: &'a ExecutableDocument, set: &'a SelectionSet, entered: &mut Vec<&'a str>) -> usize {
-    let mut total = 0;
-    for selection in &set.items {
-        total += match &selection.node {
-            Selection::Field(field) => {
-                usize::from(field.node.alias.is_some()) + aliases_in(document, &field.node.selection_set.node, entered)
-            }
-            Selection::InlineFragment(inline) => aliases_in(document, &inline.node.selection_set.node, entered),
-            Selection::FragmentSpread(spread) => {
-                let name = spread.node.fragment_name.node.as_str();
-                match document.fragments.get(&spread.node.fragment_name.node) {
-                    Some(fragment) if !entered.contains(&name) => {
-                        entered.push(name);
-                        let inside = aliases_in(document, &fragment.node.selection_set.node, entered);
-                        entered.pop();
-                        inside
-                    }
-                    _ => 0,
-                }
-            }
-        };
-        if total > MAX_ALIASES {
-            break;
-        }
-    }
-    total
-}
 
 /// Refuses an operation whose cost (async-graphql's complexity with `types::page_cost`) is over
 /// `MAX_COST`, with its own code and both numbers (run on the validation's result, by

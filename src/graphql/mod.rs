@@ -5,6 +5,7 @@ pub mod access;
 pub mod batch_gate;
 pub mod context;
 pub mod cursor;
+pub mod document_limits;
 pub mod errors;
 pub mod hooks;
 pub mod ids;
@@ -18,6 +19,7 @@ pub mod query;
 pub mod revocation;
 pub mod roster;
 pub mod subscription;
+pub mod trusted;
 pub mod types;
 
 use async_graphql::connection::Connection;

@@ -1,21 +1,29 @@
 //! Automatic persisted queries (Apollo's protocol) and the cache of parsed documents.
 //!
 //! A client sends a query's SHA-256 in `extensions.persistedQuery.sha256Hash` (version 1)
-//! instead of its text. The first time it sends the text too; the server checks that the text
-//! hashes to the hash and keeps it in Redis (`keys::persisted_query`, for `PERSISTED_QUERY_TTL`,
-//! renewed on every use), so every instance knows it. A hash the server does not know is
-//! `PERSISTED_QUERY_NOT_FOUND` (message `PersistedQueryNotFound`, which clients recognise): the
-//! client then sends the text once. Persisted queries may come by GET, which gives cacheable
-//! URLs; mutations stay POST-only (`http::graphql_http::require_query` runs on the resolved
-//! text).
+//! instead of its text. A hash the server does not know is `PERSISTED_QUERY_NOT_FOUND`
+//! (message `PersistedQueryNotFound`, which clients recognise): the client then sends the text
+//! with the hash. Persisted queries may come by GET, which gives cacheable URLs; mutations stay
+//! POST-only (`http::graphql_http::require_query` runs on the resolved text).
 //!
-//! `ParsedDocuments` keeps the parsed form of recent documents by their SHA-256, so a repeated
-//! query (persisted or not) is not parsed again. It holds at most `MAX_PARSED` documents and
-//! starts afresh when full; nothing in it can go stale (a document's parse depends on its text
-//! alone). Validation still runs on every request: its cost limit depends on the variables.
+//! **Trust model.** A persisted query saves bandwidth; it is not an allowlist (for that, see
+//! `trusted`). Anyone may run a hash the server knows. Only a member may add one, and only a
+//! document worth keeping: the text is kept in Redis (`keys::persisted_query`, for
+//! `PERSISTED_QUERY_TTL`, renewed on every use) when the request came with a valid token, the
+//! text hashes to the hash, it fits `PERSISTED_QUERY_MAX_BYTES`, it parsed and validated
+//! against the schema (cost limit included), and the user is under
+//! `PERSISTED_QUERY_REGISTRATIONS_PER_HOUR`. Otherwise the request still runs, and nothing is
+//! kept: the client simply sends the text again next time. So a stranger can neither grow
+//! Redis nor plant a document, and a member can add at most that many documents an hour.
+//!
+//! `ParsedDocuments` keeps the parsed form of documents by their SHA-256, so a repeated query
+//! (persisted or not) is not parsed again. It is bounded by bytes (an estimate of each parsed
+//! document's size, from its text), keeps only documents that validated for a signed-in caller
+//! (`graphql::hooks`), and hands out `Arc`s. Nothing in it can go stale: a document's parse
+//! depends on its text alone. Validation still runs on every request: its cost limit depends
+//! on the variables.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -23,15 +31,18 @@ use async_graphql::parser::types::ExecutableDocument;
 use async_graphql::{Request, Value};
 use sha2::{Digest, Sha256};
 
+use super::trusted::TrustedDocuments;
+use crate::config::Settings;
 use crate::error::{AppError, AppResult};
 use crate::kv::Redis;
 use crate::kv::keys::Keys;
+use crate::kv::ratelimit::RateLimiter;
 
 /// How long a persisted query stays in Redis after its last use.
 pub const PERSISTED_QUERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Parsed documents kept in memory per process.
-pub const MAX_PARSED: usize = 2_000;
+/// The window of `PERSISTED_QUERY_REGISTRATIONS_PER_HOUR`.
+const REGISTRATION_WINDOW: Duration = Duration::from_secs(3600);
 
 /// The lowercase hex SHA-256 of a query's text, as Apollo clients compute it.
 pub fn sha256_hex(text: &str) -> String {
@@ -56,54 +67,153 @@ fn requested_hash(request: &Request) -> AppResult<Option<String>> {
     }
 }
 
-/// Fills in the text of a persisted query, or registers a new one. A request without
-/// `persistedQuery` is left as it is. Returns the hash when the request named one.
-pub async fn resolve(redis: &Redis, keys: &Keys, request: &mut Request) -> AppResult<Option<String>> {
-    let Some(hash) = requested_hash(request)? else { return Ok(None) };
-    let key = keys.persisted_query(&hash);
-    let ttl = PERSISTED_QUERY_TTL.as_secs();
-    let mut conn = redis.clone();
-    if request.query.trim().is_empty() {
-        let text: Option<String> = redis::cmd("GETEX").arg(&key).arg("EX").arg(ttl).query_async(&mut conn).await?;
-        request.query = text.ok_or(AppError::PersistedQueryNotFound)?;
-    } else {
-        if sha256_hex(&request.query) != hash {
-            return Err(AppError::bad_input("extensions.persistedQuery.sha256Hash is not the SHA-256 of the query"));
-        }
-        let () = redis::cmd("SET").arg(&key).arg(&request.query).arg("EX").arg(ttl).query_async(&mut conn).await?;
-    }
-    Ok(Some(hash))
+/// What a request said of persisted queries, once its text is known.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Persisted {
+    /// It named no hash.
+    No,
+    /// It named a hash the server knew; the text was filled in.
+    Known,
+    /// It sent a text with its hash: the text may be kept once the request validated
+    /// (`PersistedQueries::register`).
+    Offered { hash: String },
 }
 
-/// Recently parsed documents by the SHA-256 of their text (see the module doc).
-#[derive(Default)]
+/// Persisted queries: Redis (automatic), or a manifest loaded at start (`trusted`).
+pub struct PersistedQueries {
+    redis: Redis,
+    keys: Keys,
+    max_bytes: usize,
+    registrations: RateLimiter,
+    trusted: Option<Arc<TrustedDocuments>>,
+}
+
+impl PersistedQueries {
+    pub fn new(redis: Redis, keys: Keys, settings: &Settings, trusted: Option<Arc<TrustedDocuments>>) -> Self {
+        let registrations = RateLimiter::new(
+            redis.clone(),
+            settings.persisted_query_registrations_per_hour,
+            REGISTRATION_WINDOW,
+            "persisted query registrations",
+        );
+        Self { redis, keys, max_bytes: settings.persisted_query_max_bytes, registrations, trusted }
+    }
+
+    /// The manifest of trusted documents, when only those may run.
+    pub fn trusted(&self) -> Option<&Arc<TrustedDocuments>> {
+        self.trusted.as_ref()
+    }
+
+    /// Fills in the text of a persisted query named by its hash alone, or checks that a text
+    /// sent with a hash is that hash's. Writes nothing.
+    pub async fn resolve(&self, request: &mut Request) -> AppResult<Persisted> {
+        let Some(hash) = requested_hash(request)? else { return Ok(Persisted::No) };
+        if !request.query.trim().is_empty() {
+            if sha256_hex(&request.query) != hash {
+                return Err(AppError::bad_input("extensions.persistedQuery.sha256Hash is not the SHA-256 of the query"));
+            }
+            // With a manifest, the text is checked against it with every other text (`hooks`).
+            return Ok(if self.trusted.is_some() { Persisted::Known } else { Persisted::Offered { hash } });
+        }
+        if let Some(trusted) = &self.trusted {
+            request.query = trusted.text(&hash).ok_or(AppError::PersistedQueryNotFound)?.to_string();
+            return Ok(Persisted::Known);
+        }
+        let ttl = PERSISTED_QUERY_TTL.as_secs();
+        let mut conn = self.redis.clone();
+        let key = self.keys.persisted_query(&hash);
+        let text: Option<String> = redis::cmd("GETEX").arg(&key).arg("EX").arg(ttl).query_async(&mut conn).await?;
+        request.query = text.ok_or(AppError::PersistedQueryNotFound)?;
+        Ok(Persisted::Known)
+    }
+
+    /// Keeps an offered text under its hash, if the request that carried it validated (the
+    /// caller checks) for `user_id`, fits the size cap and the user is under the registration
+    /// rate. Returns whether it was kept; a refusal is not the request's failure (it ran), so
+    /// it is only logged and counted.
+    pub async fn register(&self, user_id: i64, hash: &str, text: &str) -> bool {
+        let outcome = if text.len() > self.max_bytes {
+            "too_large"
+        } else {
+            match self.registrations.check(&self.keys.write_rate(user_id, "apq")).await {
+                Err(AppError::RateLimited { .. }) => "rate_limited",
+                Err(err) => {
+                    tracing::warn!(error = %err, "a persisted query could not be counted; not kept");
+                    "failed"
+                }
+                Ok(()) => {
+                    let mut conn = self.redis.clone();
+                    let stored: Result<(), _> = redis::cmd("SET")
+                        .arg(self.keys.persisted_query(hash))
+                        .arg(text)
+                        .arg("EX")
+                        .arg(PERSISTED_QUERY_TTL.as_secs())
+                        .query_async(&mut conn)
+                        .await;
+                    match stored {
+                        Ok(()) => "kept",
+                        Err(err) => {
+                            tracing::warn!(error = %err, "a persisted query could not be kept");
+                            "failed"
+                        }
+                    }
+                }
+            }
+        };
+        metrics::counter!(crate::telemetry::names::PERSISTED_QUERY_REGISTRATIONS, "outcome" => outcome).increment(1);
+        outcome == "kept"
+    }
+}
+
+/// Parsed documents by the SHA-256 of their text, bounded by bytes (see the module doc).
 pub struct ParsedDocuments {
-    documents: Mutex<HashMap<String, ExecutableDocument>>,
+    documents: moka::sync::Cache<String, Arc<KeptDocument>>,
+    capacity: u64,
     parses: AtomicU64,
     hits: AtomicU64,
 }
 
+/// A parsed document and the length of its text, which its weight is estimated from.
+pub struct KeptDocument {
+    pub document: ExecutableDocument,
+    pub text_bytes: usize,
+}
+
+/// Estimated bytes of a parsed document per byte of its text (names, positions, vectors and
+/// maps of the AST), and the fixed cost of an entry (its key, the cache's own bookkeeping).
+const PARSED_BYTES_PER_TEXT_BYTE: u64 = 12;
+const PARSED_ENTRY_BYTES: u64 = 512;
+
 impl ParsedDocuments {
-    /// Attaches the parsed document to the request: from the cache, or parsed now and kept. A
-    /// text that does not parse is left for execution to report. `hash` is the text's SHA-256
-    /// when already known (a persisted query).
-    pub fn attach(&self, request: &mut Request, hash: Option<String>) {
-        let hash = hash.unwrap_or_else(|| sha256_hex(&request.query));
-        let cached = self.documents.lock().ok().and_then(|documents| documents.get(&hash).cloned());
-        if let Some(document) = cached {
+    /// At most `capacity` estimated bytes of documents.
+    pub fn new(capacity: u64) -> Self {
+        let documents = moka::sync::Cache::builder()
+            .max_capacity(capacity)
+            .weigher(|_hash: &String, kept: &Arc<KeptDocument>| {
+                let bytes = (kept.text_bytes as u64).saturating_mul(PARSED_BYTES_PER_TEXT_BYTE) + PARSED_ENTRY_BYTES;
+                u32::try_from(bytes).unwrap_or(u32::MAX)
+            })
+            .build();
+        Self { documents, capacity, parses: AtomicU64::new(0), hits: AtomicU64::new(0) }
+    }
+
+    /// The parsed document of a text seen before (by its SHA-256), if kept.
+    pub fn get(&self, hash: &str) -> Option<Arc<KeptDocument>> {
+        let found = self.documents.get(hash);
+        if found.is_some() {
             self.hits.fetch_add(1, Ordering::Relaxed);
-            request.set_parsed_query(document);
-            return;
         }
+        found
+    }
+
+    /// Counts a parse this process did (a miss).
+    pub fn parsed(&self) {
         self.parses.fetch_add(1, Ordering::Relaxed);
-        let Ok(document) = async_graphql::parser::parse_query(&request.query) else { return };
-        if let Ok(mut documents) = self.documents.lock() {
-            if documents.len() >= MAX_PARSED {
-                documents.clear();
-            }
-            documents.insert(hash, document.clone());
-        }
-        request.set_parsed_query(document);
+    }
+
+    /// Keeps a document that validated for a signed-in caller.
+    pub fn keep(&self, hash: String, document: ExecutableDocument, text_bytes: usize) {
+        self.documents.insert(hash, Arc::new(KeptDocument { document, text_bytes }));
     }
 
     /// Documents parsed by this process (cache misses).
@@ -114,6 +224,22 @@ impl ParsedDocuments {
     /// Requests that reused a parsed document.
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Estimated bytes held now (after pending evictions are applied), and the cap.
+    pub fn weighed_bytes(&self) -> (u64, u64) {
+        self.documents.run_pending_tasks();
+        (self.documents.weighted_size(), self.capacity)
+    }
+
+    /// Documents held now.
+    pub fn len(&self) -> u64 {
+        self.documents.run_pending_tasks();
+        self.documents.entry_count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -128,12 +254,15 @@ mod tests {
     }
 
     #[test]
-    fn a_repeated_text_is_parsed_once() {
-        let parsed = ParsedDocuments::default();
-        for _ in 0..3 {
-            let mut request = Request::new("query { me { id } }");
-            parsed.attach(&mut request, None);
+    fn documents_are_held_within_their_byte_budget() {
+        let documents = ParsedDocuments::new(100_000);
+        for i in 0..200 {
+            let text = format!("query Q{i} {{ {} }}", "me { id } ".repeat(50));
+            let parsed = async_graphql::parser::parse_query(&text).expect("parses");
+            documents.keep(sha256_hex(&text), parsed, text.len());
         }
-        assert_eq!((parsed.parses(), parsed.hits()), (1, 2));
+        let (bytes, capacity) = documents.weighed_bytes();
+        assert!(bytes <= capacity, "{bytes} bytes held, capacity {capacity}");
+        assert!(documents.len() < 200, "older documents were evicted");
     }
 }

@@ -143,7 +143,7 @@ pub fn request_from_body(body: &[u8]) -> Result<async_graphql::Request, String> 
 }
 
 /// A request error: nothing executed, so the answer has errors and no data.
-fn is_request_error(response: &GqlResponse) -> bool {
+pub fn is_request_error(response: &GqlResponse) -> bool {
     response.data == async_graphql::Value::Null
         && !response.errors.is_empty()
         && response.errors.iter().all(|error| error.path.is_empty())
@@ -176,6 +176,26 @@ pub fn respond(media: MediaType, response: GqlResponse) -> Response {
     }
     let mut answer = (status, body.to_string()).into_response();
     answer.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(media.content_type()));
+    answer
+}
+
+/// How long a shared cache may keep a GET answer that no viewer shaped.
+pub const PUBLIC_MAX_AGE_SECS: u64 = 60;
+
+/// The caching headers of a GET answer: `public, max-age` only when `shareable` (the caller
+/// sent no token and nothing failed), else `private, no-store`; and `Vary` on the headers that
+/// change the answer, so a cache never serves one caller's answer to another.
+pub fn for_get(mut answer: Response, shareable: bool) -> Response {
+    let cache_control = if shareable {
+        HeaderValue::from_str(&format!("public, max-age={PUBLIC_MAX_AGE_SECS}"))
+            .unwrap_or(HeaderValue::from_static("private, no-store"))
+    } else {
+        HeaderValue::from_static("private, no-store")
+    };
+    let headers = answer.headers_mut();
+    headers.insert(header::CACHE_CONTROL, cache_control);
+    headers.append(header::VARY, HeaderValue::from_static("Authorization"));
+    headers.append(header::VARY, HeaderValue::from_static("Accept"));
     answer
 }
 

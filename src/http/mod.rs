@@ -23,7 +23,8 @@ use crate::auth::Viewer;
 use crate::db::budget::StatementBudget;
 use crate::error::AppError;
 use crate::graphql::batch_gate::BatchGate;
-use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders, persisted};
+use crate::graphql::persisted::Persisted;
+use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders};
 use crate::state::AppState;
 
 mod cors;
@@ -134,7 +135,8 @@ async fn graphiql(State(state): State<HttpState>) -> impl IntoResponse {
     playground::graphiql_index(&state.app.settings.playground_dir).await
 }
 
-/// `GET /graphql`: GraphiQL for a browser (no `query` parameter), else a query from the URL.
+/// `GET /graphql`: GraphiQL for a browser (no `query` parameter), else a query from the URL,
+/// answered with the caching headers of `graphql_http::for_get`.
 async fn graphql_get(
     State(state): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
@@ -148,29 +150,39 @@ async fn graphql_get(
     if !is_request {
         return graphiql(State(state)).await.into_response();
     }
-    let media = match graphql_http::negotiate(&headers) {
+    let (answer, shareable) = get_answer(&state, peer, &headers, &raw).await;
+    graphql_http::for_get(answer, shareable)
+}
+
+/// The answer to a GET request, and whether caches may share it: only an answer that no viewer
+/// shaped, one to a caller without a token and without errors (a signed-in answer, or an
+/// error, is the caller's alone).
+async fn get_answer(state: &HttpState, peer: std::net::SocketAddr, headers: &HeaderMap, raw: &str) -> (Response, bool) {
+    let media = match graphql_http::negotiate(headers) {
         Ok(media) => media,
-        Err(refused) => return refused,
+        Err(refused) => return (refused, false),
     };
-    let mut request = match graphql_http::request_from_url(&raw) {
+    let mut request = match graphql_http::request_from_url(raw) {
         Ok(request) => request,
-        Err(why) => return not_a_request(media, why),
+        Err(why) => return (not_a_request(media, why), false),
     };
-    let hash = match persisted(&state, &mut request).await {
-        Ok(hash) => hash,
-        Err(refused) => return graphql_http::respond(media, refused),
+    let persisted = match persisted(state, &mut request).await {
+        Ok(persisted) => persisted,
+        Err(refused) => return (graphql_http::respond(media, refused), false),
     };
     // On the resolved text: a persisted mutation is still POST-only.
     if let Err(refused) = graphql_http::require_query(&request.query, request.operation_name.as_deref()) {
-        return refused;
+        return (refused, false);
     }
-    graphql_http::respond(media, execute(&state, peer, &headers, request, hash).await)
+    let response = execute(state, peer, headers, request, persisted).await;
+    let shareable = !headers.contains_key(header::AUTHORIZATION) && response.errors.is_empty();
+    (graphql_http::respond(media, response), shareable)
 }
 
-/// Resolves a persisted query's text (or registers it); the request error to answer otherwise.
-async fn persisted(state: &HttpState, request: &mut async_graphql::Request) -> Result<Option<String>, GqlResponse> {
-    let app = &state.app;
-    persisted::resolve(&app.redis, &app.keys, request).await.map_err(|err| {
+/// Resolves a persisted query's text (nothing is registered yet: see `execute`); the request
+/// error to answer otherwise.
+async fn persisted(state: &HttpState, request: &mut async_graphql::Request) -> Result<Persisted, GqlResponse> {
+    state.app.persisted_queries.resolve(request).await.map_err(|err| {
         let response = error_response(err);
         crate::graphql::metrics::record(crate::graphql::metrics::UNPARSED, None, &response.errors);
         response
@@ -195,11 +207,11 @@ async fn graphql_post(
         Ok(request) => request,
         Err(why) => return not_a_request(media, why),
     };
-    let hash = match persisted(&state, &mut request).await {
-        Ok(hash) => hash,
+    let persisted = match persisted(&state, &mut request).await {
+        Ok(persisted) => persisted,
         Err(refused) => return graphql_http::respond(media, refused),
     };
-    graphql_http::respond(media, execute(&state, peer, &headers, request, hash).await)
+    graphql_http::respond(media, execute(&state, peer, &headers, request, persisted).await)
 }
 
 /// Not a well-formed GraphQL-over-HTTP request: 400 in either media type, with the reason.
@@ -211,15 +223,37 @@ fn not_a_request(media: graphql_http::MediaType, why: String) -> Response {
     answer
 }
 
-/// Authenticates and runs one GraphQL request under its deadline and statement budget.
+/// Authenticates and runs one GraphQL request under its deadline and statement budget; then
+/// keeps a persisted query's text if the request offered one, validated, and came from a
+/// signed-in caller (`graphql::persisted`).
 #[tracing::instrument(name = "graphql", skip_all)]
 async fn execute(
     state: &HttpState,
     peer: std::net::SocketAddr,
     headers: &HeaderMap,
-    mut request: async_graphql::Request,
-    hash: Option<String>,
+    request: async_graphql::Request,
+    persisted: Persisted,
 ) -> GqlResponse {
+    let offered = match (&persisted, headers.contains_key(header::AUTHORIZATION)) {
+        (Persisted::Offered { hash }, true) => Some((hash.clone(), request.query.clone())),
+        _ => None,
+    };
+    let (viewer, response) = run(state, peer, headers, request).await;
+    if let (Some((hash, text)), Some(user_id)) = (offered, viewer)
+        && !graphql_http::is_request_error(&response)
+    {
+        state.app.persisted_queries.register(user_id, &hash, &text).await;
+    }
+    response
+}
+
+/// `execute` without the persisted query: the viewer (when the token was good) and the answer.
+async fn run(
+    state: &HttpState,
+    peer: std::net::SocketAddr,
+    headers: &HeaderMap,
+    mut request: async_graphql::Request,
+) -> (Option<i64>, GqlResponse) {
     let started = Instant::now();
     let viewer = match headers.get(header::AUTHORIZATION) {
         None => None,
@@ -237,12 +271,11 @@ async fn execute(
                         Some(started.elapsed()),
                         &response.errors,
                     );
-                    return response;
+                    return (None, response);
                 }
             }
         }
     };
-    state.app.parsed_documents.attach(&mut request, hash);
     let budget = StatementBudget::new(state.app.settings.request_statement_budget);
     let gate = BatchGate::new();
     let app = &state.app;
@@ -258,7 +291,7 @@ async fn execute(
     // transaction dropped unfinished rolls back.
     let stopped = tokio::select! {
         response = tokio::time::timeout(deadline, gate.run(budget.scope(state.schema.execute(request)))) => match response {
-            Ok(response) => return response,
+            Ok(response) => return (viewer, response),
             Err(_) => {
                 tracing::warn!(?deadline, "a request ran past REQUEST_TIMEOUT and was abandoned");
                 AppError::Timeout(format!("the request ran past its deadline of {deadline:?} and was stopped"))
@@ -271,7 +304,7 @@ async fn execute(
     };
     let response = error_response(stopped);
     crate::graphql::metrics::record(crate::graphql::metrics::UNPARSED, Some(started.elapsed()), &response.errors);
-    response
+    (viewer, response)
 }
 
 /// A GraphQL response carrying one error, for failures before execution.

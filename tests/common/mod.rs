@@ -154,6 +154,9 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         cache_lock_ttl: Duration::from_secs(10),
         shutdown_timeout: Duration::from_secs(10),
         worker_metrics_bind: None,
+        persisted_query_max_bytes: 4 * 1024,
+        persisted_query_registrations_per_hour: 60,
+        trusted_documents: None,
     }
 }
 
