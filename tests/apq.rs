@@ -148,3 +148,165 @@ async fn a_repeated_document_is_parsed_once() {
     assert_eq!(body["data"]["me"]["handle"], "alice", "the same text without a hash shares the parse");
     assert_eq!((documents.parses() - parses, documents.hits() - hits), (1, 4));
 }
+
+/// Keys this app's server keeps in Redis for persisted queries.
+async fn persisted_keys(app: &TestApp) -> Vec<String> {
+    let mut redis = app.state.redis.clone();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:apq:*", app.redis_prefix))
+        .query_async(&mut redis)
+        .await
+        .expect("KEYS");
+    keys
+}
+
+async fn post_anonymously(app: &TestApp, body: Value) -> Value {
+    let response = app
+        .http
+        .post(format!("http://{}/graphql", app.addr))
+        .header("content-type", "application/json")
+        .json(&body)
+        .send()
+        .await
+        .expect("POST /graphql");
+    response.json().await.unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn strangers_run_known_hashes_but_add_none() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let typename = "query T { __typename }";
+    let hash = sha256_hex(typename);
+    // Offered by a stranger: it runs, and nothing is kept.
+    let body = post_anonymously(&app, json!({ "query": typename, "extensions": persisted(&hash) })).await;
+    assert_eq!(body["data"]["__typename"], "Query", "{body}");
+    let body = post_anonymously(&app, json!({ "extensions": persisted(&hash) })).await;
+    assert_eq!(code(&body), Some("PERSISTED_QUERY_NOT_FOUND"), "{body}");
+    // A flood of 60 KB comments offered as persisted queries leaves nothing in Redis.
+    for i in 0..20 {
+        let text = format!("# {i} {}", "x".repeat(60 * 1024));
+        let body = post_anonymously(&app, json!({ "query": text, "extensions": persisted(&sha256_hex(&text)) })).await;
+        assert!(body["errors"].is_array(), "{body}");
+    }
+    assert_eq!(persisted_keys(&app).await, Vec::<String>::new(), "a stranger stored nothing");
+    // Once a member adds it, strangers run it by its hash.
+    let (_, body) =
+        post(&app, app.addr, &app.token(world.alice), json!({ "query": typename, "extensions": persisted(&hash) }))
+            .await;
+    assert_eq!(body["data"]["__typename"], "Query", "{body}");
+    let body = post_anonymously(&app, json!({ "extensions": persisted(&hash) })).await;
+    assert_eq!(body["data"]["__typename"], "Query", "a known hash runs for anyone: {body}");
+}
+
+#[tokio::test]
+async fn only_a_validated_text_under_the_size_cap_is_kept() {
+    let app = TestApp::spawn_with(|settings| settings.persisted_query_max_bytes = 200).await;
+    let world = World::create(&app).await;
+    let token = app.token(world.alice);
+    let invalid = ["# a comment and no operation", "query { noSuchField }", "query { me { handle } "];
+    for text in invalid {
+        let (_, body) = post(&app, app.addr, &token, json!({ "query": text, "extensions": persisted(&sha256_hex(text)) })).await;
+        assert_eq!(code(&body), Some("BAD_USER_INPUT"), "{text}: {body}");
+    }
+    // Over the cost limit: it validated as GraphQL but its cost refused it.
+    let costly = "{ myCourses { posts(first: 100) { nodes { comments(first: 100) { nodes { replies(first: 100) { nodes { id } } } } } } } }";
+    let (_, body) = post(&app, app.addr, &token, json!({ "query": costly, "extensions": persisted(&sha256_hex(costly)) })).await;
+    assert!(body["errors"].is_array(), "{body}");
+    // Valid, but longer than PERSISTED_QUERY_MAX_BYTES: runs, not kept.
+    let long = format!("query Long {{ me {{ handle }} }} # {}", "y".repeat(300));
+    let (_, body) = post(&app, app.addr, &token, json!({ "query": long, "extensions": persisted(&sha256_hex(&long)) })).await;
+    assert_eq!(body["data"]["me"]["handle"], "alice", "{body}");
+    assert_eq!(persisted_keys(&app).await, Vec::<String>::new(), "nothing kept");
+    // Valid and short: kept.
+    let (_, body) = post(&app, app.addr, &token, json!({ "query": ME, "extensions": persisted(&sha256_hex(ME)) })).await;
+    assert_eq!(body["data"]["me"]["handle"], "alice", "{body}");
+    assert_eq!(persisted_keys(&app).await.len(), 1);
+}
+
+#[tokio::test]
+async fn each_member_adds_at_most_their_hourly_share_of_persisted_queries() {
+    let app = TestApp::spawn_with(|settings| settings.persisted_query_registrations_per_hour = 2).await;
+    let world = World::create(&app).await;
+    let alice = app.token(world.alice);
+    let texts: Vec<String> = (0..3).map(|i| format!("query Q{i} {{ me {{ handle }} }}")).collect();
+    for text in &texts {
+        let (_, body) = post(&app, app.addr, &alice, json!({ "query": text, "extensions": persisted(&sha256_hex(text)) })).await;
+        assert_eq!(body["data"]["me"]["handle"], "alice", "the request runs whether kept or not: {body}");
+    }
+    assert_eq!(persisted_keys(&app).await.len(), 2, "the third was over alice's rate");
+    let (_, body) = post(&app, app.addr, &alice, json!({ "extensions": persisted(&sha256_hex(&texts[2])) })).await;
+    assert_eq!(code(&body), Some("PERSISTED_QUERY_NOT_FOUND"), "{body}");
+    let (_, body) =
+        post(&app, app.addr, &app.token(world.bob), json!({ "query": texts[2], "extensions": persisted(&sha256_hex(&texts[2])) }))
+            .await;
+    assert_eq!(body["data"]["me"]["handle"], "bob", "{body}");
+    assert_eq!(persisted_keys(&app).await.len(), 3, "bob's share is his own");
+}
+
+#[tokio::test]
+async fn parsed_documents_are_kept_only_when_they_validated_for_a_signed_in_caller() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let token = app.token(world.alice);
+    let documents = &app.state.parsed_documents;
+    let held = documents.len();
+    // Strangers: parsed every time, never kept.
+    for _ in 0..3 {
+        post_anonymously(&app, json!({ "query": "query Anonymous { __typename }" })).await;
+    }
+    // A member's document that does not validate: never kept.
+    for _ in 0..3 {
+        post(&app, app.addr, &token, json!({ "query": "query Bad { noSuchField }" })).await;
+    }
+    assert_eq!(documents.len(), held, "nothing kept");
+    // 300 distinct 60 KB documents from strangers grow nothing.
+    for i in 0..300 {
+        let text = format!("query Q{i} {{ __typename }} # {}", "z".repeat(60 * 1024));
+        post_anonymously(&app, json!({ "query": text })).await;
+    }
+    assert_eq!(documents.len(), held, "nothing kept for strangers");
+    let (bytes, capacity) = documents.weighed_bytes();
+    assert!(bytes <= capacity);
+}
+
+#[tokio::test]
+async fn a_trusted_documents_server_runs_only_its_manifest() {
+    let directory = std::env::temp_dir().join(format!("cf-trusted-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&directory).expect("temp dir");
+    let manifest = directory.join("manifest.json");
+    let other = "query Other { me { id } }";
+    std::fs::write(&manifest, json!({ sha256_hex(ME): ME }).to_string()).expect("manifest");
+    let path = manifest.clone();
+    let app = TestApp::spawn_with(move |settings| settings.trusted_documents = Some(path)).await;
+    let world = World::create(&app).await;
+    let token = app.token(world.alice);
+    // By the manifest's id, and by a text it holds.
+    let (_, body) = post(&app, app.addr, &token, json!({ "extensions": persisted(&sha256_hex(ME)) })).await;
+    assert_eq!(body["data"]["me"]["handle"], "alice", "{body}");
+    let (_, body) = post(&app, app.addr, &token, json!({ "query": ME })).await;
+    assert_eq!(body["data"]["me"]["handle"], "alice", "{body}");
+    // Anything else is refused before it is parsed, and nothing is kept.
+    let (_, body) = post(&app, app.addr, &token, json!({ "query": other, "extensions": persisted(&sha256_hex(other)) })).await;
+    assert_eq!(code(&body), Some("TRUSTED_DOCUMENT_REQUIRED"), "{body}");
+    let (_, body) = post(&app, app.addr, &token, json!({ "query": "{ __typename }" })).await;
+    assert_eq!(code(&body), Some("TRUSTED_DOCUMENT_REQUIRED"), "{body}");
+    assert_eq!(persisted_keys(&app).await, Vec::<String>::new());
+    // Over the websocket too.
+    let mut socket = common::ws::GqlSocket::connect(app.addr, Some(&token)).await.expect("connected");
+    socket.subscribe("s", "{ __typename }", json!({})).await;
+    let message = socket.next_message(std::time::Duration::from_secs(5)).await.expect("answered");
+    assert_eq!(message["payload"]["errors"][0]["extensions"]["code"], "TRUSTED_DOCUMENT_REQUIRED", "{message}");
+    // A reload takes a new manifest (SIGHUP calls the same reload), keyed by SHA-256 here.
+    std::fs::write(&manifest, json!({ sha256_hex(other): other, sha256_hex(ME): ME }).to_string()).expect("manifest");
+    let trusted = app.state.persisted_queries.trusted().expect("trusted documents");
+    assert_eq!(trusted.reload().expect("reloaded"), 2);
+    let (_, body) = post(&app, app.addr, &token, json!({ "extensions": persisted(&sha256_hex(other)) })).await;
+    assert_eq!(body["data"]["me"]["id"], gid("User", world.alice), "{body}");
+    // A broken manifest is refused and the loaded documents stay.
+    std::fs::write(&manifest, "{ not json").expect("manifest");
+    assert!(trusted.reload().is_err());
+    let (_, body) = post(&app, app.addr, &token, json!({ "query": other })).await;
+    assert_eq!(body["data"]["me"]["id"], gid("User", world.alice), "{body}");
+    let _ = std::fs::remove_dir_all(&directory);
+}

@@ -196,3 +196,55 @@ async fn get_runs_queries_only() {
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.content_type.starts_with("text/html"), "{}", page.content_type);
 }
+
+#[tokio::test]
+async fn get_answers_say_who_may_cache_them() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let token = app.token(world.alice);
+    let headers_of = |response: &reqwest::Response| {
+        let cache_control =
+            response.headers().get("cache-control").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        let vary: Vec<String> = response
+            .headers()
+            .get_all("vary")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(',').map(|part| part.trim().to_ascii_lowercase()).collect::<Vec<_>>())
+            .collect();
+        (cache_control, vary)
+    };
+    let course = || {
+        vec![
+            ("query", "query($c: ID!) { course(id: $c) { code } }".to_owned()),
+            ("variables", json!({ "c": gid("Course", world.course) }).to_string()),
+        ]
+    };
+    // A signed-in answer is the caller's alone.
+    let response = app.http.get(with_params(&app, &course())).bearer_auth(&token).send().await.expect("GET");
+    let (cache_control, vary) = headers_of(&response);
+    assert_eq!(cache_control, "private, no-store");
+    assert!(vary.contains(&"authorization".to_owned()), "{vary:?}");
+    assert_eq!(response.json::<Value>().await.expect("json")["data"]["course"]["code"], "CS101");
+    // A stranger's refused answer is not shared either.
+    let response = app.http.get(with_params(&app, &course())).send().await.expect("GET");
+    let (cache_control, vary) = headers_of(&response);
+    assert_eq!(cache_control, "private, no-store");
+    assert!(vary.contains(&"authorization".to_owned()), "{vary:?}");
+    // An answer no viewer shaped (no token, no error) may be shared, still varying on the token.
+    let response =
+        app.http.get(with_params(&app, &[("query", "{ __typename }".to_owned())])).send().await.expect("GET");
+    let (cache_control, vary) = headers_of(&response);
+    assert_eq!(cache_control, "public, max-age=60");
+    assert!(vary.contains(&"authorization".to_owned()), "{vary:?}");
+    // A refused mutation by GET (405, a status caches may keep by default) is not kept.
+    let response = app
+        .http
+        .get(with_params(&app, &[("query", "mutation { createCourse(code: \"X\", title: \"x\") { id } }".to_owned())]))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(headers_of(&response).0, "private, no-store");
+}
