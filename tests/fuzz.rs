@@ -29,7 +29,16 @@ const WS_CASES: usize = 1_000;
 
 /// The codes a client may ever see (the error table in docs/api.md); INTERNAL never, for any input.
 const CODES: &[&str] =
-    &["UNAUTHENTICATED", "FORBIDDEN", "NOT_FOUND", "BAD_USER_INPUT", "CONFLICT", "RATE_LIMITED", "UNAVAILABLE"];
+    &[
+        "UNAUTHENTICATED",
+        "FORBIDDEN",
+        "NOT_FOUND",
+        "BAD_USER_INPUT",
+        "CONFLICT",
+        "RATE_LIMITED",
+        "UNAVAILABLE",
+        "DOCUMENT_LIMIT_EXCEEDED",
+    ];
 
 /// Valid documents over the whole schema: the seeds every mutation starts from.
 const CORPUS: &[&str] = &[
@@ -62,6 +71,9 @@ const CORPUS: &[&str] = &[
     "mutation($course: ID!) { setCourseMemberRole(courseId: $course, userId: \"VXNlcjox\", role: INSTRUCTOR) { role changed } }",
     "mutation($course: ID!) { removeCourseMember(courseId: $course, userId: \"VXNlcjox\") { role changed } }",
     "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount } }",
+    // Fragments each spreading the next twice: mutations that add a level or a spread must be
+    // refused by the pre-pass, never walked for seconds.
+    "{ ...F0 } fragment F0 on Query { ...F1 ...F1 } fragment F1 on Query { ...F2 ...F2 } fragment F2 on Query { ...F3 ...F3 } fragment F3 on Query { ...F4 ...F4 } fragment F4 on Query { ...F5 ...F5 } fragment F5 on Query { ...F6 ...F6 } fragment F6 on Query { ...F7 ...F7 } fragment F7 on Query { ...F8 ...F8 } fragment F8 on Query { ...F9 ...F9 } fragment F9 on Query { __typename }",
     "subscription($course: ID!) { courseActivity(courseId: $course) { kind nodeId postId post { title } comment { body } reply { body } } }",
 ];
 
