@@ -4,12 +4,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use sea_orm::TransactionTrait;
+use sea_orm::{ConnectionTrait, TransactionTrait};
 
 use crate::auth::TokenKeys;
 use crate::config::{Settings, parse_duration};
 use crate::error::{AppError, AppResult};
-use crate::forum::roster::{self, import};
+use crate::forum::roster::{self, import, people};
 use crate::forum::users::{self, UserRow};
 use crate::graphql::ids::{self, NodeKind};
 use crate::kv::keys::Keys;
@@ -94,11 +94,21 @@ pub enum RosterCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
-    /// Make a user an administrator.
+    /// Make a user an administrator. A person is found by their identity (--issuer and
+    /// --subject) or their id; a handle names only a user an operator made (roster import,
+    /// seed), never one who signed themselves up, whose handle is their own choice.
     Grant {
-        /// A user id (number or User global id), or a handle (`alice` or `@alice`).
-        #[arg(long)]
-        user: String,
+        /// A user id (number or User global id), or a handle (`alice` or `@alice`) of a user an
+        /// operator made. With --issuer/--subject and an identity nobody has yet: the user to
+        /// link it to (one an operator made, with no identity yet).
+        #[arg(long, required_unless_present = "issuer")]
+        user: Option<String>,
+        /// The person's issuer (`iss`) at the identity provider; with --subject.
+        #[arg(long, requires = "subject")]
+        issuer: Option<String>,
+        /// The person's subject (`sub`) at the identity provider; with --issuer.
+        #[arg(long, requires = "issuer")]
+        subject: Option<String>,
     },
     /// Take the administrator role away from a user.
     Revoke {
@@ -262,9 +272,20 @@ async fn roster_import(settings: &crate::config::Settings, path: &Path, dry_run:
 
 async fn admin(db: &sea_orm::DatabaseConnection, command: AdminCommand) -> AppResult<()> {
     match command {
-        AdminCommand::Grant { user } => {
-            let user = find_user(db, &user).await?;
-            if roster::grant_admin(db, user.id).await? {
+        AdminCommand::Grant { user, issuer, subject } => {
+            let identity = issuer.zip(subject);
+            // One transaction, under the lock `roster import` takes: the user checked is the
+            // user linked and granted.
+            let txn = db.begin().await?;
+            txn.execute_unprepared(&format!("SELECT pg_advisory_xact_lock({})", people::LINK_LOCK)).await?;
+            let (grantee, linked) = grantee(&txn, user.as_deref(), identity.as_ref()).await?;
+            let granted = roster::grant_admin(&txn, grantee).await?;
+            txn.commit().await?;
+            let user = users::find(db, grantee).await?.ok_or_else(|| AppError::NotFound("the user is gone".into()))?;
+            if let Some((issuer, subject)) = linked {
+                println!("admin grant: linked {issuer} {subject} to {}", describe(&user));
+            }
+            if granted {
                 println!("admin grant: {} is now an administrator", describe(&user));
             } else {
                 println!("admin grant: {} was an administrator already; nothing changed", describe(&user));
@@ -287,6 +308,73 @@ async fn admin(db: &sea_orm::DatabaseConnection, command: AdminCommand) -> AppRe
         }
     }
     Ok(())
+}
+
+/// Who `admin grant` names, by the rule of `forum::roster::people`: an identity finds the user
+/// linked to it (and must agree with `--user`, if given); an identity nobody has is linked to
+/// `--user` if that user may take it; a handle alone names only a user an operator made.
+/// Returns the user's id, and the identity linked now.
+async fn grantee(
+    db: &impl ConnectionTrait,
+    user: Option<&str>,
+    identity: Option<&(String, String)>,
+) -> AppResult<(i64, Option<(String, String)>)> {
+    let named = match user {
+        Some(raw) => Some(find_known(db, raw).await?),
+        None => None,
+    };
+    let Some((issuer, subject)) = identity else {
+        let Some((known, by_handle)) = named else {
+            return Err(AppError::Config("admin grant needs --user, or --issuer and --subject".into()));
+        };
+        if by_handle {
+            people::may_name_by_handle(&known).map_err(|refusal| AppError::Conflict(format!("refused: {refusal}")))?;
+        }
+        return Ok((known.id, None));
+    };
+    let issuer = roster::check_text("--issuer", issuer, roster::MAX_ISSUER_CHARS).map_err(AppError::BadUserInput)?;
+    let subject =
+        roster::check_text("--subject", subject, roster::MAX_SUBJECT_CHARS).map_err(AppError::BadUserInput)?;
+    if let Some(owner) = people::by_identity(db, issuer, subject).await? {
+        if let Some((known, _)) = &named
+            && known.id != owner.id
+        {
+            return Err(AppError::Conflict(format!(
+                "refused: {issuer} {subject} is @{}'s identity, not @{}'s",
+                owner.handle, known.handle
+            )));
+        }
+        return Ok((owner.id, None));
+    }
+    let Some((known, _)) = named else {
+        return Err(AppError::NotFound(format!(
+            "nobody has {issuer} {subject} yet: let them sign in first, or give --user to name the account an \
+             operator made for them"
+        )));
+    };
+    people::may_link(&known).map_err(|refusal| {
+        AppError::Conflict(format!("refused: {refusal}; {issuer} {subject} was not linked and nobody was granted"))
+    })?;
+    people::link_all(db, &[(issuer.to_owned(), subject.to_owned(), known.id)]).await?;
+    Ok((known.id, Some((issuer.to_owned(), subject.to_owned()))))
+}
+
+/// `--user` as `people` sees them, and whether it was a handle (a name) rather than an id.
+async fn find_known(db: &impl ConnectionTrait, raw: &str) -> AppResult<(people::Known, bool)> {
+    let raw = raw.trim();
+    let found = if let Some(handle) = raw.strip_prefix('@') {
+        (people::by_handle(db, handle).await?, true)
+    } else if let Ok(id) = raw.parse::<i64>() {
+        (people::by_id(db, id).await?, false)
+    } else if let Ok(id) = ids::decode_one(&async_graphql::ID(raw.to_owned()), NodeKind::User) {
+        (people::by_id(db, id).await?, false)
+    } else {
+        (people::by_handle(db, raw).await?, true)
+    };
+    match found {
+        (Some(known), by_handle) => Ok((known, by_handle)),
+        (None, _) => Err(AppError::NotFound(format!("--user `{raw}`: no such user"))),
+    }
 }
 
 /// `--user`: `@handle` or a handle, a number (an id), or a User global id. A handle made only

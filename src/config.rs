@@ -74,6 +74,11 @@ pub struct Settings {
     #[arg(long, env = "JWT_NAME_CLAIM", default_value = "name", global = true)]
     pub jwt_name_claim: String,
 
+    /// Accept the server's own HS256 tokens (JWT_SECRET) while JWKS is set. Off by default:
+    /// beside a real provider, the development secret would be a key to every account.
+    #[arg(long, env = "ALLOW_DEV_TOKENS_WITH_JWKS", default_value_t = false, action = clap::ArgAction::Set, global = true)]
+    pub allow_dev_tokens_with_jwks: bool,
+
     /// Address the HTTP server listens on.
     #[arg(long, env = "BIND", default_value = "127.0.0.1:8000", global = true)]
     pub bind: SocketAddr,
@@ -345,6 +350,16 @@ pub struct Settings {
     pub trusted_documents: Option<std::path::PathBuf>,
 }
 
+/// True when the URL's host is this machine: `localhost`, 127.0.0.0/8 or ::1.
+fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(domain)) => domain.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
 /// Parses durations written like `30s`, `250ms`, `1m`.
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
     humantime::parse_duration(raw.trim()).map_err(|e| format!("`{raw}` is not a duration like 30s or 250ms ({e})"))
@@ -428,6 +443,13 @@ impl Settings {
             let url = url::Url::parse(&location).map_err(|e| {
                 AppError::Config(format!("JWKS is not a valid URL ({e}): give an https:// URL or a file path"))
             })?;
+            // The key set decides whose tokens are good: fetched in the clear, anyone on the
+            // path could hand us their own keys. Plain http only to this machine.
+            if url.scheme() != "https" && !is_loopback(&url) {
+                return Err(AppError::Config(format!(
+                    "JWKS must be an https:// URL (http:// only on loopback: localhost, 127.0.0.0/8, ::1), not `{url}`"
+                )));
+            }
             JwksSource::Url(url)
         } else if location.contains("://") {
             return Err(AppError::Config("JWKS must be an http(s):// URL or a file path".into()));

@@ -201,10 +201,6 @@ async fn rs256_and_es256_tokens_from_a_jwks_file_sign_in_over_http_and_websocket
     let bob = ec.sign(&claims("sub-bob", "bob", "Bob"));
     assert_eq!(me(&app, &bob).await.1, "bob");
     assert_eq!(me_over_websocket(&app, &bob).await, "bob");
-
-    // The server's own tokens keep working beside them.
-    let dev_user = app.create_user("dev_user").await;
-    assert_eq!(me(&app, &app.token(dev_user)).await.0, dev_user);
 }
 
 #[tokio::test]
@@ -414,6 +410,25 @@ async fn jwks_settings_are_checked_at_start_up() {
     settings.validate_for_serve().expect("complete");
     settings.jwks = Some("ftp://idp.test.invalid/certs".into());
     assert!(settings.validate_for_serve().is_err(), "not http(s)");
+    // The key set decides whose tokens are good: plain http only to this machine.
+    for loopback in
+        ["http://127.0.0.1:9000/certs", "http://127.8.9.10/certs", "http://localhost:8080/certs", "http://[::1]/certs"]
+    {
+        settings.jwks = Some(loopback.into());
+        settings.validate_for_serve().unwrap_or_else(|e| panic!("{loopback} refused: {e}"));
+    }
+    for remote in ["http://idp.test.invalid/certs", "http://10.0.0.7/certs", "http://localhost.evil.example/certs"] {
+        settings.jwks = Some(remote.into());
+        let err = settings.validate_for_serve().expect_err(remote);
+        assert!(err.to_string().contains("JWKS must be an https:// URL"), "{remote}: {err}");
+    }
+    // And start-up stops on it, before connecting to anything.
+    settings.jwks = Some("http://idp.test.invalid/certs".into());
+    match course_forum::startup::Application::build(settings.clone()).await {
+        Ok(_) => panic!("a server started with an http:// JWKS"),
+        Err(err) => assert!(err.to_string().contains("https://"), "{err}"),
+    }
+    settings.jwks = Some("https://idp.test.invalid/certs".into());
     settings.jwks = None;
     assert!(settings.validate_for_serve().is_err(), "issuer without JWKS");
 
@@ -424,4 +439,251 @@ async fn jwks_settings_are_checked_at_start_up() {
             .await;
     let err = loaded.err().expect("refused");
     assert!(err.to_string().starts_with("JWKS: cannot read"), "{err}");
+}
+
+#[tokio::test]
+async fn tokens_before_their_nbf_are_refused() {
+    let rsa = Signer::rsa("rsa-1");
+    let file = JwksFile::write(&jwks(&[&rsa]));
+    let app = spawn_with_jwks(file.0.to_str().expect("path")).await;
+    let users_before = count(&app, "users").await;
+    let mut early = claims("sub-early", "early", "Early");
+    early.as_object_mut().expect("object").insert("nbf".into(), json!(now() + 600));
+    assert_refused(&app, "a provider token before its nbf", &rsa.sign(&early)).await;
+    let response = app.gql(Some(&rsa.sign(&early)), ME, json!({})).await;
+    assert!(response["errors"][0]["message"].as_str().unwrap_or_default().contains("Immature"), "{response}");
+    assert_eq!(count(&app, "users").await, users_before, "the early token provisioned nobody");
+    // Within the leeway, or past: accepted.
+    let mut ready = claims("sub-ready", "ready", "Ready");
+    ready.as_object_mut().expect("object").insert("nbf".into(), json!(now() + 2));
+    assert_eq!(me(&app, &rsa.sign(&ready)).await.1, "ready");
+
+    // The server's own tokens carry no nbf, but one that does is held to it too.
+    let app = TestApp::spawn().await;
+    let user = app.create_user("dev_early").await;
+    let (iss, aud) = (course_forum::auth::DEV_ISSUER, course_forum::auth::DEV_AUDIENCE);
+    let dev = |nbf: u64| {
+        let claims =
+            json!({ "sub": user.to_string(), "iss": iss, "aud": aud, "iat": now(), "exp": now() + 3600, "nbf": nbf });
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &secret(JWT_SECRET.as_bytes())).expect("sign")
+    };
+    assert_refused(&app, "a server token before its nbf", &dev(now() + 600)).await;
+    let response = app.gql(Some(&dev(now() + 600)), ME, json!({})).await;
+    assert!(response["errors"][0]["message"].as_str().unwrap_or_default().contains("Immature"), "{response}");
+    assert_eq!(me(&app, &dev(now() - 10)).await.0, user);
+}
+
+#[tokio::test]
+async fn the_development_secret_is_refused_beside_a_jwks_unless_allowed() {
+    let rsa = Signer::rsa("rsa-1");
+    let file = JwksFile::write(&jwks(&[&rsa]));
+    let app = spawn_with_jwks(file.0.to_str().expect("path")).await;
+    let victim = me(&app, &rsa.sign(&claims("sub-victim", "victim", "Victim"))).await.0;
+    // Whoever holds JWT_SECRET could otherwise mint `sub` = any user id.
+    assert_refused(&app, "a dev token for a provider's user", &app.token(victim)).await;
+    let local = app.create_user("local_user").await;
+    assert_refused(&app, "a dev token beside a JWKS", &app.token(local)).await;
+    let response = app.gql(Some(&app.token(local)), ME, json!({})).await;
+    let message = response["errors"][0]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("ALLOW_DEV_TOKENS_WITH_JWKS"), "{response}");
+
+    // Allowed on purpose: both kinds work, over HTTP and the websocket.
+    let location = file.0.to_str().expect("path").to_owned();
+    let app = TestApp::spawn_with(move |s| {
+        s.jwks = Some(location);
+        s.jwt_issuer = Some(ISSUER.into());
+        s.jwt_audience = Some(AUDIENCE.into());
+        s.allow_dev_tokens_with_jwks = true;
+    })
+    .await;
+    let dev_user = app.create_user("dev_user").await;
+    assert_eq!(me(&app, &app.token(dev_user)).await.0, dev_user);
+    assert_eq!(me_over_websocket(&app, &app.token(dev_user)).await, "dev_user");
+    assert_eq!(me(&app, &rsa.sign(&claims("sub-alice", "alice", "Alice"))).await.1, "alice");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Identity by proof: the command line never takes a handle for a person
+// ---------------------------------------------------------------------------------------------
+
+/// Runs the `course-forum` binary against the test's database.
+fn course_forum_cli(app: &TestApp, args: &[&str]) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_course-forum"));
+    command.args(args);
+    for var in ["DATABASE_URL", "JWT_SECRET", "BIND", "LIKE_MODE", "REDIS_URL", "CONNECT_TIMEOUT", "RUST_LOG", "JWKS"] {
+        command.env_remove(var);
+    }
+    command.env("DATABASE_URL", common::database_url(&app.database)).env("RUST_LOG", "warn");
+    command.output().expect("run course-forum")
+}
+
+fn out(output: &std::process::Output) -> (String, String) {
+    (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+fn roster_file(text: &str) -> JwksFile {
+    let path = std::env::temp_dir().join(format!("cf-roster-{}.csv", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&path, text).expect("write roster file");
+    JwksFile(path)
+}
+
+/// The documented setup: handles from the `email` claim.
+async fn spawn_with_email_handles(file: &JwksFile) -> TestApp {
+    let location = file.0.to_str().expect("path").to_owned();
+    TestApp::spawn_with(move |s| {
+        s.jwks = Some(location);
+        s.jwt_issuer = Some(ISSUER.into());
+        s.jwt_audience = Some(AUDIENCE.into());
+        s.jwt_handle_claim = "email".into();
+    })
+    .await
+}
+
+fn email_claims(sub: &str, email: &str) -> Value {
+    let mut claims = claims(sub, "unused", "Someone");
+    claims.as_object_mut().expect("object").insert("email".into(), json!(email));
+    claims
+}
+
+/// `myCourses` as (code, role).
+async fn my_courses(app: &TestApp, token: &str) -> Vec<(String, String)> {
+    let data = app.gql_ok(Some(token), "{ myCourses { code myRole } }", json!({})).await;
+    data["myCourses"]
+        .as_array()
+        .map(|courses| {
+            courses
+                .iter()
+                .map(|c| (c["code"].as_str().unwrap_or("").to_owned(), c["myRole"].as_str().unwrap_or("").to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn identity_owner(app: &TestApp, subject: &str) -> i64 {
+    app.scalar_i64(
+        "SELECT coalesce((SELECT user_id FROM user_identities WHERE issuer = $1 AND subject = $2), 0) AS v",
+        [ISSUER.into(), subject.into()],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_roster_line_finds_people_by_identity_and_never_by_a_handle_they_chose() {
+    let rsa = Signer::rsa("rsa-1");
+    let keys = JwksFile::write(&jwks(&[&rsa]));
+    let app = spawn_with_email_handles(&keys).await;
+
+    // Someone signs in first with an address that makes them `dr_tran`.
+    let squatter_token = rsa.sign(&email_claims("sub-squatter", "dr.tran@students.example"));
+    let (squatter, handle, _) = me(&app, &squatter_token).await;
+    assert_eq!(handle, "dr_tran");
+    // Users an operator made: bob (no identity yet), carl (linked to another identity already).
+    let bob = app.create_user("bob").await;
+    let carl = app.create_user("carl").await;
+    app.scalar_i64(
+        "INSERT INTO user_identities (issuer, subject, user_id) VALUES ($1, 'sub-carl-1', $2) RETURNING user_id AS v",
+        [ISSUER.into(), carl.into()],
+    )
+    .await;
+
+    let file = roster_file(&format!(
+        "course_code,course_title,handle,display_name,role,issuer,subject\n\
+         CS101,Intro,dr_tran,Dr. Minh Tran,instructor,{ISSUER},sub-real-tran\n\
+         CS101,Intro,bob,Bob,student,{ISSUER},sub-bob\n\
+         CS101,Intro,carl,Carl,student,{ISSUER},sub-carl-2\n\
+         CS101,Intro,alice,Alice,student,,\n"
+    ));
+    let output = course_forum_cli(&app, &["roster", "import", file.0.to_str().expect("path")]);
+    let (stdout, stderr) = out(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("! line 2: skipped: @dr_tran was provisioned by their own sign-in"), "{stdout}");
+    assert!(stdout.contains("! line 4: skipped: @carl is already linked to another identity"), "{stdout}");
+    // The rest of the file applies: bob (an operator's user) takes his identity, alice is new.
+    for line in ["+ identity @bob = ", "+ CS101 @bob student", "+ CS101 @alice student", "lines skipped: 2"] {
+        assert!(stdout.contains(line), "missing `{line}` in:\n{stdout}");
+    }
+    assert_eq!(identity_owner(&app, "sub-bob").await, bob);
+    assert_eq!(me(&app, &rsa.sign(&email_claims("sub-bob", "bob@uni.example"))).await.0, bob);
+    assert_eq!(identity_owner(&app, "sub-carl-2").await, 0, "carl got a second identity");
+
+    // The squatter is no instructor, and the real person's token is not the squatter's account.
+    assert_eq!(my_courses(&app, &squatter_token).await, vec![]);
+    assert_eq!(identity_owner(&app, "sub-real-tran").await, 0, "the real identity was linked by name");
+    let real_token = rsa.sign(&email_claims("sub-real-tran", "minh.tran@uni.example"));
+    let (real, real_handle, _) = me(&app, &real_token).await;
+    assert_ne!(real, squatter);
+    assert_eq!(real_handle, "minh_tran");
+
+    // Once the real person has signed in, the same line finds them by their identity, under
+    // whatever handle they have.
+    let output = course_forum_cli(&app, &["roster", "import", file.0.to_str().expect("path")]);
+    let (stdout, stderr) = out(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("+ CS101 @minh_tran instructor"), "{stdout}");
+    assert_eq!(my_courses(&app, &real_token).await, vec![("CS101".to_owned(), "INSTRUCTOR".to_owned())]);
+    assert_eq!(my_courses(&app, &squatter_token).await, vec![]);
+
+    // A line without an identity does not name a self-provisioned user by their handle either.
+    let file =
+        roster_file("course_code,course_title,handle,display_name,role\nCS102,Other,dr_tran,Dr Tran,instructor\n");
+    let output = course_forum_cli(&app, &["roster", "import", file.0.to_str().expect("path")]);
+    let (stdout, stderr) = out(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("! line 2: skipped: @dr_tran was provisioned by their own sign-in"), "{stdout}");
+    assert_eq!(my_courses(&app, &squatter_token).await, vec![]);
+}
+
+#[tokio::test]
+async fn admin_grant_never_takes_a_handle_for_proof() {
+    let rsa = Signer::rsa("rsa-1");
+    let keys = JwksFile::write(&jwks(&[&rsa]));
+    let app = spawn_with_email_handles(&keys).await;
+    let squatter_token = rsa.sign(&email_claims("sub-squatter", "dr.tran@students.example"));
+    let (squatter, handle, _) = me(&app, &squatter_token).await;
+    assert_eq!(handle, "dr_tran");
+    let admins = || app.scalar_i64("SELECT count(*) AS v FROM administrators", []);
+
+    for args in [
+        &["admin", "grant", "--user", "dr_tran", "--issuer", ISSUER, "--subject", "sub-real-tran"][..],
+        &["admin", "grant", "--user", "dr_tran"][..],
+        &["admin", "grant", "--user", "@dr_tran"][..],
+    ] {
+        let output = course_forum_cli(&app, args);
+        let (stdout, stderr) = out(&output);
+        assert!(!output.status.success(), "{args:?} granted: {stdout}");
+        assert!(stderr.contains("refused: @dr_tran was provisioned by their own sign-in"), "{args:?}: {stderr}");
+        assert_eq!(admins().await, 0, "{args:?}");
+    }
+    assert_eq!(identity_owner(&app, "sub-real-tran").await, 0, "the real identity was linked by name");
+    // Nobody has the real identity yet, and no --user names an account for it.
+    let output = course_forum_cli(&app, &["admin", "grant", "--issuer", ISSUER, "--subject", "sub-real-tran"]);
+    assert!(!output.status.success());
+    assert!(out(&output).1.contains("nobody has"), "{}", out(&output).1);
+
+    // The real person signs in, and is granted by their identity.
+    let real_token = rsa.sign(&email_claims("sub-real-tran", "minh.tran@uni.example"));
+    let (real, _, _) = me(&app, &real_token).await;
+    assert_ne!(real, squatter);
+    let output = course_forum_cli(&app, &["admin", "grant", "--issuer", ISSUER, "--subject", "sub-real-tran"]);
+    let (stdout, stderr) = out(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("@minh_tran") && stdout.contains("is now an administrator"), "{stdout}");
+    assert_eq!(app.scalar_i64("SELECT user_id AS v FROM administrators", []).await, real);
+    // An identity and a --user that disagree are refused.
+    let output = course_forum_cli(
+        &app,
+        &["admin", "grant", "--user", &squatter.to_string(), "--issuer", ISSUER, "--subject", "sub-real-tran"],
+    );
+    assert!(!output.status.success());
+    assert!(out(&output).1.contains("is @minh_tran's identity, not @dr_tran's"), "{}", out(&output).1);
+
+    // An operator's user without an identity takes one with the grant, and signs in with it.
+    let prof = app.create_user("prof").await;
+    let output =
+        course_forum_cli(&app, &["admin", "grant", "--user", "prof", "--issuer", ISSUER, "--subject", "sub-prof"]);
+    let (stdout, stderr) = out(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("linked") && stdout.contains("is now an administrator"), "{stdout}");
+    assert_eq!(me(&app, &rsa.sign(&email_claims("sub-prof", "prof@uni.example"))).await.0, prof);
+    assert_eq!(admins().await, 2);
 }

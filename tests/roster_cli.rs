@@ -86,8 +86,8 @@ const FILE: &str = "course_code,course_title,handle,display_name,role,issuer,sub
                     \"NEW200\",\"Ethics, an introduction\",carol,Carol Pham,student,https://idp.example.edu,c-42\n\
                     \"NEW200\",\"Ethics, an introduction\",alice,alice,student,,\n";
 
-const NOTHING: &str =
-    "courses created: 0, users created: 0, members added: 0, members removed: 0, role changes: 0, identities linked: 0";
+const NOTHING: &str = "courses created: 0, users created: 0, members added: 0, members removed: 0, role changes: 0, \
+                       identities linked: 0, lines skipped: 0";
 
 #[tokio::test]
 async fn an_import_applies_the_difference_and_a_second_run_changes_nothing() {
@@ -220,7 +220,8 @@ async fn a_file_with_bad_lines_reports_every_one_and_applies_nothing() {
         assert_eq!(everything(&app).await, before, "a bad file changed something");
     }
 
-    // An identity that already belongs to someone else is refused the same way.
+    // A line whose identity belongs to a user another line names already is skipped, with its
+    // reason; the rest of the file applies.
     app.scalar_i64(
         "INSERT INTO user_identities (issuer, subject, user_id) SELECT 'https://idp', 's1', id FROM users \
          WHERE handle = 'prof' RETURNING user_id AS v",
@@ -235,10 +236,13 @@ async fn a_file_with_bad_lines_reports_every_one_and_applies_nothing() {
          CS101,CS101 title,alice,alice,student,https://idp,s1\n",
     );
     let output = course_forum(&app, &["roster", "import", path.to_str().expect("utf-8 path")]);
-    assert!(!output.status.success());
-    let err = stderr(&output);
-    assert!(err.contains("line 3: ") && err.contains("already belongs to @prof"), "{err}");
-    assert_eq!(everything(&app).await, before);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let out = stdout(&output);
+    assert!(out.contains("! line 3: skipped: @alice is @prof, whom line 2 names already"), "{out}");
+    assert!(out.contains("- CS101 @alice (was student)") && out.contains("lines skipped: 1"), "{out}");
+    let after = everything(&app).await;
+    assert!(after.contains("https://idp:s1:prof") && after.contains("CS101:prof:instructor"), "{after}");
+    assert_ne!(after, before);
 
     // A missing file is one clear sentence.
     let output = course_forum(&app, &["roster", "import", "/nonexistent/roster.csv"]);

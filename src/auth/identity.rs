@@ -3,6 +3,10 @@
 //! display name taken from the token's claims. A handle someone else holds gets a suffix
 //! derived from the issuer and subject only, so the same person gets the same handle whichever
 //! instance provisions them and however often it is computed.
+//!
+//! A user provisioned here is marked `provisioned_by = 'sign_in'`: their handle is a claim
+//! they chose, so `roster import` and `admin grant` never find them by it, and never link
+//! another identity to them (`forum::roster::people`).
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, FromQueryResult, Statement, TransactionTrait, Value};
 
@@ -58,8 +62,8 @@ pub async fn user_for(db: &DatabaseConnection, claimed: &Claimed<'_>) -> AppResu
         let name = display_name(claimed.name, &handle);
         // Waits for a concurrent insert of the same handle to commit or roll back.
         let row = UserId::find_by_statement(stmt(
-            "INSERT INTO users (handle, display_name) VALUES ($1, $2) ON CONFLICT (handle) DO NOTHING \
-             RETURNING id AS user_id",
+            "INSERT INTO users (handle, display_name, provisioned_by) VALUES ($1, $2, 'sign_in') \
+             ON CONFLICT (handle) DO NOTHING RETURNING id AS user_id",
             [handle.into(), name.into()],
         ))
         .one(&txn)

@@ -66,6 +66,8 @@ impl TokenKeys {
         validation.set_issuer(&[DEV_ISSUER]);
         validation.set_audience(&[DEV_AUDIENCE]);
         validation.leeway = 5;
+        // A token that says when it starts (`nbf`) is refused before then; ours carry none.
+        validation.validate_nbf = true;
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation)
             .map_err(|e| AppError::Unauthenticated(format!("invalid token: {e}")))?;
         let user_id = data

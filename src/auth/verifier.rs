@@ -3,6 +3,11 @@
 //! user id), RS256 and ES256 come from the identity provider and are checked against its JWKS
 //! (`jwks`), their subject turned into a user by `identity`. Any other `alg` (`none`, HS512,
 //! PS256, …) is refused before any key is looked at, so no token can choose a weaker check.
+//!
+//! Once a JWKS is configured, the provider is who says who people are: the development
+//! secret would otherwise stay a key to every account (`sub` = any user id), so HS256 tokens
+//! are refused unless ALLOW_DEV_TOKENS_WITH_JWKS says otherwise. Both kinds have `exp` and,
+//! when they carry one, `nbf` checked, with the same leeway.
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -28,6 +33,9 @@ pub struct Authenticator {
 
 struct Inner {
     dev: TokenKeys,
+    /// False when a JWKS is configured and ALLOW_DEV_TOKENS_WITH_JWKS is not set: then every
+    /// HS256 token is refused, whatever it says.
+    dev_accepted: bool,
     provider: Option<Provider>,
     db: DatabaseConnection,
 }
@@ -38,7 +46,7 @@ struct Provider {
     settings: JwksSettings,
 }
 
-/// The claims read from a provider's token; `iss`, `aud` and `exp` are checked by the
+/// The claims read from a provider's token; `iss`, `aud`, `exp` and `nbf` are checked by the
 /// validation, the rest kept for the handle and name claims.
 #[derive(Deserialize)]
 struct ProviderClaims {
@@ -62,7 +70,14 @@ impl Authenticator {
             }
             None => None,
         };
-        Ok(Self { inner: Arc::new(Inner { dev, provider, db }) })
+        let dev_accepted = provider.is_none() || settings.allow_dev_tokens_with_jwks;
+        if provider.is_some() && dev_accepted {
+            tracing::warn!(
+                "ALLOW_DEV_TOKENS_WITH_JWKS: the server's own HS256 tokens are accepted beside the provider's; \
+                 whoever holds JWT_SECRET can sign in as anyone"
+            );
+        }
+        Ok(Self { inner: Arc::new(Inner { dev, dev_accepted, provider, db }) })
     }
 
     /// `verify_token` of an `Authorization` header value (`Bearer <jwt>`).
@@ -81,6 +96,11 @@ impl Authenticator {
         let header =
             jsonwebtoken::decode_header(token).map_err(|e| AppError::Unauthenticated(format!("invalid token: {e}")))?;
         match header.alg {
+            Algorithm::HS256 if !self.inner.dev_accepted => Err(AppError::Unauthenticated(
+                "invalid token: the server's own HS256 tokens are not accepted while JWKS is configured \
+                 (set ALLOW_DEV_TOKENS_WITH_JWKS=true to accept them)"
+                    .into(),
+            )),
             Algorithm::HS256 => self.inner.dev.verify_token(token),
             Algorithm::RS256 | Algorithm::ES256 => match &self.inner.provider {
                 Some(provider) => provider.verify(&self.inner.db, token, header.alg, header.kid.as_deref()).await,
@@ -122,6 +142,9 @@ impl Provider {
         validation.set_issuer(&[&self.settings.issuer]);
         validation.set_audience(&[&self.settings.audience]);
         validation.leeway = LEEWAY_SECS;
+        // Optional, as the JWT spec has it, but honoured when present: a token issued for
+        // later is refused until then.
+        validation.validate_nbf = true;
         let claims = jsonwebtoken::decode::<ProviderClaims>(token, &key.key, &validation)
             .map_err(|e| AppError::Unauthenticated(format!("invalid token: {e}")))?
             .claims;

@@ -42,6 +42,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0007_membership_notify"),
             sql_migration!("0008_roster_and_identity"),
             sql_migration!("0009_notifications_and_hot_ranking"),
+            sql_migration!("0010_user_provisioning"),
         ]
     }
 }

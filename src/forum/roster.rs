@@ -20,6 +20,7 @@
 //! foreign keys take, so posting in the course is never held up by it.
 
 pub mod import;
+pub mod people;
 
 use std::collections::HashMap;
 

@@ -91,6 +91,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         jwt_audience: None,
         jwt_handle_claim: "preferred_username".into(),
         jwt_name_claim: "name".into(),
+        allow_dev_tokens_with_jwks: false,
         bind: "127.0.0.1:0".parse().expect("loopback address"),
         like_mode: LikeMode::Sync,
         like_stream_shards: 4,
