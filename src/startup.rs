@@ -377,6 +377,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     );
     let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
     let memberships = Memberships::new(settings.membership_cache);
+    let cursor_keys = crate::graphql::cursor::load_keys(&settings, &redis, &keys).await?;
     Ok(AppState {
         settings,
         db,
@@ -397,6 +398,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         feed,
         memberships,
         parsed_documents: Default::default(),
+        cursor_keys,
     })
 }
 

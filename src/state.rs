@@ -60,6 +60,8 @@ pub struct AppState {
     pub memberships: Memberships,
     /// Recently parsed GraphQL documents, by the SHA-256 of their text.
     pub parsed_documents: Arc<crate::graphql::persisted::ParsedDocuments>,
+    /// Sign the cursors this server hands out and verify those it is handed back.
+    pub cursor_keys: crate::graphql::cursor::CursorKeys,
 }
 
 impl AppState {

@@ -629,3 +629,80 @@ async fn reconcile_rebuilds_hot_and_top_from_the_rows() {
         assert_eq!(whole_order(&app, &alice, world.course, order).await, ranked(&truth, order), "{order:?} rebuilt");
     }
 }
+
+/// A ranked cursor in the unsigned format of 6b52d0b: the order's prefix, then the shown ids
+/// sorted, as LEB128 varints of their differences.
+fn unsigned_ranked_cursor(order: &str, ids: impl IntoIterator<Item = i64>) -> Vec<u8> {
+    let mut bytes = format!("r:{order}:").into_bytes();
+    let mut previous = 0;
+    for id in ids {
+        let mut delta = (id - previous) as u64;
+        previous = id;
+        loop {
+            let byte = (delta & 0x7f) as u8;
+            delta >>= 7;
+            if delta == 0 {
+                bytes.push(byte);
+                break;
+            }
+            bytes.push(byte | 0x80);
+        }
+    }
+    bytes
+}
+
+#[tokio::test]
+async fn hot_and_top_cursors_the_server_did_not_issue_are_refused_before_any_sql() {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let alice = app.token(world.alice);
+    let mut posts = Vec::new();
+    for n in 0..4 {
+        posts.push(app.create_post(&alice, world.course, &format!("post {n}")).await);
+    }
+    for order in [Order::Hot, Order::Top] {
+        let name = order.name().to_ascii_lowercase();
+        let first = page(&app, &alice, world.course, order, 2, None).await;
+        let genuine = first.end.clone().expect("a cursor");
+        // The control: the genuine cursor goes on to the other two, then the walk ends.
+        let second = page(&app, &alice, world.course, order, 2, Some(&genuine)).await;
+        let mut walked: Vec<i64> = first.ids.iter().chain(&second.ids).copied().collect();
+        walked.sort_unstable();
+        assert_eq!(walked, posts, "{name}: every post once");
+        assert!(!second.has_next && second.has_prev, "{second:?}");
+
+        let mut flipped = b64.decode(&genuine).expect("base64");
+        let at = flipped.len() / 2;
+        flipped[at] ^= 0x01;
+        let forged_list = unsigned_ranked_cursor(&name, (1..=1000).map(|i| i * 7));
+        let mut forged_list_with_a_tag = forged_list.clone();
+        forged_list_with_a_tag.extend_from_slice(&[0xa5; 16]);
+        let cases = [
+            ("1,000 forged ids, unsigned (6b52d0b's format)", b64.encode(&forged_list)),
+            ("1,000 forged ids and a made-up tag", b64.encode(&forged_list_with_a_tag)),
+            (
+                "the posts shown, unsigned",
+                b64.encode(unsigned_ranked_cursor(
+                    &name,
+                    first.ids.iter().copied().min().into_iter().chain(first.ids.iter().copied().max()),
+                )),
+            ),
+            ("a genuine cursor with a byte flipped", b64.encode(&flipped)),
+            ("random base64", b64.encode([0x3cu8; 40])),
+        ];
+        for (case, cursor) in cases {
+            let before = app.state.sql_statements.get();
+            let response = posts_raw(&app, &alice, world.course, order, json!({ "first": 2, "after": cursor })).await;
+            assert_eq!(error_code(&response).as_deref(), Some("BAD_USER_INPUT"), "{name}, {case}: {response}");
+            // The course and its membership were read for the request (`course(id:)`), but the
+            // page's statement never ran: compare with the genuine second page.
+            let refused_cost = app.state.sql_statements.get() - before;
+            let before = app.state.sql_statements.get();
+            page(&app, &alice, world.course, order, 2, Some(&genuine)).await;
+            let page_cost = app.state.sql_statements.get() - before;
+            assert!(refused_cost < page_cost, "{name}, {case}: {refused_cost} statements, a page {page_cost}");
+        }
+    }
+}

@@ -154,6 +154,8 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         cache_lock_ttl: Duration::from_secs(10),
         shutdown_timeout: Duration::from_secs(10),
         worker_metrics_bind: None,
+        // Unset: the prefix's own random key in Redis, shared by the instances of one test.
+        cursor_keys: Vec::new(),
     }
 }
 
