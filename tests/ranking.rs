@@ -706,3 +706,36 @@ async fn hot_and_top_cursors_the_server_did_not_issue_are_refused_before_any_sql
         }
     }
 }
+
+#[tokio::test]
+async fn a_late_ranked_page_hashes_the_shown_posts_instead_of_testing_each_post_against_them() {
+    use sea_orm::TransactionTrait;
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    app.scalar_i64(
+        "WITH ins AS (INSERT INTO posts (course_id, user_id, title, body, like_count) \
+         SELECT $1, $2, 'bulk ' || g, 'body', g % 50 FROM generate_series(1, 3000) g RETURNING id) \
+         SELECT count(*) AS v FROM ins",
+        [world.course.into(), world.alice.into()],
+    )
+    .await;
+    exec(&app, "ANALYZE posts", []).await;
+    let shown: Vec<String> = (0..1000).map(|i| (i * 3 + 1).to_string()).collect();
+    for ranking in [course_forum::forum::posts::Ranking::Hot, course_forum::forum::posts::Ranking::Top] {
+        let sql = course_forum::forum::posts::ranked_page_sql(ranking);
+        // The plan the server's prepared statement ends up with once PostgreSQL stops
+        // planning it per call: the generic one, where the list is a parameter.
+        let txn = app.db.begin().await.expect("begin");
+        txn.execute_unprepared("SET LOCAL plan_cache_mode = force_generic_plan").await.expect("SET");
+        txn.execute_unprepared(&format!("PREPARE ranked(bigint, bigint[], bigint) AS {sql}")).await.expect("PREPARE");
+        let explain = format!("EXPLAIN EXECUTE ranked({}, '{{{}}}', 21)", world.course, shown.join(","));
+        let rows = txn.query_all_raw(Statement::from_string(DbBackend::Postgres, explain)).await.expect("EXPLAIN");
+        let plan: Vec<String> =
+            rows.iter().map(|row| row.try_get::<String>("", "QUERY PLAN").expect("a plan line")).collect();
+        txn.execute_unprepared("DEALLOCATE ranked").await.expect("DEALLOCATE");
+        txn.rollback().await.expect("rollback");
+        let plan = plan.join("\n");
+        assert!(plan.contains("Hash Anti Join"), "{ranking:?}: the shown ids are hashed once:\n{plan}");
+        assert!(!plan.contains("ALL"), "{ranking:?}: no post is compared with the whole list:\n{plan}");
+    }
+}
