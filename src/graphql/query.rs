@@ -53,7 +53,7 @@ impl Query {
         ctx: &Context<'_>,
         #[graphql(desc = "How many notifications to return: 1 to 100, 20 when not given.")] first: Option<i32>,
         #[graphql(
-            desc = "Return the notifications after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the notifications after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         after: Option<String>,
     ) -> Result<
@@ -71,7 +71,7 @@ impl Query {
         ctx: &Context<'_>,
         #[graphql(desc = "How many posts to return: 1 to 100, 20 when not given.")] first: Option<i32>,
         #[graphql(
-            desc = "Return the posts after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the posts after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         after: Option<String>,
     ) -> Result<Option<Connection<PostsCursor, Post>>> {

@@ -270,7 +270,7 @@ impl Course {
         )]
         first: Option<i32>,
         #[graphql(
-            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A malformed cursor, or one of another order, is BAD_USER_INPUT."
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A cursor this API did not issue (made up, altered, or signed with a retired key), or one of another order, is BAD_USER_INPUT."
         )]
         after: Option<String>,
         #[graphql(
@@ -278,7 +278,7 @@ impl Course {
         )]
         last: Option<i32>,
         #[graphql(
-            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A malformed cursor is BAD_USER_INPUT. NEW order only."
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT. NEW order only."
         )]
         before: Option<String>,
         #[graphql(desc = "NEW (the default), HOT or TOP.", default)] order_by: PostOrder,
@@ -485,7 +485,7 @@ impl Post {
         )]
         first: Option<i32>,
         #[graphql(
-            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         after: Option<String>,
         #[graphql(
@@ -493,7 +493,7 @@ impl Post {
         )]
         last: Option<i32>,
         #[graphql(
-            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Comment>> {
@@ -603,7 +603,7 @@ impl Comment {
         )]
         first: Option<i32>,
         #[graphql(
-            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         after: Option<String>,
         #[graphql(
@@ -611,7 +611,7 @@ impl Comment {
         )]
         last: Option<i32>,
         #[graphql(
-            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Reply>> {
