@@ -348,6 +348,14 @@ pub struct Settings {
     /// id → text): when set, only its documents run, and SIGHUP reloads it (`graphql::trusted`).
     #[arg(long, env = "TRUSTED_DOCUMENTS", global = true)]
     pub trusted_documents: Option<std::path::PathBuf>,
+
+    // Cursors.
+    /// Secrets that sign connection cursors (HMAC-SHA256), separated by commas, each at least
+    /// 16 bytes: the first signs, every one verifies (rotation: put the new key first, drop the
+    /// old one later). Unset: one random key kept in Redis, shared by every instance of the
+    /// prefix (docs/operations.md, "Cursor keys").
+    #[arg(long, env = "CURSOR_KEYS", value_delimiter = ',', hide_env_values = true, global = true)]
+    pub cursor_keys: Vec<String>,
 }
 
 /// True when the URL's host is this machine: `localhost`, 127.0.0.0/8 or ::1.
@@ -494,8 +502,24 @@ impl Settings {
         Ok(RedisTarget::Cluster(nodes))
     }
 
+    /// The secrets of CURSOR_KEYS, signing one first; None when unset (the key kept in Redis).
+    pub fn cursor_secrets(&self) -> Result<Option<Vec<&str>>, AppError> {
+        let secrets: Vec<&str> = self.cursor_keys.iter().map(|k| k.trim()).filter(|k| !k.is_empty()).collect();
+        if secrets.is_empty() {
+            return Ok(None);
+        }
+        if secrets.iter().any(|k| k.len() < crate::graphql::cursor::MIN_KEY_BYTES) {
+            return Err(AppError::Config(format!(
+                "each key of CURSOR_KEYS must be at least {} bytes long (a random string); separate keys with commas",
+                crate::graphql::cursor::MIN_KEY_BYTES
+            )));
+        }
+        Ok(Some(secrets))
+    }
+
     /// Checks everything `serve` needs, so a bad setting fails before anything connects.
     pub fn validate_for_serve(&self) -> Result<(), AppError> {
+        self.cursor_secrets()?;
         self.database_url()?;
         self.redis_target()?;
         self.jwt_secret()?;

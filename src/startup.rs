@@ -389,6 +389,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     };
     let persisted_queries =
         Arc::new(crate::graphql::persisted::PersistedQueries::new(redis.clone(), keys.clone(), &settings, trusted));
+    let cursor_keys = crate::graphql::cursor::load_keys(&settings, &redis, &keys).await?;
     Ok(AppState {
         settings,
         db,
@@ -410,6 +411,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         memberships,
         parsed_documents: Arc::new(crate::graphql::persisted::ParsedDocuments::new(PARSED_DOCUMENTS_BYTES)),
         persisted_queries,
+        cursor_keys,
     })
 }
 

@@ -63,6 +63,8 @@ pub struct AppState {
     pub parsed_documents: Arc<crate::graphql::persisted::ParsedDocuments>,
     /// Automatic persisted queries (Redis), or the trusted documents' manifest.
     pub persisted_queries: Arc<crate::graphql::persisted::PersistedQueries>,
+    /// Sign the cursors this server hands out and verify those it is handed back.
+    pub cursor_keys: crate::graphql::cursor::CursorKeys,
 }
 
 impl AppState {

@@ -364,19 +364,13 @@ async fn non_member_cannot_reach_course_content_through_nested_fields(mode: Like
             { "id": f.other_post, "title": "bio title", "comments": { "nodes": [] } }
         ] } }])
     );
-    // A cursor is only a position: one from CS101 does not open CS101 from the outsider's course.
-    let cursor = {
-        use base64::Engine;
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("k:{}", common::raw_id(&f.post) + 1))
-    };
-    let data = f
-        .app
-        .gql_ok(
-            Some(&token),
-            "query($id: ID!, $after: String) { node(id: $id) { ... on Post { comments(after: $after) { nodes { body } } } } }",
-            json!({ "id": f.other_post, "after": cursor }),
-        )
-        .await;
+    // A cursor is only a position: one a member of CS101 was given does not open CS101 from
+    // the outsider's course. (Cursors are signed, so a made-up one is refused outright.)
+    let comments = "query($id: ID!, $after: String) { node(id: $id) { ... on Post { comments(first: 1, after: $after) { edges { cursor } nodes { body } } } } }";
+    let alice = f.app.token(f.w.alice);
+    let given = f.app.gql_ok(Some(&alice), comments, json!({ "id": f.post, "after": null })).await;
+    let cursor = given["node"]["comments"]["edges"][0]["cursor"].as_str().map(str::to_owned);
+    let data = f.app.gql_ok(Some(&token), comments, json!({ "id": f.other_post, "after": cursor })).await;
     assert!(!data.to_string().contains(SECRET), "leak via cursor: {data}");
     assert_no_failures(failures);
 }

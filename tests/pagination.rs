@@ -612,3 +612,217 @@ async fn deleted_posts_do_not_appear_in_pages() {
     assert_eq!(rest.ids, live[3..]);
     assert!(!rest.has_next);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Cursors are the server's words (docs/api.md, "Cursors"): signed, so a client hands back only
+// what it was given.
+// ---------------------------------------------------------------------------------------------
+
+/// Cursors this server never issued, made from a genuine one: random bytes, the unsigned
+/// format of 6b52d0b (`k:<id>`, a position that exists), the genuine one with a byte of its
+/// position or of its tag flipped, and its tag cut short.
+fn forgeries(genuine: &str, id: i64) -> Vec<(&'static str, String)> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let bytes = b64.decode(genuine).expect("a cursor is base64url");
+    let mut position_flipped = bytes.clone();
+    // `k:<digits>`: the first digit changes, the position stays well formed (or becomes k:0).
+    position_flipped[2] ^= 0x01;
+    let mut tag_flipped = bytes.clone();
+    *tag_flipped.last_mut().expect("not empty") ^= 0x80;
+    vec![
+        ("random base64", b64.encode([0x5au8; 24])),
+        ("the unsigned cursor of 6b52d0b", b64.encode(format!("k:{id}"))),
+        ("a byte of the position flipped", b64.encode(position_flipped)),
+        ("a byte of the tag flipped", b64.encode(tag_flipped)),
+        ("the tag cut short", b64.encode(&bytes[..bytes.len() - 4])),
+    ]
+}
+
+/// A connection under test: its document (variables `$id` when it has one, `$first`, `$after`)
+/// and where the connection sits in `data`.
+struct Walk {
+    name: &'static str,
+    query: &'static str,
+    id: Option<String>,
+    path: &'static [&'static str],
+}
+
+impl Walk {
+    fn variables(&self, after: Option<&str>) -> Json {
+        let mut vars = json!({ "first": 1, "after": after });
+        if let Some(id) = &self.id {
+            vars["id"] = json!(id);
+        }
+        vars
+    }
+
+    fn connection<'a>(&self, data: &'a Json) -> &'a Json {
+        self.path.iter().fold(data, |value, key| &value[*key])
+    }
+}
+
+#[tokio::test]
+async fn cursors_the_server_did_not_issue_are_bad_user_input_on_every_connection() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let (alice, bob) = (app.token(world.alice), app.token(world.bob));
+    create_posts(&app, &alice, world.course, 3).await;
+    let post = create_post(&app, &alice, world.course, "discussion").await;
+    let mut root = 0;
+    for i in 0..3 {
+        // bob's comments and replies notify alice: her notifications have pages too.
+        root = create_comment(&app, &bob, post, &format!("comment {i}")).await;
+    }
+    let root_gid = gid("Comment", root);
+    for i in 0..3 {
+        create_reply(&app, &alice, &root_gid, &format!("reply {i}")).await;
+        create_reply(&app, &bob, &root_gid, &format!("reply to alice {i}")).await;
+    }
+    let walks = [
+        Walk {
+            name: "Course.posts (NEW)",
+            query: "query($id: ID!, $first: Int, $after: String) { course(id: $id) { posts(first: $first, after: $after) { pageInfo { hasNextPage endCursor } edges { cursor node { id } } } } }",
+            id: Some(gid("Course", world.course)),
+            path: &["course", "posts"],
+        },
+        Walk {
+            name: "Post.comments",
+            query: "query($id: ID!, $first: Int, $after: String) { post(id: $id) { comments(first: $first, after: $after) { pageInfo { hasNextPage endCursor } edges { cursor node { id } } } } }",
+            id: Some(gid("Post", post)),
+            path: &["post", "comments"],
+        },
+        Walk {
+            name: "Comment.replies",
+            query: "query($id: ID!, $first: Int, $after: String) { node(id: $id) { ... on Comment { replies(first: $first, after: $after) { pageInfo { hasNextPage endCursor } edges { cursor node { id } } } } } }",
+            id: Some(root_gid.clone()),
+            path: &["node", "replies"],
+        },
+        Walk {
+            name: "Query.notifications",
+            query: "query($first: Int, $after: String) { notifications(first: $first, after: $after) { pageInfo { hasNextPage endCursor } edges { cursor node { id } } } }",
+            id: None,
+            path: &["notifications"],
+        },
+        Walk {
+            name: "Query.homeFeed",
+            query: "query($first: Int, $after: String) { homeFeed(first: $first, after: $after) { pageInfo { hasNextPage endCursor } edges { cursor node { id } } } }",
+            id: None,
+            path: &["homeFeed"],
+        },
+    ];
+    let mut failures = Vec::new();
+    for walk in &walks {
+        let data = app.gql_ok(Some(&alice), walk.query, walk.variables(None)).await;
+        let first = walk.connection(&data);
+        assert_eq!(first["pageInfo"]["hasNextPage"], json!(true), "{}: {data}", walk.name);
+        let genuine = first["pageInfo"]["endCursor"].as_str().expect("an end cursor").to_owned();
+        let shown = raw_id(first["edges"][0]["node"]["id"].as_str().expect("node id"));
+        // The control: the genuine cursor continues the walk past what it showed.
+        let next = app.gql_ok(Some(&alice), walk.query, walk.variables(Some(&genuine))).await;
+        let next_id = raw_id(walk.connection(&next)["edges"][0]["node"]["id"].as_str().expect("a next page"));
+        assert_ne!(next_id, shown, "{}: {next}", walk.name);
+        for (forgery, cursor) in forgeries(&genuine, next_id) {
+            let response = app.gql(Some(&alice), walk.query, walk.variables(Some(&cursor))).await;
+            if error_code(&response).as_deref() != Some("BAD_USER_INPUT") {
+                failures.push(format!("{} with {forgery}: {response}", walk.name));
+            }
+        }
+    }
+    // Backward (NEW posts' `before`) too.
+    let page = posts_page(&app, &alice, world.course, last(1, None)).await;
+    let start = page.start.expect("a start cursor");
+    assert_eq!(posts_page(&app, &alice, world.course, last(1, Some(&start))).await.ids.len(), 1);
+    for (forgery, cursor) in forgeries(&start, page.ids[0]) {
+        let response = posts_raw(&app, &alice, world.course, last(1, Some(&cursor))).await;
+        if error_code(&response).as_deref() != Some("BAD_USER_INPUT") {
+            failures.push(format!("posts(before:) with {forgery}: {response}"));
+        }
+    }
+    assert!(failures.is_empty(), "accepted cursors the server did not issue:\n{}", failures.join("\n"));
+}
+
+#[tokio::test]
+async fn a_forged_cursor_is_refused_before_any_sql_runs() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let (alice, bob) = (app.token(world.alice), app.token(world.bob));
+    let post = create_post(&app, &alice, world.course, "discussion").await;
+    for i in 0..3 {
+        create_comment(&app, &bob, post, &format!("comment {i}")).await;
+    }
+    let query = "query($after: String) { notifications(first: 1, after: $after) { edges { cursor node { id } } } }";
+    // Warm: the viewer's memberships and row are in memory after the first page.
+    let data = app.gql_ok(Some(&alice), query, json!({ "after": null })).await;
+    let genuine = data["notifications"]["edges"][0]["cursor"].as_str().expect("a cursor").to_owned();
+    let statements = || app.state.sql_statements.get();
+
+    let before = statements();
+    let next = app.gql_ok(Some(&alice), query, json!({ "after": genuine })).await;
+    assert_eq!(next["notifications"]["edges"].as_array().map(Vec::len), Some(1));
+    let genuine_cost = statements() - before;
+    assert!(genuine_cost > 0, "a page is read from PostgreSQL");
+
+    let id = raw_id(next["notifications"]["edges"][0]["node"]["id"].as_str().expect("id"));
+    for (forgery, cursor) in forgeries(&genuine, id) {
+        let before = statements();
+        let response = app.gql(Some(&alice), query, json!({ "after": cursor })).await;
+        assert_eq!(error_code(&response).as_deref(), Some("BAD_USER_INPUT"), "{forgery}: {response}");
+        assert_eq!(statements() - before, 0, "{forgery}: no statement runs for a forged cursor");
+    }
+}
+
+const OLD_KEY: &str = "the key cursors were signed with until today";
+const NEW_KEY: &str = "the key that signs cursors from today on";
+
+#[tokio::test]
+async fn a_rotated_key_verifies_while_listed_second_and_fails_once_removed() {
+    let app = TestApp::spawn_with(|s| s.cursor_keys = vec![OLD_KEY.into()]).await;
+    let world = World::create(&app).await;
+    let alice = app.token(world.alice);
+    let ids = newest_first(create_posts(&app, &alice, world.course, 4).await);
+    let old_cursor = posts_page(&app, &alice, world.course, first(1, None)).await.end.expect("a cursor");
+
+    // Rotating: the new key first, the old one kept to verify.
+    let rotating = app.spawn_peer(|s| s.cursor_keys = vec![NEW_KEY.into(), OLD_KEY.into()]).await;
+    let vars = |after: &str| variables(&gid("Course", world.course), first(1, Some(after)));
+    let data = app.gql_at(rotating.addr, Some(&alice), POSTS_PAGE, vars(&old_cursor)).await;
+    assert!(data.get("errors").is_none(), "the old key still verifies: {data}");
+    let page = Page::from_connection(&data["data"]["course"]["posts"]);
+    assert_eq!(page.ids, vec![ids[1]], "the walk continues where the old cursor stood");
+    let new_cursor = page.end.expect("a cursor");
+    assert_ne!(new_cursor, old_cursor);
+
+    // Rotated: the old key removed.
+    let rotated = app.spawn_peer(|s| s.cursor_keys = vec![NEW_KEY.into()]).await;
+    let refused = app.gql_at(rotated.addr, Some(&alice), POSTS_PAGE, vars(&old_cursor)).await;
+    assert_eq!(error_code(&refused).as_deref(), Some("BAD_USER_INPUT"), "{refused}");
+    let data = app.gql_at(rotated.addr, Some(&alice), POSTS_PAGE, vars(&new_cursor)).await;
+    assert!(data.get("errors").is_none(), "the new key's cursors go on: {data}");
+    assert_eq!(Page::from_connection(&data["data"]["course"]["posts"]).ids, vec![ids[2]]);
+    // And the instance that knows only the old key refuses the new key's cursors.
+    let response = posts_raw(&app, &alice, world.course, first(1, Some(&new_cursor))).await;
+    assert_eq!(error_code(&response).as_deref(), Some("BAD_USER_INPUT"), "{response}");
+}
+
+#[tokio::test]
+async fn without_cursor_keys_the_instances_of_a_deployment_share_one_random_key() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let alice = app.token(world.alice);
+    let ids = newest_first(create_posts(&app, &alice, world.course, 3).await);
+    let cursor = posts_page(&app, &alice, world.course, first(1, None)).await.end.expect("a cursor");
+    // Another instance of the same deployment (database and Redis prefix) takes it.
+    let peer = app.spawn_peer(|_| {}).await;
+    let vars = variables(&gid("Course", world.course), first(1, Some(&cursor)));
+    let data = app.gql_at(peer.addr, Some(&alice), POSTS_PAGE, vars).await;
+    assert!(data.get("errors").is_none(), "{data}");
+    assert_eq!(Page::from_connection(&data["data"]["course"]["posts"]).ids, vec![ids[1]]);
+    // Another deployment (its own prefix, so its own random key) does not.
+    let other = TestApp::spawn().await;
+    let other_world = World::create(&other).await;
+    let other_alice = other.token(other_world.alice);
+    create_posts(&other, &other_alice, other_world.course, 3).await;
+    let response = posts_raw(&other, &other_alice, other_world.course, first(1, Some(&cursor))).await;
+    assert_eq!(error_code(&response).as_deref(), Some("BAD_USER_INPUT"), "{response}");
+}

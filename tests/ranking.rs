@@ -629,3 +629,113 @@ async fn reconcile_rebuilds_hot_and_top_from_the_rows() {
         assert_eq!(whole_order(&app, &alice, world.course, order).await, ranked(&truth, order), "{order:?} rebuilt");
     }
 }
+
+/// A ranked cursor in the unsigned format of 6b52d0b: the order's prefix, then the shown ids
+/// sorted, as LEB128 varints of their differences.
+fn unsigned_ranked_cursor(order: &str, ids: impl IntoIterator<Item = i64>) -> Vec<u8> {
+    let mut bytes = format!("r:{order}:").into_bytes();
+    let mut previous = 0;
+    for id in ids {
+        let mut delta = (id - previous) as u64;
+        previous = id;
+        loop {
+            let byte = (delta & 0x7f) as u8;
+            delta >>= 7;
+            if delta == 0 {
+                bytes.push(byte);
+                break;
+            }
+            bytes.push(byte | 0x80);
+        }
+    }
+    bytes
+}
+
+#[tokio::test]
+async fn hot_and_top_cursors_the_server_did_not_issue_are_refused_before_any_sql() {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let alice = app.token(world.alice);
+    let mut posts = Vec::new();
+    for n in 0..4 {
+        posts.push(app.create_post(&alice, world.course, &format!("post {n}")).await);
+    }
+    for order in [Order::Hot, Order::Top] {
+        let name = order.name().to_ascii_lowercase();
+        let first = page(&app, &alice, world.course, order, 2, None).await;
+        let genuine = first.end.clone().expect("a cursor");
+        // The control: the genuine cursor goes on to the other two, then the walk ends.
+        let second = page(&app, &alice, world.course, order, 2, Some(&genuine)).await;
+        let mut walked: Vec<i64> = first.ids.iter().chain(&second.ids).copied().collect();
+        walked.sort_unstable();
+        assert_eq!(walked, posts, "{name}: every post once");
+        assert!(!second.has_next && second.has_prev, "{second:?}");
+
+        let mut flipped = b64.decode(&genuine).expect("base64");
+        let at = flipped.len() / 2;
+        flipped[at] ^= 0x01;
+        let forged_list = unsigned_ranked_cursor(&name, (1..=1000).map(|i| i * 7));
+        let mut forged_list_with_a_tag = forged_list.clone();
+        forged_list_with_a_tag.extend_from_slice(&[0xa5; 16]);
+        let cases = [
+            ("1,000 forged ids, unsigned (6b52d0b's format)", b64.encode(&forged_list)),
+            ("1,000 forged ids and a made-up tag", b64.encode(&forged_list_with_a_tag)),
+            (
+                "the posts shown, unsigned",
+                b64.encode(unsigned_ranked_cursor(
+                    &name,
+                    first.ids.iter().copied().min().into_iter().chain(first.ids.iter().copied().max()),
+                )),
+            ),
+            ("a genuine cursor with a byte flipped", b64.encode(&flipped)),
+            ("random base64", b64.encode([0x3cu8; 40])),
+        ];
+        for (case, cursor) in cases {
+            let before = app.state.sql_statements.get();
+            let response = posts_raw(&app, &alice, world.course, order, json!({ "first": 2, "after": cursor })).await;
+            assert_eq!(error_code(&response).as_deref(), Some("BAD_USER_INPUT"), "{name}, {case}: {response}");
+            // The course and its membership were read for the request (`course(id:)`), but the
+            // page's statement never ran: compare with the genuine second page.
+            let refused_cost = app.state.sql_statements.get() - before;
+            let before = app.state.sql_statements.get();
+            page(&app, &alice, world.course, order, 2, Some(&genuine)).await;
+            let page_cost = app.state.sql_statements.get() - before;
+            assert!(refused_cost < page_cost, "{name}, {case}: {refused_cost} statements, a page {page_cost}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_late_ranked_page_hashes_the_shown_posts_instead_of_testing_each_post_against_them() {
+    use sea_orm::TransactionTrait;
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    app.scalar_i64(
+        "WITH ins AS (INSERT INTO posts (course_id, user_id, title, body, like_count) \
+         SELECT $1, $2, 'bulk ' || g, 'body', g % 50 FROM generate_series(1, 3000) g RETURNING id) \
+         SELECT count(*) AS v FROM ins",
+        [world.course.into(), world.alice.into()],
+    )
+    .await;
+    exec(&app, "ANALYZE posts", []).await;
+    let shown: Vec<String> = (0..1000).map(|i| (i * 3 + 1).to_string()).collect();
+    for ranking in [course_forum::forum::posts::Ranking::Hot, course_forum::forum::posts::Ranking::Top] {
+        let sql = course_forum::forum::posts::ranked_page_sql(ranking);
+        // The plan the server's prepared statement ends up with once PostgreSQL stops
+        // planning it per call: the generic one, where the list is a parameter.
+        let txn = app.db.begin().await.expect("begin");
+        txn.execute_unprepared("SET LOCAL plan_cache_mode = force_generic_plan").await.expect("SET");
+        txn.execute_unprepared(&format!("PREPARE ranked(bigint, bigint[], bigint) AS {sql}")).await.expect("PREPARE");
+        let explain = format!("EXPLAIN EXECUTE ranked({}, '{{{}}}', 21)", world.course, shown.join(","));
+        let rows = txn.query_all_raw(Statement::from_string(DbBackend::Postgres, explain)).await.expect("EXPLAIN");
+        let plan: Vec<String> =
+            rows.iter().map(|row| row.try_get::<String>("", "QUERY PLAN").expect("a plan line")).collect();
+        txn.execute_unprepared("DEALLOCATE ranked").await.expect("DEALLOCATE");
+        txn.rollback().await.expect("rollback");
+        let plan = plan.join("\n");
+        assert!(plan.contains("Hash Anti Join"), "{ranking:?}: the shown ids are hashed once:\n{plan}");
+        assert!(!plan.contains("ALL"), "{ranking:?}: no post is compared with the whole list:\n{plan}");
+    }
+}

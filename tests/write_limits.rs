@@ -357,3 +357,54 @@ async fn with_redis_unreachable_a_write_is_unavailable_and_writes_nothing() {
     assert_eq!(app.scalar_i64("SELECT count(*) AS v FROM posts WHERE deleted_at IS NOT NULL", []).await, 0);
     assert_eq!(app.scalar_i64("SELECT count(*) AS v FROM comments", []).await, 0);
 }
+
+/// `@aaa @aab …`: `count` distinct three-letter handles, five characters each (4,000 make the
+/// 20,000 characters a post's body may hold).
+fn mention_bomb(count: usize) -> String {
+    (0..count)
+        .map(|i| {
+            let handle: String = [i / 676, (i / 26) % 26, i % 26].iter().map(|d| char::from(b'a' + *d as u8)).collect();
+            format!("@{handle} ")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_mention_bomb_over_the_write_limit_is_rate_limited_before_its_text_is_read() {
+    // One of each kind per minute: the first write of each kind is allowed, the next is over.
+    let (app, w) = spawn(|s| {
+        s.post_rate_per_minute = 1;
+        s.comment_rate_per_minute = 1;
+        s.edit_rate_per_minute = 1;
+    })
+    .await;
+    let (alice, bob) = (app.token(w.alice), app.token(w.bob));
+    let post_body = mention_bomb(4_000);
+    let comment_body = mention_bomb(1_000);
+    let create_post = "mutation($c: ID!, $b: String!) { createPost(courseId: $c, title: \"t\", body: $b) { id } }";
+    let create_comment = "mutation($p: ID!, $b: String!) { createComment(postId: $p, body: $b) { id } }";
+    let create_reply = "mutation($c: ID!, $b: String!) { createReply(commentId: $c, body: $b) { id } }";
+
+    // The control: under the limit, the same texts are refused for their mentions.
+    let response = app.gql(Some(&bob), create_post, json!({ "c": gid("Course", w.course), "b": post_body })).await;
+    assert_eq!(error_code(&response).as_deref(), Some("BAD_USER_INPUT"), "{response}");
+    assert!(response["errors"][0]["message"].as_str().unwrap_or_default().contains("mention"), "{response}");
+
+    // alice uses her one write of each kind.
+    let post = post(&app, &alice, w.course, "allowed").await;
+    let comment = comment(&app, &alice, &post).await;
+    app.gql_ok(Some(&alice), EDIT_COMMENT, json!({ "c": comment, "b": "edited" })).await;
+
+    // Over the limit, the bomb meets the limit first: RATE_LIMITED, not a mention refusal, so
+    // the limit was checked before the text was read.
+    let vars = json!({ "c": gid("Course", w.course), "b": post_body });
+    refused(&app, &alice, create_post, vars, "new posts", 60_000).await;
+    let vars = json!({ "p": post, "b": comment_body });
+    refused(&app, &alice, create_comment, vars, "new comments and replies", 60_000).await;
+    let vars = json!({ "c": comment, "b": comment_body });
+    refused(&app, &alice, create_reply, vars, "new comments and replies", 60_000).await;
+    let vars = json!({ "c": comment, "b": comment_body });
+    refused(&app, &alice, EDIT_COMMENT, vars, "edits", 60_000).await;
+    let vars = json!({ "p": post, "b": post_body });
+    refused(&app, &alice, EDIT_POST, vars, "edits", 60_000).await;
+}

@@ -1,34 +1,188 @@
-//! Connection cursors: opaque, and validated when decoded like any other input.
+//! Connection cursors: opaque, authenticated, and validated when opened like any other input.
+//!
+//! A cursor is `base64url(position ‖ tag)`: the position is where a walk stands (`k:<id>` for
+//! a keyset walk, `r:hot:`/`r:top:` and the shown ids for a ranked one), the tag the first 16
+//! bytes of HMAC-SHA256 of the position under the server's cursor key (`CursorKeys`). The tag
+//! proves only that this server issued the cursor: it says nothing about who may read what
+//! (every page is still checked against the viewer), and a client can hand back any cursor it
+//! was given, on any connection of the same kind. What it rules out is a position nobody was
+//! given: a forged, altered, truncated or foreign-key cursor is BAD_USER_INPUT, refused before
+//! any SQL runs, so a ranked walk's list of shown posts is always one the server built.
+//!
+//! Keys (`CURSOR_KEYS`, docs/operations.md): the first signs, every one verifies, so a key is
+//! rotated by putting the new one first and dropping the old one once its cursors have aged
+//! out; a cursor under a dropped key is refused and the client restarts from the first page.
+
+use std::sync::Arc;
 
 use async_graphql::connection::CursorType;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, KeyInit, Mac};
 
 use crate::error::{AppError, AppResult};
 
-/// A keyset position: the id of the edge's row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KeyCursor(pub i64);
+type HmacSha256 = Hmac<sha2_011::Sha256>;
+
+/// Bytes of the HMAC-SHA256 kept in a cursor: 128 bits, beyond guessing.
+pub const TAG_BYTES: usize = 16;
+
+/// Longest cursor accepted, in characters: a HOT/TOP walk's last cursor (1,000 ids of up to
+/// 9 bytes each, the prefix and the tag) fits; anything longer is refused before decoding.
+pub const MAX_CURSOR_CHARS: usize = 12_100;
+
+/// Shortest secret accepted as a cursor key.
+pub const MIN_KEY_BYTES: usize = 16;
+
+/// The cursor keys: the first signs, all verify (rotation). Cheap to clone.
+#[derive(Clone)]
+pub struct CursorKeys(Arc<Vec<HmacSha256>>);
+
+impl std::fmt::Debug for CursorKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CursorKeys({} key(s))", self.0.len())
+    }
+}
+
+impl CursorKeys {
+    /// Keys from secrets, the signing one first; each at least `MIN_KEY_BYTES` long.
+    pub fn new<S: AsRef<[u8]>>(secrets: &[S]) -> AppResult<Self> {
+        if secrets.is_empty() {
+            return Err(AppError::Config("CURSOR_KEYS must hold at least one key".into()));
+        }
+        let macs = secrets
+            .iter()
+            .map(|secret| {
+                let secret = secret.as_ref();
+                if secret.len() < MIN_KEY_BYTES {
+                    return Err(AppError::Config(format!(
+                        "each key of CURSOR_KEYS must be at least {MIN_KEY_BYTES} bytes long (a random string)"
+                    )));
+                }
+                HmacSha256::new_from_slice(secret).map_err(|e| AppError::Config(format!("cursor key: {e}")))
+            })
+            .collect::<AppResult<Vec<_>>>()?;
+        Ok(Self(Arc::new(macs)))
+    }
+
+    /// Signs a position with the first key.
+    pub fn seal(&self, position: &[u8]) -> String {
+        let mut mac = self.0[0].clone();
+        mac.update(position);
+        let tag = mac.finalize().into_bytes();
+        let mut bytes = Vec::with_capacity(position.len() + TAG_BYTES);
+        bytes.extend_from_slice(position);
+        bytes.extend_from_slice(&tag[..TAG_BYTES]);
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// The position of a cursor this server issued under one of its keys, else BAD_USER_INPUT.
+    /// Costs O(length) and touches nothing but memory.
+    pub fn open(&self, raw: &str) -> AppResult<Vec<u8>> {
+        let refused = || {
+            AppError::bad_input(
+                "invalid cursor: pass back a cursor this API returned (one signed under a retired key is refused too: start again from the first page)",
+            )
+        };
+        if raw.len() > MAX_CURSOR_CHARS {
+            return Err(refused());
+        }
+        let mut bytes = URL_SAFE_NO_PAD.decode(raw).map_err(|_| refused())?;
+        if bytes.len() <= TAG_BYTES {
+            return Err(refused());
+        }
+        let tag = bytes.split_off(bytes.len() - TAG_BYTES);
+        // `verify_truncated_left` compares in constant time.
+        let genuine = self.0.iter().any(|key| {
+            let mut mac = key.clone();
+            mac.update(&bytes);
+            mac.verify_truncated_left(&tag).is_ok()
+        });
+        if genuine { Ok(bytes) } else { Err(refused()) }
+    }
+
+    /// The id of a keyset cursor (`after`/`before` of a NEW, comment, reply, notification or
+    /// feed walk), if one was given.
+    pub fn key(&self, raw: Option<&str>) -> AppResult<Option<i64>> {
+        raw.map(|raw| {
+            let position = self.open(raw)?;
+            key_position(&position).ok_or_else(|| AppError::bad_input("this cursor belongs to another order"))
+        })
+        .transpose()
+    }
+
+    /// A cursor of `Course.posts`: a NEW keyset position or a HOT/TOP walk.
+    pub fn posts(&self, raw: &str) -> AppResult<PostsCursor> {
+        let position = self.open(raw)?;
+        if let Some(id) = key_position(&position) {
+            return Ok(PostsCursor::Key(KeyCursor::new(self, id)));
+        }
+        let (ranking, shown) = rank_position(&position)
+            .ok_or_else(|| AppError::bad_input("invalid cursor: pass back a cursor this API returned"))?;
+        let len = shown.len();
+        Ok(PostsCursor::Ranked(RankCursor { ranking, shown: Arc::new(shown), len, keys: self.clone() }))
+    }
+}
+
+/// The keys of this process: CURSOR_KEYS when set, else the prefix's one random key kept in
+/// Redis (written once with SET NX by whichever instance starts first, then read by every
+/// instance at start, so all of them sign and verify alike).
+pub async fn load_keys(
+    settings: &crate::config::Settings,
+    redis: &crate::kv::Redis,
+    keys: &crate::kv::keys::Keys,
+) -> AppResult<CursorKeys> {
+    if let Some(secrets) = settings.cursor_secrets()? {
+        return CursorKeys::new(&secrets);
+    }
+    let name = keys.cursor_key();
+    let fresh = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>());
+    let mut conn = redis.clone();
+    let _: Option<String> = redis::cmd("SET").arg(&name).arg(&fresh).arg("NX").query_async(&mut conn).await?;
+    let kept: Option<String> = redis::cmd("GET").arg(&name).query_async(&mut conn).await?;
+    let secret = kept
+        .and_then(|k| URL_SAFE_NO_PAD.decode(k).ok())
+        .filter(|k| k.len() >= MIN_KEY_BYTES)
+        .ok_or_else(|| AppError::Internal(format!("the cursor key in Redis ({name}) is missing or not a key")))?;
+    CursorKeys::new(&[secret])
+}
+
+/// `k:<id>`, the id positive.
+fn key_position(position: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(position).ok()?;
+    text.strip_prefix("k:").and_then(|n| n.parse::<i64>().ok()).filter(|n| *n > 0)
+}
+
+/// Cursors are opened by the resolvers with the state's keys (`CursorKeys::key`, `::posts`);
+/// async-graphql decodes a cursor type only in its `connection::query` helper, which this
+/// schema does not use. So the trait's decoder refuses: nothing unsigned is ever accepted.
+fn unkeyed_decode<T>() -> AppResult<T> {
+    Err(AppError::bad_input("invalid cursor: pass back a cursor this API returned"))
+}
+
+/// A keyset position: the id of the edge's row, signed when written out.
+#[derive(Clone, Debug)]
+pub struct KeyCursor {
+    pub id: i64,
+    keys: CursorKeys,
+}
+
+impl KeyCursor {
+    pub fn new(keys: &CursorKeys, id: i64) -> Self {
+        Self { id, keys: keys.clone() }
+    }
+}
 
 impl CursorType for KeyCursor {
     type Error = AppError;
 
-    fn decode_cursor(raw: &str) -> Result<Self, Self::Error> {
-        let bad = || AppError::bad_input("malformed cursor: pass back a cursor this API returned");
-        let bytes = URL_SAFE_NO_PAD.decode(raw).map_err(|_| bad())?;
-        let text = std::str::from_utf8(&bytes).map_err(|_| bad())?;
-        let id = text.strip_prefix("k:").and_then(|n| n.parse::<i64>().ok()).filter(|n| *n > 0).ok_or_else(bad)?;
-        Ok(KeyCursor(id))
+    fn decode_cursor(_: &str) -> Result<Self, Self::Error> {
+        unkeyed_decode()
     }
 
     fn encode_cursor(&self) -> String {
-        URL_SAFE_NO_PAD.encode(format!("k:{}", self.0))
+        self.keys.seal(format!("k:{}", self.id).as_bytes())
     }
-}
-
-/// Decodes an optional cursor argument.
-pub fn decode(raw: Option<&str>) -> AppResult<Option<i64>> {
-    raw.map(|r| KeyCursor::decode_cursor(r).map(|c| c.0)).transpose()
 }
 
 /// Most posts one HOT or TOP walk shows: past it the walk ends (`hasNextPage` false), which
@@ -39,73 +193,71 @@ pub const MAX_RANKED_WALK: usize = 1000;
 /// ranked posts not among them, read from the ranking as it is NOW. So a walk never shows a
 /// post twice and, once it reaches the end, has skipped none that existed throughout, however
 /// the posts moved meanwhile; a post that rises after the walk passed its rank simply comes
-/// sooner. (A score bound would skip a post that rose past it and repeat one that fell.)
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// sooner. (A score bound would skip a post that rose past it and repeat one that fell.) The
+/// list is signed with the rest of the cursor: only lists this server built come back.
+#[derive(Clone, Debug)]
 pub struct RankCursor {
     pub ranking: crate::forum::posts::Ranking,
     /// The posts shown, in walk order; this cursor stands after the first `len`.
-    pub shown: std::sync::Arc<Vec<i64>>,
+    pub shown: Arc<Vec<i64>>,
     pub len: usize,
+    keys: CursorKeys,
+}
+
+fn rank_prefix(ranking: crate::forum::posts::Ranking) -> &'static [u8] {
+    match ranking {
+        crate::forum::posts::Ranking::Hot => b"r:hot:",
+        crate::forum::posts::Ranking::Top => b"r:top:",
+    }
+}
+
+/// `r:hot:`/`r:top:`, then the shown ids sorted, as LEB128 varints of their differences.
+fn rank_position(position: &[u8]) -> Option<(crate::forum::posts::Ranking, Vec<i64>)> {
+    use crate::forum::posts::Ranking;
+    let (ranking, mut rest) = [Ranking::Hot, Ranking::Top]
+        .into_iter()
+        .find_map(|r| position.strip_prefix(rank_prefix(r)).map(|rest| (r, rest)))?;
+    let mut shown = Vec::new();
+    let mut previous: i64 = 0;
+    while !rest.is_empty() {
+        let mut delta: u64 = 0;
+        let mut shift = 0;
+        loop {
+            let (&byte, tail) = rest.split_first()?;
+            rest = tail;
+            if shift > 56 {
+                return None;
+            }
+            delta |= u64::from(byte & 0x7f) << shift;
+            shift += 7;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        previous = i64::try_from(delta).ok().and_then(|d| previous.checked_add(d)).filter(|_| delta > 0)?;
+        shown.push(previous);
+        if shown.len() > MAX_RANKED_WALK {
+            return None;
+        }
+    }
+    Some((ranking, shown))
 }
 
 impl RankCursor {
-    fn prefix(ranking: crate::forum::posts::Ranking) -> &'static [u8] {
-        match ranking {
-            crate::forum::posts::Ranking::Hot => b"r:hot:",
-            crate::forum::posts::Ranking::Top => b"r:top:",
-        }
+    /// The position after the first `len` posts of `walk`.
+    pub fn new(keys: &CursorKeys, ranking: crate::forum::posts::Ranking, walk: Arc<Vec<i64>>, len: usize) -> Self {
+        Self { ranking, shown: walk, len, keys: keys.clone() }
     }
 
     /// The ids shown before this position.
     pub fn shown(&self) -> &[i64] {
         &self.shown[..self.len]
     }
-}
 
-impl CursorType for RankCursor {
-    type Error = AppError;
-
-    /// The shown ids sorted, as LEB128 varints of their differences, after the order's prefix.
-    fn decode_cursor(raw: &str) -> Result<Self, Self::Error> {
-        use crate::forum::posts::Ranking;
-        let bad = || AppError::bad_input("malformed cursor: pass back a cursor this API returned for the same order");
-        let bytes = URL_SAFE_NO_PAD.decode(raw).map_err(|_| bad())?;
-        let (ranking, mut rest) = [Ranking::Hot, Ranking::Top]
-            .into_iter()
-            .find_map(|r| bytes.strip_prefix(Self::prefix(r)).map(|rest| (r, rest)))
-            .ok_or_else(bad)?;
-        let mut shown = Vec::new();
-        let mut previous: i64 = 0;
-        while !rest.is_empty() {
-            let mut delta: u64 = 0;
-            let mut shift = 0;
-            loop {
-                let (&byte, tail) = rest.split_first().ok_or_else(bad)?;
-                rest = tail;
-                if shift > 56 {
-                    return Err(bad());
-                }
-                delta |= u64::from(byte & 0x7f) << shift;
-                shift += 7;
-                if byte & 0x80 == 0 {
-                    break;
-                }
-            }
-            let id = i64::try_from(delta).ok().and_then(|d| previous.checked_add(d)).filter(|_| delta > 0);
-            previous = id.ok_or_else(bad)?;
-            shown.push(previous);
-            if shown.len() > MAX_RANKED_WALK {
-                return Err(bad());
-            }
-        }
-        let len = shown.len();
-        Ok(RankCursor { ranking, shown: std::sync::Arc::new(shown), len })
-    }
-
-    fn encode_cursor(&self) -> String {
+    fn position(&self) -> Vec<u8> {
         let mut ids = self.shown().to_vec();
         ids.sort_unstable();
-        let mut bytes = Self::prefix(self.ranking).to_vec();
+        let mut bytes = rank_prefix(self.ranking).to_vec();
         let mut previous = 0i64;
         for id in ids {
             let mut delta = (id - previous) as u64;
@@ -120,12 +272,24 @@ impl CursorType for RankCursor {
                 bytes.push(byte | 0x80);
             }
         }
-        URL_SAFE_NO_PAD.encode(bytes)
+        bytes
+    }
+}
+
+impl CursorType for RankCursor {
+    type Error = AppError;
+
+    fn decode_cursor(_: &str) -> Result<Self, Self::Error> {
+        unkeyed_decode()
+    }
+
+    fn encode_cursor(&self) -> String {
+        self.keys.seal(&self.position())
     }
 }
 
 /// A cursor of `Course.posts`: a keyset position in NEW order, or a ranked walk's.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum PostsCursor {
     Key(KeyCursor),
     Ranked(RankCursor),
@@ -134,10 +298,8 @@ pub enum PostsCursor {
 impl CursorType for PostsCursor {
     type Error = AppError;
 
-    fn decode_cursor(raw: &str) -> Result<Self, Self::Error> {
-        KeyCursor::decode_cursor(raw)
-            .map(PostsCursor::Key)
-            .or_else(|_| RankCursor::decode_cursor(raw).map(PostsCursor::Ranked))
+    fn decode_cursor(_: &str) -> Result<Self, Self::Error> {
+        unkeyed_decode()
     }
 
     fn encode_cursor(&self) -> String {
@@ -153,28 +315,76 @@ mod tests {
     use super::*;
     use crate::forum::posts::Ranking;
 
+    fn keys(secrets: &[&str]) -> CursorKeys {
+        CursorKeys::new(secrets).expect("keys")
+    }
+
+    const OLD: &str = "an old cursor key, retired soon";
+    const NEW: &str = "the new cursor key, signing now";
+
     #[test]
     fn a_ranked_cursor_round_trips_its_shown_posts_and_order() {
+        let keys = keys(&[NEW]);
         let shown = vec![900_000_123, 5, 77, 1 << 40, 6];
-        let cursor = RankCursor { ranking: Ranking::Top, shown: std::sync::Arc::new(shown.clone()), len: 4 };
-        let decoded = RankCursor::decode_cursor(&cursor.encode_cursor()).expect("decodes");
+        let cursor = RankCursor::new(&keys, Ranking::Top, Arc::new(shown.clone()), 4);
+        let Ok(PostsCursor::Ranked(decoded)) = keys.posts(&cursor.encode_cursor()) else { panic!("decodes") };
         assert_eq!(decoded.ranking, Ranking::Top);
         let mut expected = shown[..4].to_vec();
         expected.sort_unstable();
         assert_eq!(decoded.shown(), expected.as_slice());
+        assert_eq!(keys.key(Some(&KeyCursor::new(&keys, 12).encode_cursor())).ok(), Some(Some(12)));
     }
 
     #[test]
-    fn cursors_of_another_order_or_tampered_ones_are_refused() {
-        let hot = RankCursor { ranking: Ranking::Hot, shown: std::sync::Arc::new(vec![3, 9]), len: 2 };
-        assert!(matches!(PostsCursor::decode_cursor(&hot.encode_cursor()), Ok(PostsCursor::Ranked(_))));
-        assert!(matches!(PostsCursor::decode_cursor(&KeyCursor(12).encode_cursor()), Ok(PostsCursor::Key(_))));
-        // A zero difference (a repeated id), a truncated varint, an unknown prefix.
-        for bytes in [&b"r:hot:\x03\x00"[..], &b"r:hot:\x83"[..], &b"r:new:\x03"[..]] {
-            assert!(RankCursor::decode_cursor(&URL_SAFE_NO_PAD.encode(bytes)).is_err());
+    fn malformed_positions_are_refused_even_when_signed() {
+        let keys = keys(&[NEW]);
+        // A zero difference (a repeated id), a truncated varint, an unknown prefix, k:0.
+        for bytes in [&b"r:hot:\x03\x00"[..], &b"r:hot:\x83"[..], &b"r:new:\x03"[..], &b"k:0"[..], &b"k:-4"[..]] {
+            assert!(keys.posts(&keys.seal(bytes)).is_err(), "{bytes:?}");
         }
         let too_long: Vec<u8> =
             b"r:top:".iter().copied().chain(std::iter::repeat_n(1u8, MAX_RANKED_WALK + 1)).collect();
-        assert!(RankCursor::decode_cursor(&URL_SAFE_NO_PAD.encode(too_long)).is_err());
+        assert!(keys.posts(&keys.seal(&too_long)).is_err());
+        // A ranked cursor is not a keyset position.
+        let ranked = RankCursor::new(&keys, Ranking::Hot, Arc::new(vec![3, 9]), 2).encode_cursor();
+        assert!(keys.key(Some(&ranked)).is_err());
+    }
+
+    #[test]
+    fn forged_altered_truncated_and_unsigned_cursors_are_refused() {
+        let keys = keys(&[NEW]);
+        let genuine = KeyCursor::new(&keys, 42).encode_cursor();
+        // The unsigned format of 6b52d0b, a flipped byte anywhere, a cut tag, random bytes.
+        let unsigned = URL_SAFE_NO_PAD.encode("k:42");
+        let mut flipped = Vec::new();
+        let bytes = URL_SAFE_NO_PAD.decode(&genuine).expect("base64");
+        for i in 0..bytes.len() {
+            let mut altered = bytes.clone();
+            altered[i] ^= 0x01;
+            flipped.push(URL_SAFE_NO_PAD.encode(altered));
+        }
+        let truncated = URL_SAFE_NO_PAD.encode(&bytes[..bytes.len() - 1]);
+        let random = URL_SAFE_NO_PAD.encode([7u8; 40]);
+        let too_long = "A".repeat(MAX_CURSOR_CHARS + 1);
+        for bad in [unsigned, truncated, random, too_long, String::new(), "%%%".into()].iter().chain(&flipped) {
+            let refused = keys.key(Some(bad)).expect_err(bad);
+            assert_eq!(refused.code(), "BAD_USER_INPUT");
+        }
+        assert_eq!(keys.key(Some(&genuine)).ok(), Some(Some(42)));
+    }
+
+    #[test]
+    fn keys_rotate_the_first_signs_and_every_one_verifies() {
+        let before = keys(&[OLD]);
+        let cursor = KeyCursor::new(&before, 7).encode_cursor();
+        let rotating = keys(&[NEW, OLD]);
+        assert_eq!(rotating.key(Some(&cursor)).ok(), Some(Some(7)), "the old key still verifies");
+        let fresh = KeyCursor::new(&rotating, 7).encode_cursor();
+        assert_ne!(fresh, cursor, "the new key signs");
+        let after = keys(&[NEW]);
+        assert!(after.key(Some(&cursor)).is_err(), "the old key was dropped");
+        assert_eq!(after.key(Some(&fresh)).ok(), Some(Some(7)));
+        assert!(CursorKeys::new(&["short"]).is_err());
+        assert!(CursorKeys::new::<&str>(&[]).is_err());
     }
 }

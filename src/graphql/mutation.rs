@@ -81,8 +81,9 @@ impl PostMutations {
             let course_id = ids::decode_one(&course_id, NodeKind::Course)?;
             let title = validate_text("title", &title, MAX_TITLE_CHARS)?;
             let body = validate_text("body", &body, MAX_BODY_CHARS)?;
-            let mentioned = notifications::checked_mentions(&[&title, &body])?;
+            // The limit before any reading of the text: a writer over it costs one script call.
             within_limit(ctx, viewer.user_id, WriteKind::Post).await?;
+            let mentioned = notifications::checked_mentions(&[&title, &body])?;
             let (course, _) = access::course(ctx, course_id).await?;
             let state = state(ctx)?;
             let (row, notified) = if mentioned.is_empty() {
@@ -187,8 +188,8 @@ impl CommentMutations {
             let viewer = viewer(ctx)?;
             let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
             let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
-            let mentioned = notifications::checked_mentions(&[&body])?;
             within_limit(ctx, viewer.user_id, WriteKind::Comment).await?;
+            let mentioned = notifications::checked_mentions(&[&body])?;
             let (post, _) = access::post(ctx, post_id).await?;
             let txn = state(ctx)?.db.begin().await?;
             let row = comments::create_comment(&txn, post.id, post.course_id, viewer.user_id, &body).await?;
@@ -241,9 +242,9 @@ impl CommentMutations {
         nullable(async {
             let viewer = viewer(ctx)?;
             let body = validate_text("body", &body, MAX_COMMENT_CHARS)?;
-            let mentioned = notifications::checked_mentions(&[&body])?;
             let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
             within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
+            let mentioned = notifications::checked_mentions(&[&body])?;
             let (comment, _) = access::comment(ctx, kind, comment_id).await?;
             require_author(viewer.user_id, comment.user_id)?;
             let txn = state(ctx)?.db.begin().await?;

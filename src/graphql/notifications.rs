@@ -10,7 +10,7 @@ use futures_util::{Stream, StreamExt};
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::context::{state, viewer};
-use super::cursor::{self, KeyCursor};
+use super::cursor::KeyCursor;
 use super::ids::{NodeKind, encode};
 use super::loaders::{loaders, user};
 use super::types::{AnyComment, Course, Post, User};
@@ -109,12 +109,13 @@ pub async fn page(
     after: Option<String>,
 ) -> Result<Connection<KeyCursor, Notification, NotificationTotals>> {
     // Newest first: the cursor is an upper bound on the id, as `after` in a NEW list of posts.
-    let page = PageRequest::new(first, cursor::decode(after.as_deref())?, None, None)?;
+    let keys = &state(ctx)?.cursor_keys;
+    let page = PageRequest::new(first, keys.key(after.as_deref())?, None, None)?;
     let before = page.cursor;
     let (user_id, courses) = courses_of_viewer(ctx).await?;
     let (rows, more) = notifications::page(&state(ctx)?.db, user_id, &courses, before, page.limit).await?;
     let mut conn = Connection::with_additional_fields(before.is_some(), more, NotificationTotals { user_id, courses });
-    conn.edges.extend(rows.into_iter().map(|row| Edge::new(KeyCursor(row.id), Notification(row))));
+    conn.edges.extend(rows.into_iter().map(|row| Edge::new(KeyCursor::new(keys, row.id), Notification(row))));
     Ok(conn)
 }
 

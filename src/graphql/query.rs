@@ -5,7 +5,7 @@ use async_graphql::{Context, ID, Object, Result};
 
 use super::access;
 use super::context::{state, viewer};
-use super::cursor::{self, KeyCursor, PostsCursor};
+use super::cursor::{KeyCursor, PostsCursor};
 use super::errors::nullable;
 use super::ids::{self, NodeKind};
 use super::loaders::prime_liked;
@@ -53,7 +53,7 @@ impl Query {
         ctx: &Context<'_>,
         #[graphql(desc = "How many notifications to return: 1 to 100, 20 when not given.")] first: Option<i32>,
         #[graphql(
-            desc = "Return the notifications after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the notifications after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         after: Option<String>,
     ) -> Result<
@@ -71,18 +71,18 @@ impl Query {
         ctx: &Context<'_>,
         #[graphql(desc = "How many posts to return: 1 to 100, 20 when not given.")] first: Option<i32>,
         #[graphql(
-            desc = "Return the posts after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the posts after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         after: Option<String>,
     ) -> Result<Option<Connection<PostsCursor, Post>>> {
         nullable(async {
             let viewer = viewer(ctx)?;
-            let page = PageRequest::new(first, cursor::decode(after.as_deref())?, None, None)?;
             let state = state(ctx)?;
+            let page = PageRequest::new(first, state.cursor_keys.key(after.as_deref())?, None, None)?;
             let courses: Vec<i64> = viewer.memberships(&state.db).await?.keys().copied().collect();
             let rows = state.feed.page(viewer.user_id, &courses, &page).await?;
             prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
-            Ok(post_connection(rows))
+            Ok(post_connection(&state.cursor_keys, rows))
         })
         .await
     }

@@ -4,12 +4,12 @@
 
 use std::future::Future;
 
-use async_graphql::connection::{Connection, CursorType, Edge};
+use async_graphql::connection::{Connection, Edge};
 use async_graphql::{Context, ID, Interface, Object, Result, SimpleObject};
 use chrono::{DateTime, Utc};
 
 use super::context::{state, viewer};
-use super::cursor::{self, KeyCursor, MAX_RANKED_WALK, PostsCursor, RankCursor};
+use super::cursor::{CursorKeys, KeyCursor, MAX_RANKED_WALK, PostsCursor, RankCursor};
 use super::ids::{NodeKind, encode};
 use super::loaders::{liked_by_me, loaders, prime_liked, user};
 use crate::error::AppError;
@@ -27,25 +27,29 @@ pub fn page_cost(first: Option<i32>, last: Option<i32>, child_complexity: usize)
     1 + n * child_complexity
 }
 
-/// Turns Relay arguments into a validated page request.
+/// Turns Relay arguments into a validated page request. The cursors are opened (their tags
+/// checked) here, before any SQL: a cursor this server did not issue is BAD_USER_INPUT.
 fn page_request(
+    ctx: &Context<'_>,
     first: Option<i32>,
     after: Option<String>,
     last: Option<i32>,
     before: Option<String>,
 ) -> Result<PageRequest> {
-    let after = cursor::decode(after.as_deref())?;
-    let before = cursor::decode(before.as_deref())?;
+    let keys = &state(ctx)?.cursor_keys;
+    let after = keys.key(after.as_deref())?;
+    let before = keys.key(before.as_deref())?;
     Ok(PageRequest::new(first, after, last, before)?)
 }
 
 pub(crate) fn connection<R, N: async_graphql::OutputType>(
+    keys: &CursorKeys,
     page: Page<R>,
     id_of: impl Fn(&R) -> i64,
     node: impl Fn(R) -> N,
 ) -> Connection<KeyCursor, N> {
     let mut conn = Connection::new(page.has_prev, page.has_next);
-    conn.edges.extend(page.items.into_iter().map(|row| Edge::new(KeyCursor(id_of(&row)), node(row))));
+    conn.edges.extend(page.items.into_iter().map(|row| Edge::new(KeyCursor::new(keys, id_of(&row)), node(row))));
     conn
 }
 
@@ -266,7 +270,7 @@ impl Course {
         )]
         first: Option<i32>,
         #[graphql(
-            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A malformed cursor, or one of another order, is BAD_USER_INPUT."
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A cursor this API did not issue (made up, altered, or signed with a retired key), or one of another order, is BAD_USER_INPUT."
         )]
         after: Option<String>,
         #[graphql(
@@ -274,7 +278,7 @@ impl Course {
         )]
         last: Option<i32>,
         #[graphql(
-            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A malformed cursor is BAD_USER_INPUT. NEW order only."
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT. NEW order only."
         )]
         before: Option<String>,
         #[graphql(desc = "NEW (the default), HOT or TOP.", default)] order_by: PostOrder,
@@ -289,7 +293,9 @@ impl Course {
         }
         // The page size checks of every connection (`first` 1 to 100, 20 by default).
         let limit = PageRequest::new(first, None, None, None)?.limit;
-        let shown: Vec<i64> = match after.as_deref().map(PostsCursor::decode_cursor).transpose()? {
+        let keys = state(ctx)?.cursor_keys.clone();
+        // Opened before any SQL: only a list of shown posts this server signed comes back.
+        let shown: Vec<i64> = match after.as_deref().map(|raw| keys.posts(raw)).transpose()? {
             None => Vec::new(),
             Some(PostsCursor::Ranked(cursor)) if cursor.ranking == ranking => cursor.shown().to_vec(),
             Some(_) => {
@@ -320,7 +326,7 @@ impl Course {
         let walk = std::sync::Arc::new(shown.into_iter().chain(rows.iter().map(|r| r.id)).collect::<Vec<i64>>());
         let mut conn = Connection::new(before_page > 0, more);
         conn.edges.extend(rows.into_iter().enumerate().map(|(i, row)| {
-            let cursor = RankCursor { ranking, shown: walk.clone(), len: before_page + i + 1 };
+            let cursor = RankCursor::new(&keys, ranking, walk.clone(), before_page + i + 1);
             Edge::new(PostsCursor::Ranked(cursor), Post::from(row))
         }));
         Ok(conn)
@@ -337,7 +343,7 @@ impl Course {
         last: Option<i32>,
         before: Option<String>,
     ) -> Result<Connection<PostsCursor, Post>> {
-        let page = page_request(first, after, last, before)?;
+        let page = page_request(ctx, first, after, last, before)?;
         let rows = if self.in_list {
             let rows = loaders(ctx)?.course_pages.load_one((self.course_id, page)).await?;
             let rows = rows.ok_or_else(|| AppError::Internal("a course page was not loaded".into()))?;
@@ -347,15 +353,16 @@ impl Course {
             state.course_pages.get_or_read(&state.db, self.course_id, page).await?.as_ref().clone()
         };
         prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
-        Ok(post_connection(rows))
+        Ok(post_connection(&state(ctx)?.cursor_keys, rows))
     }
 }
 
 /// A keyset page of posts as a `PostConnection` (the type every list of posts shares).
-pub(crate) fn post_connection(page: Page<PostRow>) -> Connection<PostsCursor, Post> {
+pub(crate) fn post_connection(keys: &CursorKeys, page: Page<PostRow>) -> Connection<PostsCursor, Post> {
     let mut conn = Connection::new(page.has_prev, page.has_next);
-    conn.edges
-        .extend(page.items.into_iter().map(|row| Edge::new(PostsCursor::Key(KeyCursor(row.id)), Post::from(row))));
+    conn.edges.extend(
+        page.items.into_iter().map(|row| Edge::new(PostsCursor::Key(KeyCursor::new(keys, row.id)), Post::from(row))),
+    );
     conn
 }
 
@@ -478,7 +485,7 @@ impl Post {
         )]
         first: Option<i32>,
         #[graphql(
-            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         after: Option<String>,
         #[graphql(
@@ -486,15 +493,15 @@ impl Post {
         )]
         last: Option<i32>,
         #[graphql(
-            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Comment>> {
-        let page = page_request(first, after, last, before)?;
+        let page = page_request(ctx, first, after, last, before)?;
         let thread = Thread::Post { post_id: self.0.id, course_id: self.row(ctx).await?.course_id };
         let rows = thread_page(ctx, thread, page).await?;
         prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Comment(r.id)))).await?;
-        Ok(connection(rows, |r| r.id, Comment::from))
+        Ok(connection(&state(ctx)?.cursor_keys, rows, |r| r.id, Comment::from))
     }
 }
 
@@ -596,7 +603,7 @@ impl Comment {
         )]
         first: Option<i32>,
         #[graphql(
-            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         after: Option<String>,
         #[graphql(
@@ -604,14 +611,14 @@ impl Comment {
         )]
         last: Option<i32>,
         #[graphql(
-            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A malformed cursor is BAD_USER_INPUT."
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         before: Option<String>,
     ) -> Result<Connection<KeyCursor, Reply>> {
-        let page = page_request(first, after, last, before)?;
+        let page = page_request(ctx, first, after, last, before)?;
         let course_id = self.row(ctx).await?.course_id;
         let rows = thread_page(ctx, Thread::Replies { root_id: self.0.id, course_id }, page).await?;
-        Ok(connection(rows, |r| r.id, Reply::from))
+        Ok(connection(&state(ctx)?.cursor_keys, rows, |r| r.id, Reply::from))
     }
 }
 

@@ -33,6 +33,7 @@
 //! | `<p>:{tl<user>}:timeline` | ZSET | FEED_TIMELINE_TTL, refreshed on read | the user's home timeline: post ids scored by id, capped at FEED_TIMELINE_CAP, plus one score-0 sentinel naming the courses it was built for (`c:1,5,9`) or `building:<token>` |
 //! | `<p>:{tl<user>}:rebuild` | STRING | CACHE_LOCK_TTL | owner token of the one request rebuilding the timeline |
 //! | `<p>:{fc<course>}:recent` | ZSET | none | a celebrity course's recent post ids (capped), plus the sentinel `_`; its existence makes the course a celebrity |
+//! | `<p>:cursor_key` | STRING | none | the random key signing connection cursors when CURSOR_KEYS is unset: written once (SET NX) by the first instance to start, read by every one at start |
 //! | `<p>:apq:<sha256>` | STRING | 7 days, renewed on every use | a persisted query's text, by its SHA-256 (Apollo's automatic persisted queries) |
 //!
 //! Views: the completion script touches only `{v<post>}` keys (ticket, both caps, the
@@ -118,6 +119,11 @@ impl Keys {
 
     pub fn like_stream(&self, shard: u32) -> String {
         format!("{}:{{s{shard}}}:likes", self.prefix)
+    }
+
+    /// The shared cursor key when CURSOR_KEYS is unset (`graphql::cursor::load_keys`).
+    pub fn cursor_key(&self) -> String {
+        format!("{}:cursor_key", self.prefix)
     }
 
     /// The like mode the last instance started in (`settle_like_mode_switch`).

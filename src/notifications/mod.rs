@@ -33,50 +33,103 @@ pub const MAX_MENTIONS: usize = 10;
 
 /// The `@handle`s a text mentions, lowercased, distinct, in order of first appearance. A
 /// mention is `@` not preceded by a handle character (so `a@b.org` is not one), then 2 to 32
-/// handle characters not followed by another.
+/// handle characters not followed by another. One pass over the text, and a hash set for the
+/// distinct ones: linear in the text.
 pub fn mentions(text: &str) -> Vec<String> {
-    let is_handle_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let chars: Vec<char> = text.chars().collect();
-    let mut found: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        if chars[i] == '@' && (i == 0 || !is_handle_char(chars[i - 1])) {
-            let start = i + 1;
-            let mut end = start;
-            while end < chars.len() && is_handle_char(chars[end]) {
-                end += 1;
-            }
-            let length = end - start;
-            if (2..=32).contains(&length) {
-                let handle: String = chars[start..end].iter().collect::<String>().to_ascii_lowercase();
-                if !found.contains(&handle) {
-                    found.push(handle);
-                }
-            }
-            i = end.max(i + 1);
-        } else {
-            i += 1;
-        }
+    let mut distinct = Distinct::default();
+    for handle in MentionScan::new(text) {
+        distinct.add(handle);
     }
-    found
+    distinct.in_order
 }
 
 /// The mentions of `texts` taken together, refused with BAD_USER_INPUT past `MAX_MENTIONS`
-/// (before anything is written).
+/// (before anything is written). The scan stops at the first mention past the limit, so a
+/// refusal costs the prefix of the text read up to it, and the whole check is linear.
 pub fn checked_mentions(texts: &[&str]) -> AppResult<Vec<String>> {
-    let mut all: Vec<String> = Vec::new();
-    for handle in texts.iter().flat_map(|t| mentions(t)) {
-        if !all.contains(&handle) {
-            all.push(handle);
+    distinct_mentions(texts, MAX_MENTIONS).map_err(|_| {
+        AppError::bad_input(format!("a text may mention at most {MAX_MENTIONS} people; this one mentions more"))
+    })
+}
+
+/// The distinct mentions of `texts`, or `Err(bytes read)` as soon as more than `max` were found.
+fn distinct_mentions(texts: &[&str], max: usize) -> Result<Vec<String>, usize> {
+    let mut distinct = Distinct::default();
+    let mut read = 0;
+    for text in texts {
+        let mut scan = MentionScan::new(text);
+        while let Some(handle) = scan.next() {
+            distinct.add(handle);
+            if distinct.in_order.len() > max {
+                return Err(read + scan.at);
+            }
+        }
+        read += text.len();
+    }
+    Ok(distinct.in_order)
+}
+
+/// Lowercased handles, each kept once, in order of first appearance (O(1) per handle).
+#[derive(Default)]
+struct Distinct {
+    seen: std::collections::HashSet<String>,
+    in_order: Vec<String>,
+}
+
+impl Distinct {
+    fn add(&mut self, handle: &str) {
+        let handle = handle.to_ascii_lowercase();
+        if !self.seen.contains(&handle) {
+            self.seen.insert(handle.clone());
+            self.in_order.push(handle);
         }
     }
-    if all.len() > MAX_MENTIONS {
-        return Err(AppError::bad_input(format!(
-            "a text may mention at most {MAX_MENTIONS} people; this one mentions {}",
-            all.len()
-        )));
+}
+
+/// Every mention of a text in order, repeats included. It reads bytes: `@` and the handle
+/// characters are ASCII, and no byte of a multi-byte UTF-8 character is ASCII, so a byte
+/// before or after a handle is a handle character exactly when the character there is. Each
+/// byte is looked at a bounded number of times.
+struct MentionScan<'a> {
+    text: &'a str,
+    /// The next byte to read.
+    at: usize,
+}
+
+impl<'a> MentionScan<'a> {
+    fn new(text: &'a str) -> Self {
+        Self { text, at: 0 }
     }
-    Ok(all)
+}
+
+fn is_handle_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+impl<'a> Iterator for MentionScan<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        let bytes = self.text.as_bytes();
+        while self.at < bytes.len() {
+            let i = self.at;
+            if bytes[i] == b'@' && (i == 0 || !is_handle_byte(bytes[i - 1])) {
+                let start = i + 1;
+                let mut end = start;
+                while end < bytes.len() && is_handle_byte(bytes[end]) {
+                    end += 1;
+                }
+                self.at = end.max(i + 1);
+                if (2..=32).contains(&(end - start)) {
+                    // ASCII bounds, so a char boundary.
+                    return Some(&self.text[start..end]);
+                }
+            } else {
+                self.at += 1;
+            }
+        }
+        None
+    }
 }
 
 /// What a notification is about.
@@ -320,5 +373,35 @@ mod tests {
         assert!(checked_mentions(&[&text]).is_err());
         let text: String = (0..MAX_MENTIONS).map(|i| format!("@user{i} ")).collect();
         assert_eq!(checked_mentions(&[&text, "@user0"]).map(|m| m.len()).ok(), Some(MAX_MENTIONS));
+    }
+
+    /// `@aaa @aab …`: `count` distinct three-letter handles, five characters each.
+    fn mention_bomb(count: usize) -> (String, Vec<String>) {
+        let handles: Vec<String> = (0..count)
+            .map(|i| [i / 676, (i / 26) % 26, i % 26].iter().map(|d| char::from(b'a' + *d as u8)).collect())
+            .collect();
+        (handles.iter().map(|h| format!("@{h} ")).collect(), handles)
+    }
+
+    #[test]
+    fn a_body_of_4000_distinct_mentions_is_read_in_one_pass() {
+        let (body, handles) = mention_bomb(4_000);
+        assert_eq!(body.chars().count(), 20_000);
+        // Every one found once, in order, repeats and case folded away.
+        let found = mentions(&format!("{body} @AAA {body}"));
+        assert_eq!(found, handles);
+        // A refusal reads the text only up to the first mention past the limit: the eleventh
+        // one ends at byte 11 * 5 - 1, not at the end of the 20,000.
+        assert_eq!(distinct_mentions(&[&body], MAX_MENTIONS), Err((MAX_MENTIONS + 1) * 5 - 1));
+        let refused = checked_mentions(&[&body]).expect_err("too many");
+        assert!(refused.to_string().contains("at most 10"), "{refused}");
+        // Across a post's title and body, the bytes of the title count too.
+        assert_eq!(distinct_mentions(&["@abc @abd", &body], MAX_MENTIONS), Err(9 + (MAX_MENTIONS - 1) * 5 - 1));
+    }
+
+    #[test]
+    fn mentions_next_to_non_ascii_text_are_found_as_by_characters() {
+        assert_eq!(mentions("é@bob, @bobé, ü@carol_x1"), vec!["bob", "carol_x1"]);
+        assert_eq!(mentions("名@dave"), vec!["dave"]);
     }
 }

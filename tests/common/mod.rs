@@ -158,6 +158,8 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         persisted_query_max_bytes: 4 * 1024,
         persisted_query_registrations_per_hour: 60,
         trusted_documents: None,
+        // Unset: the prefix's own random key in Redis, shared by the instances of one test.
+        cursor_keys: Vec::new(),
     }
 }
 
