@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_graphql::extensions::{
-    Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextPrepareRequest, NextRequest, NextSubscribe,
-    NextValidation,
+    Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery, NextPrepareRequest, NextRequest,
+    NextSubscribe, NextValidation,
 };
 use async_graphql::parser::types::ExecutableDocument;
 use async_graphql::{Request, Response, ServerError, ServerResult, ValidationResult, Variables};
@@ -20,7 +20,7 @@ use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 
 use super::metrics::Observed;
-use super::{errors, limits};
+use super::{errors, limits, socket};
 
 pub struct RequestHooks;
 
@@ -90,8 +90,23 @@ impl Extension for Hooks {
         ctx: &ExtensionContext<'_>,
         next: NextValidation<'_>,
     ) -> Result<ValidationResult, Vec<ServerError>> {
-        let result = next.run(ctx).await.and_then(limits::check_cost);
+        let result = next
+            .run(ctx)
+            .await
+            .and_then(|result| socket::check_subscription_cost(ctx, result))
+            .and_then(limits::check_cost);
         self.observed.validated(&result);
         result
+    }
+
+    /// On a websocket, each query, mutation and subscription event runs under its own
+    /// statement budget and deadline (`socket`); over HTTP the transport does it.
+    async fn execute(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        operation_name: Option<&str>,
+        next: NextExecute<'_>,
+    ) -> Response {
+        socket::execute(ctx, operation_name, next).await
     }
 }

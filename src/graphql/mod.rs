@@ -17,6 +17,7 @@ pub mod persisted;
 pub mod query;
 pub mod revocation;
 pub mod roster;
+pub mod socket;
 pub mod subscription;
 pub mod types;
 
