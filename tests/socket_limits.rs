@@ -214,9 +214,12 @@ async fn a_subscribe_over_the_budget_is_refused_before_any_sql() {
     assert_eq!(settled_statements(&app).await, before, "refused without a statement");
 }
 
-/// The query of tests/isolation.rs that runs more than 3 statements on a cold instance.
+/// The query of tests/isolation.rs, with comments and replies by people of their own: on a cold
+/// course, well over 3 statements (the last one over the budget must not be the query's last,
+/// or the answer and the budget's alarm arrive together).
 const HEAVY: &str = "query($c: ID!) { course(id: $c) { memberCount posts(first: 5) { nodes { author { handle } \
-                     comments(first: 5) { nodes { id } } } } } }";
+                     comments(first: 5) { nodes { id author { handle } replies(first: 5) { nodes { id author { handle } } \
+                     } } } } } } }";
 
 /// A query over either protocol is stopped at REQUEST_STATEMENT_BUDGET as over HTTP, with the
 /// same code, and the next operation on the same socket has a budget of its own.
@@ -232,9 +235,26 @@ async fn a_query_over_the_socket_past_its_statement_budget_is_stopped_with_its_o
         app.enroll(course, author, "student").await;
         app.enroll(course, world.alice, "student").await;
         let post = app.create_post(&app.token(author), course, "p").await;
+        let commenter = app.create_user(&format!("commenter_{}", protocol.len())).await;
+        let replier = app.create_user(&format!("replier_{}", protocol.len())).await;
+        app.enroll(course, commenter, "student").await;
+        app.enroll(course, replier, "student").await;
+        // Written directly: over HTTP the writes would meet the same low budget.
+        let comment = app
+            .scalar_i64(
+                "INSERT INTO comments (post_id, user_id, body) VALUES ($1, $2, 'c') RETURNING id AS v",
+                [post.into(), commenter.into()],
+            )
+            .await;
+        app.scalar_i64(
+            "INSERT INTO comments (post_id, parent_id, reply_to_user_id, user_id, body) \
+             VALUES ($1, $2, $3, $4, 'r') RETURNING id AS v",
+            [post.into(), comment.into(), commenter.into(), replier.into()],
+        )
+        .await;
         let mut socket = GqlSocket::connect_with(app.addr, Some(&alice), protocol).await.expect("connected");
         // Cold, as in tests/isolation.rs: the memberships, the page, the authors, the member
-        // count, the comments.
+        // count, the comments, their authors, the replies, theirs.
         app.state.memberships.everything_changed();
         let answer = socket.run("heavy", HEAVY, json!({ "c": gid("Course", course) })).await;
         assert_eq!(error_code(&answer).as_deref(), Some("STATEMENT_BUDGET_EXCEEDED"), "{protocol}: {answer}");
