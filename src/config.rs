@@ -147,6 +147,23 @@ pub struct Settings {
     #[arg(long, env = "WS_OPERATIONS_PER_MINUTE", default_value_t = 120, global = true)]
     pub ws_operations_per_minute: u32,
 
+    /// Websockets: messages of any kind (pings and pongs included, at either level) one
+    /// connection may send per minute, with bursts up to the same number; past it the socket is
+    /// closed with 4429 (0: no limit).
+    #[arg(long, env = "WS_MESSAGES_PER_MINUTE", default_value_t = 600, global = true)]
+    pub ws_messages_per_minute: u32,
+
+    /// Highest cost of a subscription's selection, checked once at subscribe time (else
+    /// COST_LIMIT_EXCEEDED): the selection runs again on every event, for every subscriber, so
+    /// it is held far below MAX_COST (20,000), which bounds a query.
+    #[arg(long, env = "SUBSCRIPTION_MAX_COST", default_value_t = 500, global = true)]
+    pub subscription_max_cost: usize,
+
+    /// Most SQL statements one event of a subscription may run to resolve its selection; past
+    /// it that event is answered with STATEMENT_BUDGET_EXCEEDED (the subscription goes on).
+    #[arg(long, env = "SUBSCRIPTION_EVENT_STATEMENT_BUDGET", default_value_t = 20, global = true)]
+    pub subscription_event_statement_budget: u64,
+
     /// Browser origins besides the server's own that may call the API (CORS for POST /graphql)
     /// and open its websocket, comma-separated, e.g. https://forum.example.edu.
     #[arg(long, env = "CORS_ALLOWED_ORIGINS", value_delimiter = ',', value_parser = parse_origin, global = true)]
@@ -206,15 +223,16 @@ pub struct Settings {
     #[arg(long, env = "STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]
     pub statement_timeout: Duration,
 
-    /// Most SQL statements one GraphQL request over HTTP may run; past it the request is
-    /// abandoned with STATEMENT_BUDGET_EXCEEDED (the last fence behind the cost limits and the
-    /// batched loaders: a page runs 2 or 3).
+    /// Most SQL statements one GraphQL query or mutation (over HTTP or a websocket) may run;
+    /// past it the request is abandoned with STATEMENT_BUDGET_EXCEEDED (the last fence behind
+    /// the cost limits and the batched loaders: a page runs 2 or 3).
     #[arg(long, env = "REQUEST_STATEMENT_BUDGET", default_value_t = 200, global = true)]
     pub request_statement_budget: u64,
 
-    /// Longest a GraphQL query or mutation over HTTP may take; past it the request is
-    /// abandoned and answered with TIMEOUT. Longer than STATEMENT_TIMEOUT, so a statement in
-    /// flight is cancelled by PostgreSQL (and rolled back) rather than left behind.
+    /// Longest a GraphQL query or mutation (over HTTP or a websocket), or one event of a
+    /// subscription, may take; past it the request is abandoned and answered with TIMEOUT.
+    /// Longer than STATEMENT_TIMEOUT, so a statement in flight is cancelled by PostgreSQL (and
+    /// rolled back) rather than left behind.
     #[arg(long, env = "REQUEST_TIMEOUT", default_value = "15s", value_parser = parse_duration, global = true)]
     pub request_timeout: Duration,
 
@@ -601,6 +619,15 @@ impl Settings {
         }
         if !self.ws_keepalive.is_zero() && self.ws_keepalive < Duration::from_millis(100) {
             return Err(AppError::Config("WS_KEEPALIVE must be 0s (off) or at least 100ms".into()));
+        }
+        if self.subscription_max_cost == 0 || self.subscription_max_cost > crate::graphql::MAX_COST {
+            return Err(AppError::Config(format!(
+                "SUBSCRIPTION_MAX_COST must be between 1 and MAX_COST ({})",
+                crate::graphql::MAX_COST
+            )));
+        }
+        if self.subscription_event_statement_budget == 0 {
+            return Err(AppError::Config("SUBSCRIPTION_EVENT_STATEMENT_BUDGET must be at least 1".into()));
         }
         if self.shutdown_timeout < Duration::from_millis(100) || self.shutdown_timeout > Duration::from_secs(600) {
             return Err(AppError::Config("SHUTDOWN_TIMEOUT must be between 100ms and 10m".into()));

@@ -165,7 +165,7 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             WEBSOCKET_REFUSALS,
             Counter,
             "reason",
-            "websockets refused or closed by a limit: origin, address_cap, user_cap, init_timeout, operation_rate, keepalive, token",
+            "websockets refused or closed by a limit: origin, address_cap, user_cap, init_timeout, operation_rate, message_rate, keepalive, token",
         ),
         (LIVE_MESSAGES_PUBLISHED, Counter, "kind", "live messages published to Redis Pub/Sub (counts, activity)"),
         (LIVE_PUBLISH_FAILURES, Counter, "", "live messages that could not be published (a stale number on screens)"),

@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_graphql::extensions::{
-    Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextPrepareRequest, NextRequest, NextSubscribe,
-    NextValidation,
+    Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery, NextPrepareRequest, NextRequest,
+    NextSubscribe, NextValidation,
 };
 use async_graphql::parser::types::ExecutableDocument;
 use async_graphql::{Request, Response, ServerError, ServerResult, ValidationResult, Variables};
@@ -31,7 +31,7 @@ use futures_util::stream::BoxStream;
 use super::document_limits::{self, DocumentLimits};
 use super::metrics::Observed;
 use super::persisted::sha256_hex;
-use super::{errors, limits, trusted};
+use super::{errors, limits, socket, trusted};
 use crate::auth::Viewer;
 use crate::state::AppState;
 use crate::telemetry::names;
@@ -81,12 +81,14 @@ impl Hooks {
                     *self.to_keep.lock().unwrap_or_else(|e| e.into_inner()) =
                         Some((hash, document.clone(), request.query.len()));
                 }
+                socket::mark_subscription(request, &document);
                 request.set_parsed_query(document);
                 return Ok(());
             }
         };
         // Kept for a signed-in caller; measured again against this caller's budget.
         document_limits::check_document(&document, &limits, signed_in)?;
+        socket::mark_subscription(request, &document);
         request.set_parsed_query(document);
         Ok(())
     }
@@ -153,7 +155,11 @@ impl Extension for Hooks {
         next: NextValidation<'_>,
     ) -> Result<ValidationResult, Vec<ServerError>> {
         let started = Instant::now();
-        let result = next.run(ctx).await.and_then(limits::check_cost);
+        let result = next
+            .run(ctx)
+            .await
+            .and_then(|result| socket::check_subscription_cost(ctx, result))
+            .and_then(limits::check_cost);
         metrics::histogram!(names::GRAPHQL_VALIDATION_DURATION).record(started.elapsed().as_secs_f64());
         self.observed.validated(&result);
         let to_keep = self.to_keep.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -161,5 +167,16 @@ impl Extension for Hooks {
             app.parsed_documents.keep(hash, document, text_bytes);
         }
         result
+    }
+
+    /// On a websocket, each query, mutation and subscription event runs under its own
+    /// statement budget and deadline (`socket`); over HTTP the transport does it.
+    async fn execute(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        operation_name: Option<&str>,
+        next: NextExecute<'_>,
+    ) -> Response {
+        socket::execute(ctx, operation_name, next).await
     }
 }

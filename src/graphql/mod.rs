@@ -18,6 +18,7 @@ pub mod persisted;
 pub mod query;
 pub mod revocation;
 pub mod roster;
+pub mod socket;
 pub mod subscription;
 pub mod trusted;
 pub mod types;

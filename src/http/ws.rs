@@ -7,9 +7,17 @@
 //!
 //! Every socket is bounded before it costs a query: the upgrade checks `Origin` (403) and the
 //! client address's socket cap; a socket that sends no connection_init in time is closed with
-//! 4408; the user's socket cap is checked as soon as the token names the user; and each
-//! subscribe is counted against the connection's rate as it is read, before it executes
-//! (both caps and the rate close with 4429). Acknowledged sockets are pinged.
+//! 4408; the user's socket cap is checked as soon as the token names the user; every message
+//! (pings included) is counted against the connection's message rate, and each subscribe
+//! against its operation rate, as it is read, before it executes (both caps and both rates
+//! close with 4429). Acknowledged sockets are pinged, on either protocol, and a peer that
+//! answers nothing for a whole interval is closed with 3008.
+//!
+//! What an operation may spend once it runs is bounded as over HTTP (`graphql::socket`): each
+//! query or mutation gets REQUEST_STATEMENT_BUDGET and REQUEST_TIMEOUT, each event of a
+//! subscription SUBSCRIPTION_EVENT_STATEMENT_BUDGET and REQUEST_TIMEOUT, and a subscription's
+//! selection may cost at most SUBSCRIPTION_MAX_COST. For that, each subscribe's operation type
+//! is found once the schema has parsed the document (`graphql::socket::mark_subscription`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +40,7 @@ use super::ws_limits::{OperationRate, Slot};
 use crate::auth::Viewer;
 use crate::error::AppError;
 use crate::graphql::loaders::Loaders;
+use crate::graphql::socket::{SocketLimits, from_socket};
 use crate::graphql::subscription::SubscriptionBudget;
 
 /// Per-connection socket buffer, each way.
@@ -49,7 +58,9 @@ const TOKEN_REFUSED: u16 = 4403;
 const INIT_TIMEOUT: u16 = 4408;
 /// graphql-transport-ws's "too many requests": over a socket cap or the operation rate.
 const TOO_MANY: u16 = 4429;
-/// Registered websocket close code "timeout": a ping went unanswered for a whole interval.
+/// Registered websocket close code "timeout": a ping went unanswered for a whole interval
+/// (graphql-transport-ws's `ping`, or on the legacy protocol the websocket Ping frame sent
+/// with each `ka`).
 const KEEPALIVE_TIMEOUT: u16 = 3008;
 /// RFC 6455: the endpoint is going away (server shutdown).
 const GOING_AWAY: u16 = 1001;
@@ -130,6 +141,8 @@ struct Heard {
     anything: AtomicBool,
     /// The connection went over its operation rate.
     over_rate: Notify,
+    /// The connection went over its message rate.
+    over_messages: Notify,
 }
 
 async fn serve(
@@ -141,7 +154,12 @@ async fn serve(
     let init_deadline = Instant::now() + state.app.settings.ws_init_timeout;
     let (mut sink, stream) = socket.split();
     let heard = Arc::new(Heard::default());
-    let input = read_messages(stream, heard.clone(), OperationRate::new(state.app.settings.ws_operations_per_minute));
+    let settings = &state.app.settings;
+    let rates = Rates {
+        operations: OperationRate::new(settings.ws_operations_per_minute),
+        messages: OperationRate::new(settings.ws_messages_per_minute),
+    };
+    let input = read_messages(stream, heard.clone(), rates, settings.subscription_max_cost);
     let app = state.app.clone();
     let sockets = state.sockets.clone();
     let acknowledged = heard.clone();
@@ -219,28 +237,43 @@ async fn serve(
                 let _ = sink.send(close(TOO_MANY, &reason)).await;
                 break;
             }
+            () = heard.over_messages.notified() => {
+                tracing::debug!("closing the websocket: over its message rate");
+                count_refusal("message_rate");
+                let reason = format!(
+                    "too many messages: at most {} a minute per connection",
+                    state.app.settings.ws_messages_per_minute
+                );
+                let _ = sink.send(close(TOO_MANY, &reason)).await;
+                break;
+            }
             () = tick(&mut keepalive) => {
                 if !heard.acknowledged.load(Ordering::SeqCst) {
                     continue;
                 }
                 let answered = heard.anything.swap(false, Ordering::SeqCst);
-                let ping = match protocol {
-                    WebSocketProtocols::GraphQLWS => {
-                        // graphql-transport-ws peers must answer a ping with a pong.
-                        if ping_unanswered && !answered {
-                            tracing::debug!("closing the websocket: a keepalive ping went unanswered");
-                            count_refusal("keepalive");
-                            let _ = sink.send(close(KEEPALIVE_TIMEOUT, "keepalive timeout: no pong")).await;
-                            break;
+                if ping_unanswered && !answered {
+                    tracing::debug!("closing the websocket: a keepalive ping went unanswered");
+                    count_refusal("keepalive");
+                    let _ = sink.send(close(KEEPALIVE_TIMEOUT, "keepalive timeout: no pong")).await;
+                    break;
+                }
+                ping_unanswered = true;
+                let sent = match protocol {
+                    // graphql-transport-ws peers must answer a ping with a pong.
+                    WebSocketProtocols::GraphQLWS => sink.send(Message::Text(r#"{"type":"ping"}"#.into())).await,
+                    // The legacy protocol's `ka` has no answer (it keeps proxies from timing the
+                    // socket out); the websocket Ping frame beside it does: RFC 6455 has every
+                    // peer answer Pong (browsers and websocket libraries do it themselves), so a
+                    // dead legacy peer is noticed too.
+                    WebSocketProtocols::SubscriptionsTransportWS => {
+                        match sink.send(Message::Text(r#"{"type":"ka"}"#.into())).await {
+                            Ok(()) => sink.send(Message::Ping(Default::default())).await,
+                            Err(err) => Err(err),
                         }
-                        ping_unanswered = true;
-                        r#"{"type":"ping"}"#
                     }
-                    // The legacy protocol's keep-alive has no answer: it only keeps proxies
-                    // from timing the socket out.
-                    WebSocketProtocols::SubscriptionsTransportWS => r#"{"type":"ka"}"#,
                 };
-                if sink.send(Message::Text(ping.into())).await.is_err() {
+                if sent.is_err() {
                     break;
                 }
             }
@@ -261,17 +294,35 @@ async fn serve(
     let _ = sink.close().await;
 }
 
-/// The client's messages, parsed once, as `GqlWebSocket` reads them: notes what the
-/// connection loop needs to know (`Heard`), and counts each subscribe against the rate before
-/// it can execute. Over the rate, the connection is told to close and nothing more is read.
+/// The per-connection rates (None: no limit).
+struct Rates {
+    /// Subscribe messages (`WS_OPERATIONS_PER_MINUTE`).
+    operations: Option<OperationRate>,
+    /// Every message and control frame but Close (`WS_MESSAGES_PER_MINUTE`).
+    messages: Option<OperationRate>,
+}
+
+/// The client's messages, read once, as `GqlWebSocket` reads them: notes what the
+/// connection loop needs to know (`Heard`), counts every message against the message rate and
+/// each subscribe against the operation rate before it can execute, and marks subscriptions
+/// for their cost cap (`subscription_max_cost`). Over a rate, the connection is told to close
+/// and nothing more is read.
 fn read_messages(
     stream: impl futures_util::Stream<Item = Result<Message, axum::Error>>,
     heard: Arc<Heard>,
-    mut rate: Option<OperationRate>,
+    mut rates: Rates,
+    subscription_max_cost: usize,
 ) -> impl futures_util::Stream<Item = serde_json::Result<ClientMessage>> {
     let mut over_rate = false;
     stream.take_while(|message| future::ready(message.is_ok())).filter_map(move |message| {
         heard.anything.store(true, Ordering::SeqCst);
+        // Pings and pongs too, at either level: a flood of them costs a pong each. A Close is
+        // not counted: it ends the connection anyway.
+        let counted = !over_rate && !matches!(message, Ok(Message::Close(_)));
+        if counted && rates.messages.as_mut().is_some_and(|rate| !rate.allow()) {
+            over_rate = true;
+            heard.over_messages.notify_one();
+        }
         let bytes = match &message {
             Ok(Message::Text(text)) => Some(text.as_bytes()),
             Ok(Message::Binary(bytes)) => Some(bytes.as_ref()),
@@ -287,12 +338,17 @@ fn read_messages(
                 heard.init.store(true, Ordering::SeqCst);
                 Some(Ok(ClientMessage::ConnectionInit { payload }))
             }
-            Some(Ok(ClientMessage::Start { id, payload })) => {
-                if rate.as_mut().is_some_and(|rate| !rate.allow()) {
+            Some(Ok(ClientMessage::Start { id, mut payload })) => {
+                if rates.operations.as_mut().is_some_and(|rate| !rate.allow()) {
                     over_rate = true;
                     heard.over_rate.notify_one();
                     None
                 } else {
+                    // Before connection_init succeeded the subscribe only closes the socket
+                    // (1011): it is not worth marking.
+                    if heard.acknowledged.load(Ordering::SeqCst) {
+                        from_socket(&mut payload, subscription_max_cost);
+                    }
                     Some(Ok(ClientMessage::Start { id, payload }))
                 }
             }
@@ -393,12 +449,15 @@ async fn verify(
     app.auth.verify_bearer(header).await
 }
 
-/// What every operation of the connection sees: its viewer, loaders and subscription budget.
+/// What every operation of the connection sees: its viewer, loaders (for what runs when a
+/// subscription starts; each execution gets its own, `graphql::socket`), subscription budget,
+/// and what each execution may spend.
 fn connection_data(app: &crate::state::AppState, user_id: i64) -> Data {
     let mut data = Data::default();
     data.insert(Viewer::for_connection(user_id, app.memberships.clone()));
     data.insert(Loaders::new(app, Some(user_id), None, None).uncached());
     data.insert(SubscriptionBudget::new(app.settings.live_max_subscriptions));
+    data.insert(SocketLimits::new(&app.settings, user_id));
     data
 }
 

@@ -113,6 +113,10 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         ws_max_per_user: 1_000,
         ws_max_per_address: 10_000,
         ws_operations_per_minute: 10_000,
+        ws_messages_per_minute: 100_000,
+        // The production defaults: every live test then shows an ordinary selection fits them.
+        subscription_max_cost: 500,
+        subscription_event_statement_budget: 20,
         cors_allowed_origins: Vec::new(),
         allow_evicting_redis: false,
         like_rate_per_minute: 10_000,

@@ -174,4 +174,21 @@ impl GqlSocket {
     pub async fn send_raw(&mut self, text: String) -> bool {
         self.ws.send(Message::Text(text.into())).await.is_ok()
     }
+
+    /// Sends a websocket-level Ping frame (not a protocol message).
+    pub async fn send_ping_frame(&mut self) -> bool {
+        self.ws.send(Message::Ping(Default::default())).await.is_ok()
+    }
+
+    /// Runs a query or mutation over the socket (subscribe, then its one answer and complete):
+    /// the answer's `payload` (`data` and/or `errors`). Panics when something else arrives.
+    pub async fn run(&mut self, id: &str, query: &str, variables: Value) -> Value {
+        self.subscribe(id, query, variables).await;
+        let message = self.next_message(Duration::from_secs(10)).await.expect("an answer");
+        assert_eq!(message["id"], id, "{message}");
+        assert!(matches!(message["type"].as_str(), Some("next") | Some("data")), "{message}");
+        let complete = self.next_message(Duration::from_secs(10)).await.expect("complete");
+        assert_eq!((&complete["type"], &complete["id"]), (&json!("complete"), &json!(id)), "{complete}");
+        message["payload"].clone()
+    }
 }
