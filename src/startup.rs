@@ -364,7 +364,8 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let feed =
         Feed::new(db.clone(), redis.clone(), keys.clone(), post_cache.clone(), FeedConfig::from_settings(&settings));
     feed.lists().load_scripts().await?;
-    let course_pages = CoursePages::new(settings.course_page_cache_ttl);
+    let cache_budget = crate::cache::budget::CacheBudget::new(settings.cache_budget_bytes);
+    let course_pages = CoursePages::with_budget(settings.course_page_cache_ttl, &cache_budget);
     let publisher = Publisher::new(redis.clone(), keys.live_channel()).with_local_pages(course_pages.clone());
     let likes = Likes::new(
         db.clone(),
@@ -376,7 +377,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         AfterCommit::new(post_cache.clone(), publisher.clone(), db.clone()),
     );
     let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
-    let memberships = Memberships::new(settings.membership_cache);
+    let memberships = Memberships::with_budget(settings.membership_cache, &cache_budget);
     Ok(AppState {
         settings,
         db,
@@ -393,10 +394,11 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         views,
         post_cache,
         course_pages,
-        users: Default::default(),
+        users: crate::cache::users::UserRows::with_budget(&cache_budget),
         feed,
         memberships,
         parsed_documents: Default::default(),
+        cache_budget,
     })
 }
 

@@ -60,6 +60,8 @@ pub struct AppState {
     pub memberships: Memberships,
     /// Recently parsed GraphQL documents, by the SHA-256 of their text.
     pub parsed_documents: Arc<crate::graphql::persisted::ParsedDocuments>,
+    /// `CACHE_BUDGET_BYTES` split among the in-process caches, and their figures for /metrics.
+    pub cache_budget: Arc<crate::cache::budget::CacheBudget>,
 }
 
 impl AppState {

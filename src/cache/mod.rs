@@ -25,8 +25,10 @@
 //! `POST_CACHE_TTL + POST_CACHE_TTL_JITTER` late, plus the one background reload.
 //!
 //! Beside it, in process memory: `pages` (course pages' rows, dropped or patched by the
-//! published changes) and `users` (authors, which never change).
+//! published changes) and `users` (authors, which never change), both bounded in bytes by
+//! `budget` (`CACHE_BUDGET_BYTES`, split among every in-process cache by fixed shares).
 
+pub mod budget;
 pub mod pages;
 pub mod users;
 

@@ -154,6 +154,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         cache_lock_ttl: Duration::from_secs(10),
         shutdown_timeout: Duration::from_secs(10),
         worker_metrics_bind: None,
+        cache_budget_bytes: course_forum::cache::budget::DEFAULT_BUDGET_BYTES,
     }
 }
 
