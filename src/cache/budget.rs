@@ -177,11 +177,14 @@ impl CacheBudget {
     }
 }
 
+/// The approximate heap bytes of an entry, beyond the fixed costs.
+type Weigh<K, V> = Arc<dyn Fn(&K, &V) -> u64 + Send + Sync>;
+
 /// A moka cache of `Arc<V>` bounded in bytes (see the module doc). Cheap to clone (shared).
 pub struct WeighedCache<K, V> {
     inner: moka::sync::Cache<K, Arc<V>>,
     capacity: u64,
-    weigh: Arc<dyn Fn(&K, &V) -> u64 + Send + Sync>,
+    weigh: Weigh<K, V>,
 }
 
 impl<K, V> Clone for WeighedCache<K, V> {
@@ -201,7 +204,7 @@ where
         ttl: Option<Duration>,
         weigh: impl Fn(&K, &V) -> u64 + Send + Sync + 'static,
     ) -> Self {
-        let weigh: Arc<dyn Fn(&K, &V) -> u64 + Send + Sync> = Arc::new(weigh);
+        let weigh: Weigh<K, V> = Arc::new(weigh);
         let weigher = weigh.clone();
         let label = name.label();
         let mut builder = moka::sync::Cache::builder()
