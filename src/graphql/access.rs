@@ -9,6 +9,7 @@ use async_graphql::{Context, ID};
 use super::context::{state, viewer};
 use super::ids::{self, NodeKind};
 use super::types::Course;
+use crate::auth::Viewer;
 use crate::cache::pages::LoadStart;
 use crate::config::LikeMode;
 use crate::error::{AppError, AppResult, Service};
@@ -48,12 +49,17 @@ pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(Course, Role)> {
 ///
 /// A post read from the post cache is kept in memory only by `keep_post`, once the caller
 /// has proven the viewer's access: a non-member's reads must not fill this instance's memory.
-async fn find_post(state: &AppState, id: i64) -> AppResult<(PostRow, Option<LoadStart>)> {
+async fn find_post(state: &AppState, viewer: &Viewer, id: i64) -> AppResult<(PostRow, Option<LoadStart>)> {
     if let Some(row) = state.course_pages.post(id) {
         return Ok((row, None));
     }
     let start = state.course_pages.begin();
-    let row = state.post_cache.get(id).await?.ok_or_else(|| AppError::not_found("post"))?;
+    // The post cache (Redis) stores a post this request loads only for a member of its course.
+    let admit = |row: &PostRow| -> futures_util::future::BoxFuture<'_, bool> {
+        let course = row.course_id;
+        Box::pin(async move { viewer.require_member(&state.db, course).await.is_ok() })
+    };
+    let row = state.post_cache.get_admitted(id, &admit).await?.ok_or_else(|| AppError::not_found("post"))?;
     Ok((row, Some(start)))
 }
 
@@ -67,7 +73,7 @@ fn keep_post(state: &AppState, row: &PostRow, start: Option<LoadStart>) {
 pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
-    let (row, start) = find_post(state, id).await?;
+    let (row, start) = find_post(state, viewer, id).await?;
     let role = viewer.require_member(&state.db, row.course_id).await?;
     keep_post(state, &row, start);
     Ok((row, role))
@@ -90,7 +96,7 @@ pub async fn post_in_memory(ctx: &Context<'_>, id: i64) -> AppResult<Option<(Pos
 pub async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Membership)> {
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
-    let (row, start) = find_post(state, id).await?;
+    let (row, start) = find_post(state, viewer, id).await?;
     match viewer.require_member(&state.db, row.course_id).await {
         Ok(_) => {
             keep_post(state, &row, start);
