@@ -374,6 +374,21 @@ pub struct Settings {
     /// prefix (docs/operations.md, "Cursor keys").
     #[arg(long, env = "CURSOR_KEYS", value_delimiter = ',', hide_env_values = true, global = true)]
     pub cursor_keys: Vec<String>,
+
+    /// Every in-process cache together (course pages, posts, users, memberships, parsed
+    /// documents) holds at most this many bytes, split by fixed shares (`cache::budget`).
+    /// Plain bytes or with a unit: 268435456, 256MiB, 1GiB, 500MB.
+    #[arg(long, env = "CACHE_BUDGET_BYTES", default_value = "256MiB", value_parser = parse_cache_budget, global = true)]
+    pub cache_budget_bytes: u64,
+}
+
+/// Reads `CACHE_BUDGET_BYTES` (see `cache::budget::parse_bytes`), at least 1 MiB.
+pub fn parse_cache_budget(raw: &str) -> Result<u64, String> {
+    let bytes = crate::cache::budget::parse_bytes(raw)?;
+    if bytes < crate::cache::budget::MIN_BUDGET_BYTES {
+        return Err(format!("`{raw}` is below the smallest cache budget, 1MiB"));
+    }
+    Ok(bytes)
 }
 
 /// True when the URL's host is this machine: `localhost`, 127.0.0.0/8 or ::1.

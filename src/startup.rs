@@ -343,9 +343,6 @@ pub async fn build_feed_fanout(state: &AppState) -> AppResult<FanoutJob> {
     Ok(FanoutJob::new(state.jobs_db.clone(), redis, state.keys.clone(), FeedConfig::from_settings(&state.settings)))
 }
 
-/// Estimated bytes of parsed documents kept per process.
-const PARSED_DOCUMENTS_BYTES: u64 = 32 * 1024 * 1024;
-
 /// Opens every client and assembles the shared state.
 pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let settings = Arc::new(settings);
@@ -370,7 +367,8 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let feed =
         Feed::new(db.clone(), redis.clone(), keys.clone(), post_cache.clone(), FeedConfig::from_settings(&settings));
     feed.lists().load_scripts().await?;
-    let course_pages = CoursePages::new(settings.course_page_cache_ttl);
+    let cache_budget = crate::cache::budget::CacheBudget::new(settings.cache_budget_bytes);
+    let course_pages = CoursePages::with_budget(settings.course_page_cache_ttl, &cache_budget);
     let publisher = Publisher::new(redis.clone(), keys.live_channel()).with_local_pages(course_pages.clone());
     let likes = Likes::new(
         db.clone(),
@@ -382,7 +380,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         AfterCommit::new(post_cache.clone(), publisher.clone(), db.clone()),
     );
     let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
-    let memberships = Memberships::new(settings.membership_cache);
+    let memberships = Memberships::with_budget(settings.membership_cache, &cache_budget);
     let trusted = match &settings.trusted_documents {
         Some(path) => Some(Arc::new(crate::graphql::trusted::TrustedDocuments::load(path)?)),
         None => None,
@@ -406,12 +404,13 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         views,
         post_cache,
         course_pages,
-        users: Default::default(),
+        users: crate::cache::users::UserRows::with_budget(&cache_budget),
         feed,
         memberships,
-        parsed_documents: Arc::new(crate::graphql::persisted::ParsedDocuments::new(PARSED_DOCUMENTS_BYTES)),
+        parsed_documents: Arc::new(crate::graphql::persisted::ParsedDocuments::new(&cache_budget)),
         persisted_queries,
         cursor_keys,
+        cache_budget,
     })
 }
 

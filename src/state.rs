@@ -65,6 +65,8 @@ pub struct AppState {
     pub persisted_queries: Arc<crate::graphql::persisted::PersistedQueries>,
     /// Sign the cursors this server hands out and verify those it is handed back.
     pub cursor_keys: crate::graphql::cursor::CursorKeys,
+    /// `CACHE_BUDGET_BYTES` split among the in-process caches, and their figures for /metrics.
+    pub cache_budget: Arc<crate::cache::budget::CacheBudget>,
 }
 
 impl AppState {

@@ -80,6 +80,10 @@ pub mod names {
     pub const MEMBERSHIP_LISTENER_CONNECTED: &str = "membership_listener_connected";
     pub const SUBSCRIPTIONS_REVOKED: &str = "subscriptions_revoked_total";
     pub const WRITE_LIMIT_REFUSALS: &str = "write_limit_refusals_total";
+    pub const CACHE_USED_BYTES: &str = "cache_used_bytes";
+    pub const CACHE_ENTRIES: &str = "cache_entries";
+    pub const CACHE_CAPACITY_BYTES: &str = "cache_capacity_bytes";
+    pub const CACHE_EVICTIONS: &str = "cache_evictions_total";
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,6 +207,20 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             Counter,
             "kind",
             "writes refused as RATE_LIMITED by a per-user write limit: post, comment, edit, delete, view_start, open_views",
+        ),
+        (
+            CACHE_USED_BYTES,
+            Gauge,
+            "cache",
+            "approximate bytes an in-process cache holds (course_pages, course_pages_index, posts, parsed_documents, users, memberships; read at scrape)",
+        ),
+        (CACHE_ENTRIES, Gauge, "cache", "entries an in-process cache holds (read at scrape)"),
+        (CACHE_CAPACITY_BYTES, Gauge, "cache", "an in-process cache's share of CACHE_BUDGET_BYTES"),
+        (
+            CACHE_EVICTIONS,
+            Counter,
+            "cache, cause",
+            "entries an in-process cache dropped: size (over its share) or expired",
         ),
     ]
 };

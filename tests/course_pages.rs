@@ -637,3 +637,208 @@ async fn a_ranked_first_page_is_kept_briefly_and_follows_likes_and_deletes_at_on
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Memory a client cannot grow (issue 27): pages only under cursors the server handed out,
+// posts only once access is proven, everything under CACHE_BUDGET_BYTES.
+// ---------------------------------------------------------------------------------------------
+
+/// A keyset cursor as the API of 6b52d0b encoded it, for any id a client cares to name.
+fn forged_cursor(id: i64) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("k:{id}"))
+}
+
+/// `n` posts of `body_bytes` each in the course, written by SQL (the pages read them later).
+async fn posts_by_sql(app: &TestApp, course: i64, author: i64, n: i64, body_bytes: i64) {
+    let made = app
+        .scalar_i64(
+            "WITH c AS (INSERT INTO posts (course_id, user_id, title, body) \
+             SELECT $1, $2, 'post ' || g, repeat('x', $4::int) FROM generate_series(1, $3::int) g RETURNING 1) \
+             SELECT count(*) AS v FROM c",
+            [course.into(), author.into(), n.into(), body_bytes.into()],
+        )
+        .await;
+    assert_eq!(made, n);
+}
+
+/// The edges' cursors and `endCursor` of one NEW page.
+async fn cursors_of(app: &TestApp, user: i64, course: i64, first: i64, after: Option<&str>) -> (Vec<String>, String) {
+    let response = app
+        .gql(
+            Some(&app.token(user)),
+            "query($c: ID!, $n: Int!, $a: String) { course(id: $c) { posts(first: $n, after: $a) { \
+             edges { cursor } pageInfo { endCursor } } } }",
+            json!({ "c": gid("Course", course), "n": first, "a": after }),
+        )
+        .await;
+    assert!(response.get("errors").is_none(), "page failed: {response}");
+    let posts = &response["data"]["course"]["posts"];
+    let edges = posts["edges"].as_array().expect("edges");
+    let cursors = edges.iter().map(|e| e["cursor"].as_str().expect("cursor").to_owned()).collect();
+    (cursors, posts["pageInfo"]["endCursor"].as_str().unwrap_or_default().to_owned())
+}
+
+/// The finding: a member asked for pages after cursors past the newest post, each a new key
+/// holding the same rows, and every one was kept. Now a page is kept only when it is a first
+/// page or its cursor is a boundary of a page kept here; forged cursors, and cursors from the
+/// middle of a page, are answered and forgotten. Following `endCursor` is still kept.
+#[tokio::test]
+async fn cursors_the_server_did_not_hand_out_as_page_boundaries_do_not_grow_the_page_cache() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    posts_by_sql(&app, world.course, world.alice, 30, 100).await;
+    let (cursors, end) = cursors_of(&app, world.bob, world.course, 10, None).await;
+    assert_eq!(cursors.len(), 10);
+    // The next page after the end cursor the server handed out: kept, as paging should be.
+    cursors_of(&app, world.bob, world.course, 10, Some(&end)).await;
+    assert_eq!(app.state.course_pages.len(), 2, "the first page and the one after its endCursor");
+    let (pages_before, _) = app.state.course_pages.figures();
+
+    // 60 forged cursors past the newest post, 10 aliases a request (as the finding sent 30).
+    let newest = app.scalar_i64("SELECT max(id) AS v FROM posts", []).await;
+    for batch in 0..6 {
+        let aliases: String = (0..10)
+            .map(|i| {
+                let cursor = forged_cursor(newest + 1_000 + batch * 10 + i);
+                format!("a{i}: posts(first: 10, after: \"{cursor}\") {{ edges {{ node {{ id }} }} }} ")
+            })
+            .collect();
+        let query = format!("query($c: ID!) {{ course(id: $c) {{ {aliases} }} }}");
+        let response = app.gql(Some(&app.token(world.bob)), &query, json!({ "c": gid("Course", world.course) })).await;
+        // Answered (the newest posts again) or, where cursors are authenticated, refused as
+        // BAD_USER_INPUT: either way nothing may be kept for them.
+        match common::error_code(&response) {
+            None => assert_eq!(response["data"]["course"]["a0"]["edges"].as_array().map(Vec::len), Some(10)),
+            Some(code) => assert_eq!(code, "BAD_USER_INPUT", "{response}"),
+        }
+    }
+    // Cursors the server did hand out, from the middle of the first page: served, not kept.
+    for (i, cursor) in cursors.iter().enumerate().take(9).skip(1) {
+        let (shown, _) = cursors_of(&app, world.bob, world.course, 10, Some(cursor)).await;
+        assert_eq!(shown.len(), 10, "the page after the {i}th post");
+    }
+
+    assert_eq!(app.state.course_pages.len(), 2, "no page kept for a cursor the server did not hand out as a boundary");
+    let (pages_after, _) = app.state.course_pages.figures();
+    assert_eq!(pages_after.entries, pages_before.entries);
+    assert_eq!(pages_after.used_bytes, pages_before.used_bytes);
+}
+
+/// The finding: `post(id)` kept the post in memory before checking that the reader belongs to
+/// its course, so anyone signed in could fill that memory with other courses' posts. Now a
+/// post is kept only once the check passed: not for an outsider's read or like, but for a
+/// member's.
+#[tokio::test]
+async fn a_non_member_reading_or_liking_a_post_does_not_make_the_instance_keep_it() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let post = create_post(&app, app.addr, world.alice, world.course, "members only").await;
+    let variables = json!({ "p": gid("Post", post) });
+    let read = app.gql(Some(&app.token(world.outsider)), POST, variables.clone()).await;
+    assert_eq!(common::error_code(&read).as_deref(), Some("FORBIDDEN"), "{read}");
+    let like = app
+        .gql(
+            Some(&app.token(world.outsider)),
+            "mutation($p: ID!) { likePost(postId: $p) { likeCount } }",
+            variables.clone(),
+        )
+        .await;
+    assert_eq!(common::error_code(&like).as_deref(), Some("FORBIDDEN"), "{like}");
+    assert!(app.state.course_pages.post(post).is_none(), "an outsider's read put the post in memory");
+
+    let read = app.gql(Some(&app.token(world.bob)), POST, variables).await;
+    assert_eq!(read["data"]["post"]["title"], "members only", "{read}");
+    assert!(app.state.course_pages.post(post).is_some(), "a member's read keeps it");
+}
+
+/// The finding's shape with the budget small: 100 posts of 20 KB, and a member reading pages
+/// of every size (each a distinct page the server may keep, 100 MB of rows together), walking
+/// on by their end cursors; and 100 more read one by one by id. What every cache holds stays
+/// within CACHE_BUDGET_BYTES, each within its share, and pages and posts are still kept.
+#[tokio::test]
+async fn a_flood_of_large_pages_and_posts_stays_within_the_cache_budget() {
+    const BUDGET: u64 = 8 << 20;
+    let app = TestApp::spawn_with(|s| s.cache_budget_bytes = BUDGET).await;
+    let world = World::create(&app).await;
+    posts_by_sql(&app, world.course, world.alice, 100, 20_000).await;
+    for first in 1..=100 {
+        let (_, end) = cursors_of(&app, world.bob, world.course, first, None).await;
+        if first % 10 == 0 {
+            // Walk on by the cursors the server hands out (these pages may be kept too).
+            let mut after = end;
+            for _ in 0..3 {
+                if after.is_empty() {
+                    break;
+                }
+                after = cursors_of(&app, world.bob, world.course, first, Some(&after)).await.1;
+            }
+        }
+    }
+    // And 100 posts of 20 KB read by id, in a course whose pages nobody read (so each is kept
+    // alone, not found on a page).
+    posts_by_sql(&app, world.other_course, world.outsider, 100, 20_000).await;
+    let newest = app.scalar_i64("SELECT max(id) AS v FROM posts", []).await;
+    let reader = app.token(world.outsider);
+    for id in newest - 99..=newest {
+        let response = app.gql(Some(&reader), POST, json!({ "p": gid("Post", id) })).await;
+        assert!(response.get("errors").is_none(), "{response}");
+    }
+
+    let budget = &app.state.cache_budget;
+    assert_eq!(budget.total_bytes(), BUDGET);
+    let figures = budget.figures();
+    for (name, f) in &figures {
+        assert!(f.used_bytes <= f.capacity_bytes, "{name:?} over its share: {f:?}");
+    }
+    let used = budget.used_bytes();
+    assert!(used <= BUDGET, "the caches hold {used} bytes, over the budget of {BUDGET}");
+    let (pages, posts) = app.state.course_pages.figures();
+    assert!(pages.entries >= 1 && pages.used_bytes > 1 << 20, "pages are still kept: {pages:?}");
+    assert!(posts.entries >= 1, "posts are still kept: {posts:?}");
+    assert!(posts.entries < 100, "100 posts of 20 KB do not fit the posts' share: {posts:?}");
+}
+
+/// Reads `/metrics` as `(name, cache label) → value` for the per-cache gauges.
+async fn cache_gauges(app: &TestApp) -> std::collections::HashMap<(String, String), f64> {
+    let text = app.http.get(app.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    text.lines()
+        .filter(|line| {
+            line.starts_with("cache_used_bytes{")
+                || line.starts_with("cache_entries{")
+                || line.starts_with("cache_capacity_bytes{")
+        })
+        .filter_map(|line| {
+            let (name, rest) = line.split_once('{')?;
+            let cache = rest.split("cache=\"").nth(1)?.split('"').next()?;
+            let value = line.rsplit(' ').next()?.parse().ok()?;
+            Some(((name.to_owned(), cache.to_owned()), value))
+        })
+        .collect()
+}
+
+/// Every in-process cache shows what it holds and its share in `/metrics`, labelled by cache,
+/// and the shares add up to the budget.
+#[tokio::test]
+async fn per_cache_figures_appear_in_metrics() {
+    let app = TestApp::spawn_with(|s| s.cache_budget_bytes = 64 << 20).await;
+    let world = World::create(&app).await;
+    create_post(&app, app.addr, world.alice, world.course, "counted").await;
+    page_at(&app, app.addr, world.bob, world.course).await;
+    let gauges = cache_gauges(&app).await;
+    let value = |name: &str, cache: &str| {
+        *gauges.get(&(name.to_owned(), cache.to_owned())).unwrap_or_else(|| panic!("no {name}{{cache=\"{cache}\"}}"))
+    };
+    let caches = ["course_pages", "course_pages_index", "posts", "users", "memberships", "parsed_documents"];
+    let mut shares = 0.0;
+    for cache in caches {
+        assert!(value("cache_used_bytes", cache) <= value("cache_capacity_bytes", cache), "{cache}");
+        value("cache_entries", cache);
+        shares += value("cache_capacity_bytes", cache);
+    }
+    assert!(shares <= (64u64 << 20) as f64);
+    assert!(value("cache_entries", "course_pages") >= 1.0, "the page just read");
+    assert!(value("cache_used_bytes", "course_pages") > 0.0);
+    assert!(value("cache_entries", "users") >= 1.0, "its author");
+    assert!(value("cache_entries", "memberships") >= 1.0, "the reader's roles");
+}

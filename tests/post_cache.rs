@@ -341,3 +341,31 @@ async fn metrics_show_cache_and_feed_activity() {
         assert!(text.contains(metric), "{metric} missing from\n{text}");
     }
 }
+
+/// Issue 27: a post read by someone outside its course was loaded into the cache before the
+/// access check refused them, so anyone signed in could fill Redis with every course's posts.
+/// Now a load stores the post only for a reader the access check admits; a member's read
+/// stores it as before.
+#[tokio::test]
+async fn a_non_members_read_does_not_put_the_post_in_the_cache() {
+    let app = TestApp::spawn_with(redis_layer_only).await;
+    let world = World::create(&app).await;
+    let post = app.create_post(&app.token(world.alice), world.course, "members only").await;
+    let cached = async || -> i64 {
+        redis::cmd("EXISTS")
+            .arg(app.state.keys.post_cache_entry(post))
+            .query_async(&mut app.state.redis.clone())
+            .await
+            .expect("EXISTS")
+    };
+    assert_eq!(cached().await, 0, "not cached before anyone reads it");
+
+    for _ in 0..3 {
+        let refused = app.gql(Some(&app.token(world.outsider)), READ, json!({ "id": gid("Post", post) })).await;
+        assert_eq!(error_code(&refused).as_deref(), Some("FORBIDDEN"), "{refused}");
+    }
+    assert_eq!(cached().await, 0, "an outsider's reads stored the post");
+
+    assert_eq!(read(&app, &app.token(world.bob), post).await["title"], "members only");
+    assert_eq!(cached().await, 1, "a member's read stores it");
+}

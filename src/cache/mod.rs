@@ -12,6 +12,9 @@
 //!   `POST_CACHE_TTL_JITTER`, so posts loaded together do not expire together.
 //! - **Penetration.** An id that does not exist (or a deleted post) is cached as `missing` for
 //!   `POST_CACHE_MISSING_TTL`: a flood of reads of an unknown id costs one query.
+//! - **Only for readers with access.** `get_admitted` (the access checks' way in) stores a
+//!   post it loads only if the reader belongs to its course: a non-member's reads load it, are
+//!   refused, and leave nothing behind.
 //! - **Invalidation.** Every write path that changes a post calls `invalidate`, `post_deleted`,
 //!   `like_counts_committed` or `view_counts_committed`. Each moves the post's generation (or
 //!   patches the entry with a newer counter), and a load stores only if the generation did not
@@ -25,8 +28,10 @@
 //! `POST_CACHE_TTL + POST_CACHE_TTL_JITTER` late, plus the one background reload.
 //!
 //! Beside it, in process memory: `pages` (course pages' rows, dropped or patched by the
-//! published changes) and `users` (authors, which never change).
+//! published changes) and `users` (authors, which never change), both bounded in bytes by
+//! `budget` (`CACHE_BUDGET_BYTES`, split among every in-process cache by fixed shares).
 
+pub mod budget;
 pub mod pages;
 pub mod users;
 
@@ -47,6 +52,9 @@ use crate::kv::lock::Locks;
 use crate::kv::{self, Redis};
 use crate::like_event::{CountChange, LikeTarget};
 use crate::telemetry::names;
+
+/// Whether a reader may see a post (`PostCache::get_admitted`): their access check.
+pub type Admit<'a> = dyn Fn(&PostRow) -> futures_util::future::BoxFuture<'a, bool> + Send + Sync + 'a;
 
 /// The fields of an entry, in the order `HMGET` asks for them. The counters inside `row` are
 /// overridden by the entry's own counter fields, which commits patch one by one.
@@ -216,6 +224,20 @@ impl PostCache {
         Ok(self.get_many(&[id]).await?.remove(&id))
     }
 
+    /// As `get`, for a reader who may not be allowed to see the post: a post this request
+    /// loads is stored only if `admit` says yes (the reader's access check), so readers
+    /// without access cannot fill the cache. "No such post" is stored as usual. The caller
+    /// still checks access on what it gets (a post already cached is not asked about).
+    pub async fn get_admitted(&self, id: i64, admit: &Admit<'_>) -> AppResult<Option<PostRow>> {
+        match self.get_many_cached(&[id], Some(admit)).await {
+            Err(AppError::Redis(err)) => {
+                tracing::warn!(error = %err, "post cache unavailable; reading PostgreSQL directly");
+                Ok(self.load_uncached(&[id], "redis_error").await?.remove(&id))
+            }
+            other => Ok(other?.remove(&id)),
+        }
+    }
+
     /// The live posts among `ids` (absent: no such post, or deleted): one Redis round trip for
     /// all of them, and at most one SQL statement for those this request must load.
     pub async fn get_many(&self, ids: &[i64]) -> AppResult<HashMap<i64, PostRow>> {
@@ -225,7 +247,7 @@ impl PostCache {
         if wanted.is_empty() {
             return Ok(HashMap::new());
         }
-        match self.get_many_cached(&wanted).await {
+        match self.get_many_cached(&wanted, None).await {
             Err(AppError::Redis(err)) => {
                 tracing::warn!(error = %err, "post cache unavailable; reading PostgreSQL directly");
                 self.load_uncached(&wanted, "redis_error").await
@@ -234,7 +256,7 @@ impl PostCache {
         }
     }
 
-    async fn get_many_cached(&self, ids: &[i64]) -> AppResult<HashMap<i64, PostRow>> {
+    async fn get_many_cached(&self, ids: &[i64], admit: Option<&Admit<'_>>) -> AppResult<HashMap<i64, PostRow>> {
         let now = self.now_ms();
         let entries = self.read(ids).await?;
         let mut found = HashMap::with_capacity(ids.len());
@@ -263,7 +285,7 @@ impl PostCache {
             self.refresh_in_background(&stale).await;
         }
         if !cold.is_empty() {
-            found.extend(self.load_cold(cold).await?);
+            found.extend(self.load_cold(cold, admit).await?);
         }
         Ok(found)
     }
@@ -299,7 +321,7 @@ impl PostCache {
         let cache = self.clone();
         tokio::spawn(async move {
             let ids: Vec<i64> = ours.iter().map(|c| c.id).collect();
-            if let Err(err) = cache.load_and_store(ours).await {
+            if let Err(err) = cache.load_and_store(ours, None).await {
                 tracing::warn!(error = %err, ?ids, "background reload of stale posts failed; they stay stale");
             }
         });
@@ -307,7 +329,7 @@ impl PostCache {
 
     /// Cold posts: load the ones whose lock we take, wait for the others' holders, and after
     /// `lock_ttl` of waiting read the rest directly.
-    async fn load_cold(&self, mut pending: Vec<i64>) -> AppResult<HashMap<i64, PostRow>> {
+    async fn load_cold(&self, mut pending: Vec<i64>, admit: Option<&Admit<'_>>) -> AppResult<HashMap<i64, PostRow>> {
         let mut found = HashMap::new();
         let deadline = Instant::now() + self.inner.config.lock_ttl;
         let mut pause = FIRST_PAUSE;
@@ -336,7 +358,7 @@ impl PostCache {
                 self.release_all(&not_needed).await;
             }
             if !to_load.is_empty() {
-                found.extend(self.load_and_store(to_load).await?);
+                found.extend(self.load_and_store(to_load, admit).await?);
             }
             if waiting.is_empty() {
                 return Ok(found);
@@ -354,7 +376,7 @@ impl PostCache {
 
     /// One SQL statement for every claimed post, then one pipeline storing each (unless its
     /// generation moved) and releasing its lock.
-    async fn load_and_store(&self, claims: Vec<Claim>) -> AppResult<HashMap<i64, PostRow>> {
+    async fn load_and_store(&self, claims: Vec<Claim>, admit: Option<&Admit<'_>>) -> AppResult<HashMap<i64, PostRow>> {
         let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
         let rows = match self.load_rows(&ids).await {
             Ok(rows) => rows,
@@ -367,10 +389,25 @@ impl PostCache {
             }
         };
         self.inner.hooks.stores.pass().await;
+        // Rows the reader may not see are returned (the caller refuses them) but not stored.
+        let mut not_admitted = Vec::new();
+        if let Some(admit) = admit {
+            for row in rows.values() {
+                if !admit(row).await {
+                    not_admitted.push(row.id);
+                }
+            }
+        }
         let keys = &self.inner.keys;
         let mut pipe = redis::pipe();
         let mut store_replies = Vec::with_capacity(claims.len());
         for claim in &claims {
+            if not_admitted.contains(&claim.id) {
+                if let Some(token) = &claim.token {
+                    self.inner.locks.release_in(&mut pipe, &keys.post_cache_lock(claim.id), token);
+                }
+                continue;
+            }
             store_replies.push(pipe.len());
             let mut store = self.inner.scripts.store.prepare_invoke();
             store.key(keys.post_cache_entry(claim.id)).key(keys.post_cache_gen(claim.id)).arg(&claim.generation);

@@ -30,28 +30,38 @@
 //! `course-forum reconcile`) or a message lost while the relay was not subscribed shows at
 //! most `COURSE_PAGE_CACHE_TTL` late; the relay also drops every page when it subscribes
 //! again after a gap.
+//!
+//! **Memory.** Pages and single posts are moka caches (`cache::budget`) bounded by the
+//! `course_pages` and `posts` shares of `CACHE_BUDGET_BYTES`, weighed by their rows' bytes; a
+//! reader gets the page's `Arc`. A change does not touch the cached values: it moves a mark
+//! (the course's, the post's, or everything's) in a small index, and an entry stored before
+//! a mark that concerns it is no longer served. Counts heard since an entry was stored are
+//! kept in the index and patched into a copy, made outside the lock, when it is next read.
+//! The index (which post is on which page, those counts, the marks, the change log) is
+//! bounded by the `course_pages_index` share: past it, what no live entry can need (older
+//! than the TTL) is forgotten, and if that is not enough everything starts over.
+//!
+//! **Which pages are kept.** A NEW-order page is kept only when it is a first page (no
+//! cursor) or its cursor is a boundary of a page this instance kept: the first or last post
+//! of it, which is what its `startCursor` and `endCursor` name. A page asked for with any
+//! other cursor (a forged one past the newest post, the middle of a page) is served and
+//! forgotten: a client cannot mint keys, so a flood of cursors does not grow memory.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::forum::paging::{Page, PageRequest};
 use sea_orm::ConnectionTrait;
 
+use super::budget::{CacheBudget, CacheFigures, CacheName, DEFAULT_BUDGET_BYTES, Measured, WeighedCache};
 use crate::error::AppResult;
+use crate::forum::paging::{Page, PageRequest};
 use crate::forum::posts::{self, PostRow, Ranking};
 use crate::like_event::{CountChange, LikeTarget};
 use crate::live::{ActivityKind, LiveMessage};
 
 /// Longest a HOT or TOP first page is served without a reload (see the module doc).
 pub const RANKED_PAGE_TTL: Duration = Duration::from_millis(500);
-
-/// Most pages kept. A server past it forgets them all and starts over (a page is one
-/// statement to read again).
-const MAX_PAGES: usize = 2_000;
-
-/// Most single posts kept; past it they are all forgotten (each is one post-cache read again).
-const MAX_POSTS: usize = 10_000;
 
 /// Changes remembered for loads in flight. A load that started more changes ago than this
 /// does not store what it read.
@@ -76,9 +86,12 @@ enum Change {
 /// The rows of recently served course pages. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct CoursePages {
-    inner: Arc<Mutex<Pages>>,
+    pages: WeighedCache<(i64, PageKey), CachedPage>,
+    posts: WeighedCache<i64, CachedPost>,
+    index: Arc<Mutex<Index>>,
     /// Longest a page is served without a reload (zero: nothing is cached).
     ttl: Duration,
+    limits: IndexLimits,
 }
 
 /// Which page of a course: a keyset page in NEW order, or the first page of a ranked order.
@@ -89,46 +102,139 @@ enum PageKey {
     RankedFirst(Ranking, i64),
 }
 
-#[derive(Default)]
-struct Pages {
-    by_course: HashMap<i64, HashMap<PageKey, Cached>>,
-    pages: usize,
-    /// The course of every post on a cached page (a post's course never changes). May name
-    /// posts no longer cached: that costs a lookup, never a wrong answer.
-    course_of_post: HashMap<i64, i64>,
-    /// Single posts read lately (not deleted when read).
-    posts: HashMap<i64, CachedPost>,
-    /// The latest changes, numbered: what a load that began at number n must catch up on.
-    log: VecDeque<(u64, Change)>,
-    /// Number of the latest change.
-    seq: u64,
-}
-
-struct Cached {
+struct CachedPage {
     page: Arc<Page<PostRow>>,
     stored_at: Instant,
+    /// The change log's number when it was stored: every change up to it is in the rows.
+    stored_seq: u64,
 }
 
 struct CachedPost {
     row: PostRow,
     stored_at: Instant,
+    stored_seq: u64,
+}
+
+/// What the cached values need to be judged, all under one lock.
+#[derive(Default)]
+struct Index {
+    /// The latest changes, numbered: what a load that began at number n must catch up on.
+    log: VecDeque<(u64, Change)>,
+    /// Number of the latest change.
+    seq: u64,
+    /// Nothing stored before this change is served (`Change::Everything`).
+    everything_at: u64,
+    /// Per course, the last change that dropped its pages (or only its ranked pages), or
+    /// changed a count on one of them.
+    courses: HashMap<i64, CourseMarks>,
+    /// Every post on a kept page or kept alone (a superset: it may name posts no longer kept).
+    posts: HashMap<i64, PostInfo>,
+}
+
+#[derive(Clone, Copy)]
+struct CourseMarks {
+    dropped_at: u64,
+    ranked_at: u64,
+    counted_at: u64,
+    touched: Instant,
+}
+
+struct PostInfo {
+    course: i64,
+    /// First or last post of a kept NEW-order page: a cursor the server handed out.
+    boundary: bool,
+    /// The last page kept that shows it.
+    page: Option<PageKey>,
+    /// The last change of its row.
+    changed_at: u64,
+    /// The last count heard for it, and when.
+    counted_at: u64,
+    likes: Option<CountChange>,
+    views: i64,
+    /// When a page or the post itself was last stored with it.
+    stored: Instant,
+}
+
+/// How many posts and courses the index holds before it prunes (from its share).
+#[derive(Clone, Copy)]
+struct IndexLimits {
+    posts: usize,
+    courses: usize,
+    bytes: u64,
+}
+
+/// Bytes of one slot of the index's maps (a hash table keeps up to twice its entries' slots).
+const POST_SLOT_BYTES: usize = std::mem::size_of::<(i64, PostInfo)>() + 1;
+const COURSE_SLOT_BYTES: usize = std::mem::size_of::<(i64, CourseMarks)>() + 1;
+const LOG_SLOT_BYTES: usize = std::mem::size_of::<(u64, Change)>();
+
+impl IndexLimits {
+    fn from_share(bytes: u64) -> Self {
+        let room = bytes.saturating_sub((CHANGE_LOG * LOG_SLOT_BYTES) as u64) as usize;
+        Self {
+            posts: (room * 3 / 4 / (2 * POST_SLOT_BYTES)).max(256),
+            courses: (room / 4 / (2 * COURSE_SLOT_BYTES)).max(64),
+            bytes,
+        }
+    }
+}
+
+/// The index's figures for `/metrics` (`cache="course_pages_index"`).
+struct IndexFigures(Arc<Mutex<Index>>, u64);
+
+impl Measured for IndexFigures {
+    fn figures(&self) -> CacheFigures {
+        let index = lock(&self.0);
+        let used = index.posts.capacity() * POST_SLOT_BYTES
+            + index.courses.capacity() * COURSE_SLOT_BYTES
+            + index.log.capacity() * LOG_SLOT_BYTES;
+        CacheFigures {
+            used_bytes: used as u64,
+            entries: (index.posts.len() + index.courses.len()) as u64,
+            capacity_bytes: self.1,
+        }
+    }
 }
 
 /// Where the change log stood when a load began.
 #[derive(Clone, Copy, Debug)]
 pub struct LoadStart(u64);
 
+/// The heap a post row owns.
+fn row_bytes(row: &PostRow) -> u64 {
+    (row.title.len() + row.body.len()) as u64
+}
+
+fn lock(index: &Mutex<Index>) -> MutexGuard<'_, Index> {
+    index.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl CoursePages {
+    /// Under a budget of its own (tests); the server uses `with_budget`.
     pub fn new(ttl: Duration) -> Self {
-        Self { inner: Arc::default(), ttl }
+        Self::with_budget(ttl, &CacheBudget::new(DEFAULT_BUDGET_BYTES))
+    }
+
+    /// Pages and posts bounded by their shares of `budget` (`cache::budget`).
+    pub fn with_budget(ttl: Duration, budget: &CacheBudget) -> Self {
+        let keep = Some(ttl);
+        let pages = budget.weighed(CacheName::CoursePages, keep, |_, cached: &CachedPage| {
+            let rows = &cached.page.items;
+            (rows.capacity() * std::mem::size_of::<PostRow>()) as u64 + rows.iter().map(row_bytes).sum::<u64>()
+        });
+        let posts = budget.weighed(CacheName::Posts, keep, |_, cached: &CachedPost| row_bytes(&cached.row));
+        let limits = IndexLimits::from_share(budget.share(CacheName::CoursePagesIndex));
+        let index = Arc::new(Mutex::new(Index::default()));
+        budget.register(CacheName::CoursePagesIndex, Arc::new(IndexFigures(index.clone(), limits.bytes)));
+        Self { pages, posts, index, ttl, limits }
     }
 
     pub fn enabled(&self) -> bool {
         !self.ttl.is_zero()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Pages> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Index> {
+        lock(&self.index)
     }
 
     /// A page served lately, unless older than the TTL.
@@ -144,9 +250,33 @@ impl CoursePages {
             PageKey::Keyset(_) => self.ttl,
             PageKey::RankedFirst(..) => self.ttl.min(RANKED_PAGE_TTL),
         };
-        let pages = self.lock();
-        let cached = pages.by_course.get(&course_id)?.get(key)?;
-        (cached.stored_at.elapsed() < ttl).then(|| cached.page.clone())
+        let cached = self.pages.get(&(course_id, *key))?;
+        if cached.stored_at.elapsed() >= ttl {
+            return None;
+        }
+        let ranked = matches!(key, PageKey::RankedFirst(..));
+        let (counts, seq) = {
+            let index = self.lock();
+            if !index.page_valid(course_id, ranked, cached.stored_seq) {
+                return None;
+            }
+            (index.counts_since(Some(course_id), cached.stored_seq, &cached.page.items), index.seq)
+        };
+        let Some(counts) = counts else { return Some(cached.page.clone()) };
+        // Counts heard since it was stored: patched into a copy made outside the lock, kept
+        // as of the number the marks were read at.
+        let page = if counts.is_empty() {
+            cached.page.clone()
+        } else {
+            let mut page = Page::clone(&cached.page);
+            for change in &counts {
+                patch(&mut page.items, change);
+            }
+            Arc::new(page)
+        };
+        let again = CachedPage { page: page.clone(), stored_at: cached.stored_at, stored_seq: seq };
+        self.pages.insert((course_id, *key), Arc::new(again));
+        Some(page)
     }
 
     /// The first `limit` posts of a course in HOT or TOP order, from memory (at most
@@ -167,7 +297,8 @@ impl CoursePages {
         Ok(self.store_key(start, course_id, key, Page { items, has_next, has_prev: false }))
     }
 
-    /// The page from memory, or read from the database (and kept).
+    /// The page from memory, or read from the database (and kept when its cursor is one this
+    /// instance handed out; see the module doc).
     pub async fn get_or_read(
         &self,
         db: &impl ConnectionTrait,
@@ -182,24 +313,41 @@ impl CoursePages {
         Ok(self.store(start, course_id, request, page))
     }
 
-    /// A post shown on a page kept here, as current as the page: what access checks and likes
-    /// read before asking the post cache (a hot post is on its course's first page).
+    /// A post shown on a page kept here, or kept alone, as current as that: what access
+    /// checks and likes read before asking the post cache (a hot post is on its course's
+    /// first page).
     pub fn post(&self, post_id: i64) -> Option<PostRow> {
         if !self.enabled() {
             return None;
         }
-        let pages = self.lock();
-        if let Some(cached) = pages.posts.get(&post_id).filter(|cached| cached.stored_at.elapsed() < self.ttl) {
-            return Some(cached.row.clone());
+        if let Some(cached) = self.posts.get(&post_id)
+            && cached.stored_at.elapsed() < self.ttl
+        {
+            let judged = {
+                let index = self.lock();
+                index.post_valid(post_id, cached.stored_seq).then(|| {
+                    let row = std::slice::from_ref(&cached.row);
+                    (index.counts_since(None, cached.stored_seq, row), index.seq)
+                })
+            };
+            if let Some((counts, seq)) = judged {
+                let mut row = cached.row.clone();
+                if let Some(counts) = counts {
+                    for change in &counts {
+                        patch(std::slice::from_mut(&mut row), change);
+                    }
+                    let again = CachedPost { row: row.clone(), stored_at: cached.stored_at, stored_seq: seq };
+                    self.posts.insert(post_id, Arc::new(again));
+                }
+                return Some(row);
+            }
         }
-        let course = pages.course_of_post.get(&post_id)?;
-        pages
-            .by_course
-            .get(course)?
-            .values()
-            .filter(|cached| cached.stored_at.elapsed() < self.ttl)
-            .find_map(|cached| cached.page.items.iter().find(|row| row.id == post_id))
-            .cloned()
+        let (course, key) = {
+            let index = self.lock();
+            let info = index.posts.get(&post_id)?;
+            (info.course, info.page?)
+        };
+        self.get_key(course, &key)?.items.iter().find(|row| row.id == post_id).cloned()
     }
 
     /// Call before reading a page from the database; hand the result to `store`.
@@ -208,22 +356,29 @@ impl CoursePages {
     }
 
     /// Keeps a post read (from the post cache) since `start`, brought up to date with the
-    /// changes heard meanwhile; not kept if one of them changed or deleted it.
+    /// changes heard meanwhile; not kept if one of them changed or deleted it. Call it only
+    /// once the reader's access to the post was proven: a caller who may not see a post must
+    /// not make this instance hold it.
     pub fn store_post(&self, start: LoadStart, mut row: PostRow) {
         if !self.enabled() {
             return;
         }
-        let mut pages = self.lock();
-        if pages.catch_up(start, None, false, std::slice::from_mut(&mut row)) {
-            if pages.posts.len() >= MAX_POSTS {
-                pages.posts.clear();
+        let now = Instant::now();
+        let seq = {
+            let mut index = self.lock();
+            index.make_room(1, self.ttl, self.limits);
+            if !index.catch_up(start, None, false, std::slice::from_mut(&mut row)) {
+                return;
             }
-            pages.posts.insert(row.id, CachedPost { row, stored_at: Instant::now() });
-        }
+            index.remember(row.id, row.course_id, now);
+            index.seq
+        };
+        self.posts.insert(row.id, Arc::new(CachedPost { row, stored_at: now, stored_seq: seq }));
     }
 
     /// Keeps a page read from the database since `start`, brought up to date with the changes
-    /// heard meanwhile; not kept if one of them may have changed which rows it holds.
+    /// heard meanwhile; not kept if one of them may have changed which rows it holds, or if its
+    /// cursor is not a boundary of a page kept here.
     pub fn store(
         &self,
         start: LoadStart,
@@ -238,24 +393,33 @@ impl CoursePages {
         if !self.enabled() {
             return Arc::new(page);
         }
-        let mut pages = self.lock();
-        let ranked = matches!(key, PageKey::RankedFirst(..));
-        let caught_up = pages.catch_up(start, Some(course_id), ranked, &mut page.items);
+        let now = Instant::now();
+        let seq = {
+            let mut index = self.lock();
+            if let PageKey::Keyset(PageRequest { cursor: Some(cursor), .. }) = key
+                && !index.posts.get(&cursor).is_some_and(|info| info.boundary && info.course == course_id)
+            {
+                // Not a cursor this instance handed out for a page it holds: served, not kept.
+                return Arc::new(page);
+            }
+            index.make_room(page.items.len(), self.ttl, self.limits);
+            let ranked = matches!(key, PageKey::RankedFirst(..));
+            if !index.catch_up(start, Some(course_id), ranked, &mut page.items) {
+                return Arc::new(page);
+            }
+            let last = page.items.len().saturating_sub(1);
+            for (i, row) in page.items.iter().enumerate() {
+                let info = index.remember(row.id, course_id, now);
+                info.page = Some(key);
+                if !ranked && (i == 0 || i == last) {
+                    info.boundary = true;
+                }
+            }
+            index.seq
+        };
         let page = Arc::new(page);
-        if caught_up {
-            if pages.pages >= MAX_PAGES {
-                pages.by_course.clear();
-                pages.course_of_post.clear();
-                pages.pages = 0;
-            }
-            for row in &page.items {
-                pages.course_of_post.insert(row.id, course_id);
-            }
-            let cached = Cached { page: page.clone(), stored_at: Instant::now() };
-            if pages.by_course.entry(course_id).or_default().insert(key, cached).is_none() {
-                pages.pages += 1;
-            }
-        }
+        self.pages
+            .insert((course_id, key), Arc::new(CachedPage { page: page.clone(), stored_at: now, stored_seq: seq }));
         page
     }
 
@@ -284,82 +448,178 @@ impl CoursePages {
             }
             LiveMessage::Notifications { .. } => return,
         };
-        let mut pages = self.lock();
+        let mut index = self.lock();
         for change in changes {
-            pages.record(change);
+            index.record(change);
         }
     }
 
     /// Forgets every page: the relay may have missed changes.
     pub fn clear(&self) {
         self.lock().record(Change::Everything);
+        self.pages.invalidate_all();
+        self.posts.invalidate_all();
     }
 
-    /// How many pages are kept (for tests and metrics).
+    /// How many pages are kept and still served (for tests; O(pages)).
     pub fn len(&self) -> usize {
-        self.lock().pages
+        if !self.enabled() {
+            return 0;
+        }
+        let held: Vec<_> = self.pages.iter().collect();
+        let index = self.lock();
+        held.iter()
+            .filter(|(entry_key, cached)| {
+                let (course, key) = entry_key.as_ref();
+                let ttl = match key {
+                    PageKey::Keyset(_) => self.ttl,
+                    PageKey::RankedFirst(..) => self.ttl.min(RANKED_PAGE_TTL),
+                };
+                cached.stored_at.elapsed() < ttl
+                    && index.page_valid(*course, matches!(key, PageKey::RankedFirst(..)), cached.stored_seq)
+            })
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Whether a post is kept alone (not only on a page), for tests.
+    pub fn holds_post(&self, post_id: i64) -> bool {
+        self.posts.get(&post_id).is_some()
+    }
+
+    /// The figures of the pages and the single posts (bytes, entries, capacity).
+    pub fn figures(&self) -> (CacheFigures, CacheFigures) {
+        (self.pages.figures(), self.posts.figures())
+    }
 }
 
-impl Pages {
+impl Index {
     fn record(&mut self, change: Change) {
         self.seq += 1;
+        let seq = self.seq;
         if self.log.len() == CHANGE_LOG {
             self.log.pop_front();
         }
-        self.log.push_back((self.seq, change));
+        self.log.push_back((seq, change));
+        let now = Instant::now();
         match change {
-            Change::Course(course) => self.drop_course(course),
+            Change::Course(course) => self.mark(course, now).dropped_at = seq,
             Change::Post(post) => {
-                self.posts.remove(&post);
-                if let Some(course) = self.course_of_post.get(&post).copied() {
-                    self.drop_course(course);
+                if let Some(info) = self.posts.get_mut(&post) {
+                    info.changed_at = seq;
+                    let course = info.course;
+                    self.mark(course, now).dropped_at = seq;
                 }
             }
             Change::Likes(_) | Change::Views { .. } => {
-                let post = change_post(&change);
-                if let Some(cached) = post.and_then(|p| self.posts.get_mut(&p)) {
-                    patch(std::slice::from_mut(&mut cached.row), &change);
+                let Some(info) = change_post(&change).and_then(|post| self.posts.get_mut(&post)) else { return };
+                match change {
+                    Change::Likes(likes) if info.likes.is_none_or(|l| likes.version > l.version) => {
+                        info.likes = Some(likes)
+                    }
+                    Change::Views { views, .. } => info.views = info.views.max(views),
+                    _ => {}
                 }
-                let known_course = post.and_then(|p| {
-                    self.course_of_post.get(&p).copied().or_else(|| self.posts.get(&p).map(|c| c.row.course_id))
-                });
-                let Some(course) = known_course else { return };
+                info.counted_at = seq;
+                let course = info.course;
+                let marks = self.mark(course, now);
+                marks.counted_at = seq;
                 if matches!(change, Change::Likes(_)) {
                     // A like may reorder HOT and TOP: patching counts is not enough there.
-                    self.drop_ranked(course);
-                }
-                for cached in self.by_course.get_mut(&course).into_iter().flat_map(|pages| pages.values_mut()) {
-                    if cached.page.items.iter().any(|row| Some(row.id) == post) {
-                        patch(&mut Arc::make_mut(&mut cached.page).items, &change);
-                    }
+                    marks.ranked_at = seq;
                 }
             }
             Change::Everything => {
-                self.by_course.clear();
-                self.course_of_post.clear();
+                self.everything_at = seq;
                 self.posts.clear();
-                self.pages = 0;
+                self.courses.clear();
             }
         }
     }
 
-    fn drop_ranked(&mut self, course: i64) {
-        if let Some(pages) = self.by_course.get_mut(&course) {
-            let before = pages.len();
-            pages.retain(|key, _| matches!(key, PageKey::Keyset(_)));
-            self.pages -= before - pages.len();
+    fn mark(&mut self, course: i64, now: Instant) -> &mut CourseMarks {
+        let marks = self.courses.entry(course).or_insert(CourseMarks {
+            dropped_at: 0,
+            ranked_at: 0,
+            counted_at: 0,
+            touched: now,
+        });
+        marks.touched = now;
+        marks
+    }
+
+    /// The post's entry in the index, created if new, noted as stored now.
+    fn remember(&mut self, post: i64, course: i64, now: Instant) -> &mut PostInfo {
+        let info = self.posts.entry(post).or_insert(PostInfo {
+            course,
+            boundary: false,
+            page: None,
+            changed_at: 0,
+            counted_at: 0,
+            likes: None,
+            views: 0,
+            stored: now,
+        });
+        info.stored = now;
+        info
+    }
+
+    /// Keeps the index within its limits before `incoming` more posts: first forgets what no
+    /// live entry can need (stored longer ago than the TTL, which every entry outlives no
+    /// more), and if that is not enough, everything.
+    fn make_room(&mut self, incoming: usize, ttl: Duration, limits: IndexLimits) {
+        if self.posts.len() + incoming >= limits.posts {
+            self.posts.retain(|_, info| info.stored.elapsed() < ttl);
+            if self.posts.len() + incoming >= limits.posts * 3 / 4 {
+                self.record(Change::Everything);
+            }
+            self.posts.shrink_to(limits.posts);
+        }
+        if self.courses.len() >= limits.courses {
+            self.courses.retain(|_, marks| marks.touched.elapsed() < ttl);
+            if self.courses.len() >= limits.courses * 3 / 4 {
+                self.record(Change::Everything);
+            }
+            self.courses.shrink_to(limits.courses);
         }
     }
 
-    fn drop_course(&mut self, course: i64) {
-        if let Some(dropped) = self.by_course.remove(&course) {
-            self.pages -= dropped.len();
+    /// Whether a page of `course` stored at `stored_seq` may still be served.
+    fn page_valid(&self, course: i64, ranked: bool, stored_seq: u64) -> bool {
+        stored_seq >= self.everything_at
+            && self
+                .courses
+                .get(&course)
+                .is_none_or(|marks| stored_seq >= marks.dropped_at && (!ranked || stored_seq >= marks.ranked_at))
+    }
+
+    /// Whether a post kept alone since `stored_seq` may still be served.
+    fn post_valid(&self, post: i64, stored_seq: u64) -> bool {
+        stored_seq >= self.everything_at && self.posts.get(&post).is_some_and(|info| stored_seq >= info.changed_at)
+    }
+
+    /// The counts heard since `stored_seq` for `rows` (of `course`, when a page), as changes
+    /// to patch in; `None` when none can have been.
+    fn counts_since(&self, course: Option<i64>, stored_seq: u64, rows: &[PostRow]) -> Option<Vec<Change>> {
+        if let Some(course) = course
+            && self.courses.get(&course).is_none_or(|marks| marks.counted_at <= stored_seq)
+        {
+            return None;
         }
+        let mut changes = Vec::new();
+        for row in rows {
+            let Some(info) = self.posts.get(&row.id).filter(|info| info.counted_at > stored_seq) else { continue };
+            if let Some(likes) = info.likes {
+                changes.push(Change::Likes(likes));
+            }
+            if info.views > 0 {
+                changes.push(Change::Views { post: row.id, views: info.views });
+            }
+        }
+        if course.is_none() && changes.is_empty() { None } else { Some(changes) }
     }
 
     /// Applies to `rows` (read since `start`: a page of `course`, or one post) the changes heard

@@ -2,35 +2,47 @@
 //! instance. A user's row (handle, display name, creation time) never changes and users are
 //! never deleted, so nothing invalidates an entry and it is never stale. (A change to that
 //! rule, such as renaming a user, must drop the entry on every instance.)
+//!
+//! Bounded by the `users` share of `CACHE_BUDGET_BYTES` (`cache::budget`): the least used
+//! users leave first.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
+use super::budget::{CacheBudget, CacheName, DEFAULT_BUDGET_BYTES, WeighedCache, string_bytes};
 use crate::forum::users::UserRow;
 
-/// Most users kept; past it the cache forgets them all and starts over.
-const MAX_USERS: usize = 100_000;
-
 /// Cheap to clone (shared).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct UserRows {
-    inner: Arc<Mutex<HashMap<i64, UserRow>>>,
+    rows: WeighedCache<i64, UserRow>,
+}
+
+impl Default for UserRows {
+    /// Under a budget of its own (tests); the server builds it with `with_budget`.
+    fn default() -> Self {
+        Self::with_budget(&CacheBudget::new(DEFAULT_BUDGET_BYTES))
+    }
 }
 
 impl UserRows {
-    fn lock(&self) -> MutexGuard<'_, HashMap<i64, UserRow>> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    pub fn with_budget(budget: &CacheBudget) -> Self {
+        Self {
+            rows: budget.weighed(CacheName::Users, None, |_, row: &UserRow| {
+                string_bytes(&row.handle) + string_bytes(&row.display_name)
+            }),
+        }
     }
 
-    /// The users of `ids` already known, and the ids still to read.
+    /// The users of `ids` already known, and the ids still to read. Rows are copied from the
+    /// `Arc`s the cache hands out, outside any lock.
     pub fn get_many(&self, ids: &[i64]) -> (HashMap<i64, UserRow>, Vec<i64>) {
-        let users = self.lock();
         let mut found = HashMap::with_capacity(ids.len());
         let mut missing = Vec::new();
         for id in ids {
-            match users.get(id) {
+            match self.rows.get(id) {
                 Some(row) => {
-                    found.insert(*id, row.clone());
+                    found.insert(*id, UserRow::clone(&row));
                 }
                 None => missing.push(*id),
             }
@@ -39,12 +51,8 @@ impl UserRows {
     }
 
     pub fn remember(&self, rows: impl IntoIterator<Item = UserRow>) {
-        let mut users = self.lock();
         for row in rows {
-            if users.len() >= MAX_USERS {
-                users.clear();
-            }
-            users.insert(row.id, row);
+            self.rows.insert(row.id, Arc::new(row));
         }
     }
 }

@@ -9,6 +9,8 @@ use async_graphql::{Context, ID};
 use super::context::{state, viewer};
 use super::ids::{self, NodeKind};
 use super::types::Course;
+use crate::auth::Viewer;
+use crate::cache::pages::LoadStart;
 use crate::config::LikeMode;
 use crate::error::{AppError, AppResult, Service};
 use crate::forum::comments::{self, CommentRow};
@@ -41,25 +43,39 @@ pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(Course, Role)> {
     Ok((Course::from_row(row), role))
 }
 
-/// A post from this instance's memory (`cache::pages`), else from the post cache (and then
-/// kept in memory). A post deleted on another instance may be found in memory for the relay's
-/// delay (milliseconds): its likes are refused when applied, like those of any post deleted
-/// meanwhile.
-async fn find_post(state: &AppState, id: i64) -> AppResult<PostRow> {
+/// A post from this instance's memory (`cache::pages`), else from the post cache. A post
+/// deleted on another instance may be found in memory for the relay's delay (milliseconds):
+/// its likes are refused when applied, like those of any post deleted meanwhile.
+///
+/// A post read from the post cache is kept in memory only by `keep_post`, once the caller
+/// has proven the viewer's access: a non-member's reads must not fill this instance's memory.
+async fn find_post(state: &AppState, viewer: &Viewer, id: i64) -> AppResult<(PostRow, Option<LoadStart>)> {
     if let Some(row) = state.course_pages.post(id) {
-        return Ok(row);
+        return Ok((row, None));
     }
     let start = state.course_pages.begin();
-    let row = state.post_cache.get(id).await?.ok_or_else(|| AppError::not_found("post"))?;
-    state.course_pages.store_post(start, row.clone());
-    Ok(row)
+    // The post cache (Redis) stores a post this request loads only for a member of its course.
+    let admit = |row: &PostRow| -> futures_util::future::BoxFuture<'_, bool> {
+        let course = row.course_id;
+        Box::pin(async move { viewer.require_member(&state.db, course).await.is_ok() })
+    };
+    let row = state.post_cache.get_admitted(id, &admit).await?.ok_or_else(|| AppError::not_found("post"))?;
+    Ok((row, Some(start)))
+}
+
+/// Keeps a post `find_post` read from the post cache, after the access check passed.
+fn keep_post(state: &AppState, row: &PostRow, start: Option<LoadStart>) {
+    if let Some(start) = start {
+        state.course_pages.store_post(start, row.clone());
+    }
 }
 
 pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
-    let row = find_post(state, id).await?;
+    let (row, start) = find_post(state, viewer, id).await?;
     let role = viewer.require_member(&state.db, row.course_id).await?;
+    keep_post(state, &row, start);
     Ok((row, role))
 }
 
@@ -75,13 +91,17 @@ pub async fn post_in_memory(ctx: &Context<'_>, id: i64) -> AppResult<Option<(Pos
 /// A post to like or unlike. As `post`, except when PostgreSQL cannot be asked about the
 /// viewer's memberships and likes are buffered: the post (from the post cache) is returned with
 /// `Membership::Unverified`, and the like goes ahead only on a liked-set a verified check
-/// loaded; the worker checks membership again before anything is written.
+/// loaded; the worker checks membership again before anything is written. (Such a post is
+/// not kept in memory: access was not proven.)
 pub async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Membership)> {
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
-    let row = find_post(state, id).await?;
+    let (row, start) = find_post(state, viewer, id).await?;
     match viewer.require_member(&state.db, row.course_id).await {
-        Ok(_) => Ok((row, Membership::Verified)),
+        Ok(_) => {
+            keep_post(state, &row, start);
+            Ok((row, Membership::Verified))
+        }
         Err(why) if why.unreachable() == Some(Service::Postgres) && state.likes.mode() == LikeMode::Buffered => {
             tracing::warn!(post = id, error = %why, "memberships unreadable: a buffered like may go ahead unverified");
             Ok((row, Membership::Unverified { why }))

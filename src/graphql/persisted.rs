@@ -17,9 +17,9 @@
 //! Redis nor plant a document, and a member can add at most that many documents an hour.
 //!
 //! `ParsedDocuments` keeps the parsed form of documents by their SHA-256, so a repeated query
-//! (persisted or not) is not parsed again. It is bounded by bytes (an estimate of each parsed
-//! document's size, from its text), keeps only documents that validated for a signed-in caller
-//! (`graphql::hooks`), and hands out `Arc`s. Nothing in it can go stale: a document's parse
+//! (persisted or not) is not parsed again. It holds its share of `CACHE_BUDGET_BYTES`
+//! (`cache::budget`; each document weighed by an estimate from its text), keeps only documents
+//! that validated for a signed-in caller (`graphql::hooks`), and hands out `Arc`s. Nothing in it can go stale: a document's parse
 //! depends on its text alone. Validation still runs on every request: its cost limit depends
 //! on the variables.
 
@@ -32,6 +32,7 @@ use async_graphql::{Request, Value};
 use sha2::{Digest, Sha256};
 
 use super::trusted::TrustedDocuments;
+use crate::cache::budget::{CacheBudget, CacheName, Measured, WeighedCache, string_bytes};
 use crate::config::Settings;
 use crate::error::{AppError, AppResult};
 use crate::kv::Redis;
@@ -165,10 +166,10 @@ impl PersistedQueries {
     }
 }
 
-/// Parsed documents by the SHA-256 of their text, bounded by bytes (see the module doc).
+/// Parsed documents by the SHA-256 of their text, in their share of `CACHE_BUDGET_BYTES` (see
+/// the module doc).
 pub struct ParsedDocuments {
-    documents: moka::sync::Cache<String, Arc<KeptDocument>>,
-    capacity: u64,
+    documents: WeighedCache<String, KeptDocument>,
     parses: AtomicU64,
     hits: AtomicU64,
 }
@@ -179,27 +180,21 @@ pub struct KeptDocument {
     pub text_bytes: usize,
 }
 
-/// Estimated bytes of a parsed document per byte of its text (names, positions, vectors and
-/// maps of the AST), and the fixed cost of an entry (its key, the cache's own bookkeeping).
+/// Estimated heap bytes of a parsed document per byte of its text (names, positions, vectors
+/// and maps of the AST): an `ExecutableDocument` cannot report its own size.
 const PARSED_BYTES_PER_TEXT_BYTE: u64 = 12;
-const PARSED_ENTRY_BYTES: u64 = 512;
 
 impl ParsedDocuments {
-    /// At most `capacity` estimated bytes of documents.
-    pub fn new(capacity: u64) -> Self {
-        let documents = moka::sync::Cache::builder()
-            .max_capacity(capacity)
-            .weigher(|_hash: &String, kept: &Arc<KeptDocument>| {
-                let bytes = (kept.text_bytes as u64).saturating_mul(PARSED_BYTES_PER_TEXT_BYTE) + PARSED_ENTRY_BYTES;
-                u32::try_from(bytes).unwrap_or(u32::MAX)
-            })
-            .build();
-        Self { documents, capacity, parses: AtomicU64::new(0), hits: AtomicU64::new(0) }
+    pub fn new(budget: &CacheBudget) -> Self {
+        let documents = budget.weighed(CacheName::ParsedDocuments, None, |hash: &String, kept: &KeptDocument| {
+            string_bytes(hash) + (kept.text_bytes as u64).saturating_mul(PARSED_BYTES_PER_TEXT_BYTE)
+        });
+        Self { documents, parses: AtomicU64::new(0), hits: AtomicU64::new(0) }
     }
 
     /// The parsed document of a text seen before (by its SHA-256), if kept.
     pub fn get(&self, hash: &str) -> Option<Arc<KeptDocument>> {
-        let found = self.documents.get(hash);
+        let found = self.documents.get(&hash.to_owned());
         if found.is_some() {
             self.hits.fetch_add(1, Ordering::Relaxed);
         }
@@ -226,16 +221,15 @@ impl ParsedDocuments {
         self.hits.load(Ordering::Relaxed)
     }
 
-    /// Estimated bytes held now (after pending evictions are applied), and the cap.
+    /// Estimated bytes held now, and the cap.
     pub fn weighed_bytes(&self) -> (u64, u64) {
-        self.documents.run_pending_tasks();
-        (self.documents.weighted_size(), self.capacity)
+        let figures = self.documents.figures();
+        (figures.used_bytes, figures.capacity_bytes)
     }
 
     /// Documents held now.
     pub fn len(&self) -> u64 {
-        self.documents.run_pending_tasks();
-        self.documents.entry_count()
+        self.documents.figures().entries
     }
 
     pub fn is_empty(&self) -> bool {
@@ -255,9 +249,11 @@ mod tests {
 
     #[test]
     fn documents_are_held_within_their_byte_budget() {
-        let documents = ParsedDocuments::new(100_000);
+        // A 2 MiB budget gives the parsed documents a share of about half a megabyte.
+        let budget = CacheBudget::new(2 * 1024 * 1024);
+        let documents = ParsedDocuments::new(&budget);
         for i in 0..200 {
-            let text = format!("query Q{i} {{ {} }}", "me { id } ".repeat(50));
+            let text = format!("query Q{i} {{ {} }}", "me { id } ".repeat(500));
             let parsed = async_graphql::parser::parse_query(&text).expect("parses");
             documents.keep(sha256_hex(&text), parsed, text.len());
         }

@@ -121,6 +121,7 @@ async fn request_span(request: Request, next: Next) -> Response {
 async fn metrics(State(state): State<OpsState>) -> impl IntoResponse {
     // The scrape's own Redis reads are not a request's: they count as role="scrape".
     crate::ops::refresh_gauges(&state.app.redis.with_role("scrape"), &state.app.keys).await;
+    state.app.cache_budget.publish_metrics();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::telemetry::metrics().render())
 }
 

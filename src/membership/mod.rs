@@ -13,6 +13,10 @@
 //! A read that raced a change is not kept: every change bumps a generation, and a reading is
 //! stored only if the generation did not move while it was read.
 //!
+//! The readings are a moka cache bounded by the `memberships` share of `CACHE_BUDGET_BYTES`
+//! (`cache::budget`), weighed by each user's number of courses; a reader gets the `Arc` of the
+//! roles, never a copy.
+//!
 //! `watch(user)` gives an open subscription a way to hear of its user's changes, so it can end
 //! with FORBIDDEN when access is lost (`graphql::subscription`).
 
@@ -21,6 +25,8 @@ pub mod listener;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use crate::cache::budget::{CacheBudget, CacheName, DEFAULT_BUDGET_BYTES, WeighedCache};
 
 use sea_orm::ConnectionTrait;
 use tokio::sync::watch;
@@ -31,19 +37,16 @@ use crate::forum::courses::{self, Role};
 /// A user's role in each course they belong to.
 pub type Roles = Arc<HashMap<i64, Role>>;
 
-/// Users whose roles one instance keeps; past this the cache starts over (a user's entry is a
-/// few dozen bytes, so this bounds it to a few megabytes).
-const MAX_CACHED_USERS: usize = 100_000;
-
 /// Every instance's view of course membership (cheap to clone).
 #[derive(Clone)]
 pub struct Memberships {
     inner: Arc<Inner>,
 }
 
-#[derive(Default)]
 struct Inner {
-    roles: Mutex<HashMap<i64, Roles>>,
+    roles: WeighedCache<i64, HashMap<i64, Role>>,
+    /// Orders a `keep` against a `changed` (see there); guards no data.
+    order: Mutex<()>,
     /// Bumped by every change heard, before the cache forgets it.
     generation: AtomicU64,
     /// Whether the listener is connected: only then may a reading be kept.
@@ -77,9 +80,31 @@ impl Default for EverythingChanged {
 }
 
 impl Memberships {
-    /// `keep`: whether readings may be kept in memory (`MEMBERSHIP_CACHE`).
+    /// `keep`: whether readings may be kept in memory (`MEMBERSHIP_CACHE`). Under a budget of
+    /// its own (tests); the server uses `with_budget`.
     pub fn new(keep: bool) -> Self {
-        Self { inner: Arc::new(Inner { keep_nothing: !keep, ..Inner::default() }) }
+        Self::with_budget(keep, &CacheBudget::new(DEFAULT_BUDGET_BYTES))
+    }
+
+    /// As `new`, bounded by the `memberships` share of `budget`.
+    pub fn with_budget(keep: bool, budget: &CacheBudget) -> Self {
+        // A hash map entry per course: the key, the role, the control byte, with slack.
+        let roles = budget.weighed(CacheName::Memberships, None, |_, roles: &HashMap<i64, Role>| {
+            (roles.capacity() * (std::mem::size_of::<(i64, Role)>() + 1)) as u64
+        });
+        Self {
+            inner: Arc::new(Inner {
+                roles,
+                order: Mutex::default(),
+                generation: AtomicU64::default(),
+                listening: AtomicBool::default(),
+                keep_nothing: !keep,
+                watchers: Mutex::default(),
+                everything: EverythingChanged::default(),
+                listener_hooks: Arc::default(),
+                barrier: AtomicU64::default(),
+            }),
+        }
     }
 
     /// The user's roles: from memory when the listener vouches for it, else from PostgreSQL
@@ -99,7 +124,7 @@ impl Memberships {
         if !self.inner.listening.load(Ordering::Acquire) {
             return None;
         }
-        let roles = lock(&self.inner.roles).get(&user_id).cloned();
+        let roles = self.inner.roles.get(&user_id);
         metrics::counter!(crate::telemetry::names::MEMBERSHIP_CACHE_LOOKUPS, "result" => if roles.is_some() { "hit" } else { "miss" })
             .increment(1);
         roles
@@ -116,23 +141,23 @@ impl Memberships {
         if self.inner.keep_nothing || !self.inner.listening.load(Ordering::Acquire) {
             return;
         }
-        let mut cache = lock(&self.inner.roles);
+        let _order = lock(&self.inner.order);
         // Checked under the lock that `changed` takes after bumping: a change is either seen
         // here, or it removes this entry after it was inserted.
         if self.generation() != read_at {
             return;
         }
-        if cache.len() >= MAX_CACHED_USERS {
-            cache.clear();
-        }
-        cache.insert(user_id, roles);
+        self.inner.roles.insert(user_id, roles);
     }
 
     /// The user's membership changed (a notification, or a roster change this instance made):
     /// forget it and wake their open subscriptions.
     pub fn changed(&self, user_id: i64) {
         self.inner.generation.fetch_add(1, Ordering::AcqRel);
-        lock(&self.inner.roles).remove(&user_id);
+        {
+            let _order = lock(&self.inner.order);
+            self.inner.roles.invalidate(&user_id);
+        }
         if let Some(sender) = lock(&self.inner.watchers).by_user.get(&user_id) {
             sender.send_modify(|n| *n += 1);
         }
@@ -141,7 +166,10 @@ impl Memberships {
     /// Anything may have changed: forget everything and wake every subscription.
     pub fn everything_changed(&self) {
         self.inner.generation.fetch_add(1, Ordering::AcqRel);
-        lock(&self.inner.roles).clear();
+        {
+            let _order = lock(&self.inner.order);
+            self.inner.roles.invalidate_all();
+        }
         self.inner.everything.0.send_modify(|n| *n += 1);
     }
 

@@ -164,6 +164,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         trusted_documents: None,
         // Unset: the prefix's own random key in Redis, shared by the instances of one test.
         cursor_keys: Vec::new(),
+        cache_budget_bytes: course_forum::cache::budget::DEFAULT_BUDGET_BYTES,
     }
 }
 
