@@ -92,7 +92,13 @@ impl Fixture {
     /// Adds `count` posts by `author` to `course`, each with a body of `body_bytes` bytes
     /// (at least a few): large bodies make every cached copy of a post cost what it would in
     /// a real course. Returns their ids, oldest first.
-    pub async fn add_posts_sized(&self, course: i64, count: i64, author: i64, body_bytes: usize) -> AppResult<Vec<i64>> {
+    pub async fn add_posts_sized(
+        &self,
+        course: i64,
+        count: i64,
+        author: i64,
+        body_bytes: usize,
+    ) -> AppResult<Vec<i64>> {
         #[derive(FromQueryResult)]
         struct Id {
             id: i64,
@@ -123,10 +129,7 @@ impl Fixture {
             ))
             .await?;
         self.db
-            .execute_raw(stmt(
-                "UPDATE posts SET comment_count = $2 WHERE id = $1",
-                [post.into(), comments.into()],
-            ))
+            .execute_raw(stmt("UPDATE posts SET comment_count = $2 WHERE id = $1", [post.into(), comments.into()]))
             .await?;
         Ok(())
     }

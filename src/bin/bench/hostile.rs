@@ -220,7 +220,8 @@ async fn measure(cli: &crate::Cli, config: &HostileConfig, server: &Server, setu
     let read = |window: Duration| {
         let (url, make, check) = (url.clone(), make.clone(), check.clone());
         async move {
-            let report = load::run_generated(&url, 100_000_000, make, readers, window, check, false, Some(timeout)).await?;
+            let report =
+                load::run_generated(&url, 100_000_000, make, readers, window, check, false, Some(timeout)).await?;
             Ok::<_, AppError>(ReaderPhase {
                 pages: report.ok,
                 failed: report.failed,
@@ -371,7 +372,8 @@ fn hostile_request(kind: Kind, n: usize, targets: &Targets) -> (String, bool, St
             (row(""), false, json!({ "query": doc }).to_string())
         }
         Kind::Pq => {
-            let comment: String = (&mut rng).sample_iter(rand::distr::Alphanumeric).take(60_000).map(char::from).collect();
+            let comment: String =
+                (&mut rng).sample_iter(rand::distr::Alphanumeric).take(60_000).map(char::from).collect();
             let (what, text) = match n % 3 {
                 0 => ("comment only", Some(format!("# {comment}"))),
                 1 => ("comment + {__typename}", Some(format!("# {comment}\n{{ __typename }}"))),
@@ -421,7 +423,8 @@ fn hostile_request(kind: Kind, n: usize, targets: &Targets) -> (String, bool, St
                     format!("@{}{}{} ", digit(h / 1296 + 10), digit(h / 36), digit(h))
                 })
                 .collect();
-            let query = "mutation($c: ID!, $b: String!) { createPost(courseId: $c, title: \"mentions\", body: $b) { id } }";
+            let query =
+                "mutation($c: ID!, $b: String!) { createPost(courseId: $c, title: \"mentions\", body: $b) { id } }";
             (row(""), true, json!({ "query": query, "variables": { "c": targets.course, "b": body } }).to_string())
         }
         Kind::Subscription => (row(""), true, String::new()),
@@ -448,9 +451,7 @@ async fn send(http: &reqwest::Client, url: &str, authorization: Option<&str>, bo
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let mut codes: Vec<String> = body["errors"]
         .as_array()
-        .map(|errors| {
-            errors.iter().map(|e| e["extensions"]["code"].as_str().unwrap_or("no code").to_owned()).collect()
-        })
+        .map(|errors| errors.iter().map(|e| e["extensions"]["code"].as_str().unwrap_or("no code").to_owned()).collect())
         .unwrap_or_default();
     codes.sort();
     codes.dedup();
@@ -523,7 +524,10 @@ async fn subscriber(
             Some("next") => {
                 let errors = &value["payload"]["errors"];
                 if let Some(first) = errors.as_array().and_then(|e| e.first()) {
-                    record(format!("event with {}", first["extensions"]["code"].as_str().unwrap_or("no code")), opened.elapsed());
+                    record(
+                        format!("event with {}", first["extensions"]["code"].as_str().unwrap_or("no code")),
+                        opened.elapsed(),
+                    );
                     continue;
                 }
                 let body = value["payload"]["data"]["courseActivity"]["comment"]["body"].as_str().unwrap_or_default();
@@ -559,7 +563,8 @@ async fn commenter(
     timeout: Duration,
     pause: Duration,
 ) -> AppResult<()> {
-    let http = reqwest::Client::builder().timeout(timeout).build().map_err(|e| internal("HTTP client")(e.to_string()))?;
+    let http =
+        reqwest::Client::builder().timeout(timeout).build().map_err(|e| internal("HTTP client")(e.to_string()))?;
     // Let the subscriptions open first.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let query = "mutation($p: ID!, $b: String!) { createComment(postId: $p, body: $b) { id } }";
@@ -628,7 +633,8 @@ async fn after_look(server: &Server) -> (String, Vec<String>) {
         Ok(r) => r.text().await.unwrap_or_default(),
         Err(_) => String::new(),
     };
-    let lines = metrics.lines().filter(|l| !l.starts_with('#') && l.contains("cache")).take(30).map(str::to_owned).collect();
+    let lines =
+        metrics.lines().filter(|l| !l.starts_with('#') && l.contains("cache")).take(30).map(str::to_owned).collect();
     (healthz, lines)
 }
 
@@ -654,7 +660,10 @@ pub fn print(r: &HostileResult) {
         c.cache_budget_mib
     );
     println!();
-    println!("{:<38} {:>8} {:>7} {:>9} {:>9} {:>9}", "readers (course page)", "pages", "failed", "pages/s", "p50 ms", "p99 ms");
+    println!(
+        "{:<38} {:>8} {:>7} {:>9} {:>9} {:>9}",
+        "readers (course page)", "pages", "failed", "pages/s", "p50 ms", "p99 ms"
+    );
     for (name, phase) in [("alone", &r.alone), ("beside the hostile clients", &r.beside)] {
         println!(
             "  {:<36} {:>8} {:>7} {:>9.0} {:>9.1} {:>9.1}",
@@ -692,11 +701,7 @@ pub fn print(r: &HostileResult) {
         "< 1 MB",
         verdict(prefix_growth < 1_000_000)
     );
-    println!(
-        "{:<38} {:>24}",
-        "  (keys before -> after)",
-        format!("{} -> {}", r.prefix_before.0, r.prefix_after.0)
-    );
+    println!("{:<38} {:>24}", "  (keys before -> after)", format!("{} -> {}", r.prefix_before.0, r.prefix_after.0));
     println!(
         "{:<38} {:>20.3} MiB   {:<28}",
         "Redis used_memory growth (whole,",
@@ -738,5 +743,9 @@ impl HostileResult {
 }
 
 fn truncate(text: &str, max: usize) -> String {
-    if text.chars().count() <= max { text.to_owned() } else { format!("{}…", text.chars().take(max).collect::<String>()) }
+    if text.chars().count() <= max {
+        text.to_owned()
+    } else {
+        format!("{}…", text.chars().take(max).collect::<String>())
+    }
 }
