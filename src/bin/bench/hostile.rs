@@ -121,6 +121,10 @@ impl KindStats {
         *self.outcomes.entry(outcome).or_default() += 1;
         self.latencies_ms.push(took.as_secs_f64() * 1000.0);
     }
+
+    fn count(&mut self, outcome: String, n: usize) {
+        *self.outcomes.entry(outcome).or_default() += n;
+    }
 }
 
 /// One phase of the readers.
@@ -264,21 +268,25 @@ async fn measure(cli: &crate::Cli, config: &HostileConfig, server: &Server, setu
             }));
         }
     }
+    let mut subscriptions = Vec::new();
+    let sent_at: SentComments = Arc::default();
     if config.kinds.contains(&Kind::Subscription) {
-        let sent_at: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
-        let query = "subscription($c: ID!) { courseActivity(courseId: $c) { kind comment { id body post { \
-                     comments(first: 99) { nodes { id replies(first: 99) { nodes { id body } } } } } } } }";
+        // As deep as the cost limit of 6b52d0b accepts (99 comments of 99 replies: 9,801 rows
+        // per event per subscription).
+        let query = "subscription($c: ID!) { courseActivity(courseId: $c) { comment { body post { \
+                     comments(first: 99) { nodes { replies(first: 99) { nodes { id } } } } } } } }";
         let course = encode(NodeKind::Course, setup.course).to_string();
         for n in 0..config.subscriptions {
             let (url, token) = (server.ws_url(), member_tokens[n % setup.hostile].clone());
             let (stats, sent_at, course) = (stats.clone(), sent_at.clone(), course.clone());
-            hostile_tasks.push(tokio::spawn(async move {
+            subscriptions.push(tokio::spawn(async move {
                 subscriber(url, token, query, course, stats, sent_at, deadline).await
             }));
         }
         let comment_token = tokens(setup.commenter, 1)?.remove(0);
         let thread = encode(NodeKind::Post, setup.thread).to_string();
         let (url, stats, pause) = (url.clone(), stats.clone(), Duration::from_millis(config.comment_interval_ms));
+        let sent_at = sent_at.clone();
         hostile_tasks.push(tokio::spawn(async move {
             commenter(url, comment_token, thread, stats, sent_at, deadline, timeout, pause).await
         }));
@@ -286,6 +294,22 @@ async fn measure(cli: &crate::Cli, config: &HostileConfig, server: &Server, setu
     let beside = read(window).await?;
     for task in hostile_tasks {
         task.await.map_err(|e| internal("hostile task")(e.to_string()))??;
+    }
+    // Once the commenter is done: the comments accepted after a subscription opened that it
+    // had not been told of by the deadline.
+    for task in subscriptions {
+        let Some(held) = task.await.map_err(|e| internal("subscription task")(e.to_string()))?? else { continue };
+        let missing = sent_at
+            .lock()
+            .map(|sent| {
+                sent.iter()
+                    .filter(|(body, c)| c.accepted && c.at >= held.opened && !held.received.contains(*body))
+                    .count()
+            })
+            .unwrap_or(0);
+        if missing > 0 {
+            with_row(&stats, SUBSCRIPTION_ROW, |row| row.count("event not there by the end".into(), missing));
+        }
     }
     let rss_end = rss_bytes(server.pid);
     let redis_used_after = used_memory(&mut redis).await?;
@@ -349,9 +373,7 @@ async fn http_client(
         let sent = Instant::now();
         let outcome = send(&http, &targets.url, authorization, body).await;
         let took = sent.elapsed();
-        if let Ok(mut stats) = stats.lock() {
-            stats.entry(row).or_default().record(outcome, took);
-        }
+        with_row(&stats, &row, |row| row.record(outcome, took));
     }
     Ok(())
 }
@@ -466,22 +488,35 @@ async fn send(http: &reqwest::Client, url: &str, authorization: Option<&str>, bo
 const SUBSCRIPTION_ROW: &str = "deep courseActivity (member)";
 const COMMENT_ROW: &str = "  trigger: comments (ordinary member)";
 
-/// One expensive subscription, held until the deadline: every event counted, with the time
-/// from its comment's sending to its delivery.
+/// A comment the ordinary member sent: when, and whether it was accepted (then every open
+/// subscription should deliver it).
+struct Sent {
+    at: Instant,
+    accepted: bool,
+}
+
+type SentComments = Arc<Mutex<BTreeMap<String, Sent>>>;
+
+fn with_row(stats: &Mutex<BTreeMap<String, KindStats>>, row: &str, update: impl FnOnce(&mut KindStats)) {
+    if let Ok(mut stats) = stats.lock() {
+        update(stats.entry(row.to_owned()).or_default());
+    }
+}
+
+/// One expensive subscription, held until the deadline. Its row counts subscriptions as sent;
+/// its answers are the events (timed from their comment's sending), refusals, closes, and the
+/// accepted comments whose event had not arrived by the deadline.
 async fn subscriber(
     url: String,
     token: String,
     query: &'static str,
     course: String,
     stats: Arc<Mutex<BTreeMap<String, KindStats>>>,
-    sent_at: Arc<Mutex<BTreeMap<String, Instant>>>,
+    sent_comments: SentComments,
     deadline: Instant,
-) -> AppResult<()> {
-    let record = |outcome: String, took: Duration| {
-        if let Ok(mut stats) = stats.lock() {
-            stats.entry(SUBSCRIPTION_ROW.to_owned()).or_default().record(outcome, took);
-        }
-    };
+) -> AppResult<Option<Held>> {
+    let answer = |outcome: String| with_row(&stats, SUBSCRIPTION_ROW, |row| row.count(outcome, 1));
+    with_row(&stats, SUBSCRIPTION_ROW, |row| row.sent += 1);
     let opened = Instant::now();
     let connecting = tokio::time::timeout_at(
         deadline.into(),
@@ -491,28 +526,29 @@ async fn subscriber(
     let mut ws = match connecting {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
-            record(format!("connect failed: {e}"), opened.elapsed());
-            return Ok(());
+            answer(format!("connect failed: {e}"));
+            return Ok(None);
         }
         Err(_) => {
-            record("timeout (connecting)".into(), opened.elapsed());
-            return Ok(());
+            answer("timeout (connecting)".into());
+            return Ok(None);
         }
     };
+    let mut received = std::collections::HashSet::new();
     loop {
         let message = match tokio::time::timeout_at(deadline.into(), ws.next()).await {
             Err(_) => break,
             Ok(None) | Ok(Some(Err(_))) => {
-                record("closed by the server".into(), opened.elapsed());
-                return Ok(());
+                answer("closed by the server".into());
+                return Ok(None);
             }
             Ok(Some(Ok(message))) => message,
         };
         let text = match message {
             Message::Text(text) => text,
             Message::Close(_) => {
-                record("closed by the server".into(), opened.elapsed());
-                return Ok(());
+                answer("closed by the server".into());
+                return Ok(None);
             }
             _ => continue,
         };
@@ -522,32 +558,40 @@ async fn subscriber(
                 let _ = ws.send(Message::Text(json!({ "type": "pong" }).to_string().into())).await;
             }
             Some("next") => {
-                let errors = &value["payload"]["errors"];
-                if let Some(first) = errors.as_array().and_then(|e| e.first()) {
-                    record(
-                        format!("event with {}", first["extensions"]["code"].as_str().unwrap_or("no code")),
-                        opened.elapsed(),
-                    );
+                if let Some(first) = value["payload"]["errors"].as_array().and_then(|e| e.first()) {
+                    answer(format!("event with {}", first["extensions"]["code"].as_str().unwrap_or("no code")));
                     continue;
                 }
                 let body = value["payload"]["data"]["courseActivity"]["comment"]["body"].as_str().unwrap_or_default();
-                let sent = sent_at.lock().ok().and_then(|s| s.get(body).copied());
-                record("event".into(), sent.map_or(Duration::ZERO, |s| s.elapsed()));
+                let sent = sent_comments.lock().ok().and_then(|s| s.get(body).map(|c| c.at));
+                received.insert(body.to_owned());
+                with_row(&stats, SUBSCRIPTION_ROW, |row| {
+                    row.count("event".into(), 1);
+                    if let Some(sent) = sent {
+                        row.latencies_ms.push(sent.elapsed().as_secs_f64() * 1000.0);
+                    }
+                });
             }
             Some("error") => {
                 let code = value["payload"][0]["extensions"]["code"].as_str().unwrap_or("no code").to_owned();
-                record(format!("refused {code}"), opened.elapsed());
-                return Ok(());
+                answer(format!("refused {code}"));
+                return Ok(None);
             }
             Some("complete") => {
-                record("completed by the server".into(), opened.elapsed());
-                return Ok(());
+                answer("completed by the server".into());
+                return Ok(None);
             }
             _ => {}
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), ws.close(None)).await;
-    Ok(())
+    Ok(Some(Held { opened, received }))
+}
+
+/// A subscription held to the end: when it opened and the comments it was told of.
+struct Held {
+    opened: Instant,
+    received: std::collections::HashSet<String>,
 }
 
 /// The ordinary member who comments on the deep thread every `pause` until the deadline: each
@@ -558,7 +602,7 @@ async fn commenter(
     token: String,
     thread: String,
     stats: Arc<Mutex<BTreeMap<String, KindStats>>>,
-    sent_at: Arc<Mutex<BTreeMap<String, Instant>>>,
+    sent_comments: SentComments,
     deadline: Instant,
     timeout: Duration,
     pause: Duration,
@@ -572,15 +616,19 @@ async fn commenter(
     while Instant::now() < deadline {
         n += 1;
         let body = format!("bench comment {n} {}", uuid::Uuid::new_v4().simple());
-        let sent = Instant::now();
-        if let Ok(mut sent_at) = sent_at.lock() {
-            sent_at.insert(body.clone(), sent);
+        let at = Instant::now();
+        if let Ok(mut sent) = sent_comments.lock() {
+            sent.insert(body.clone(), Sent { at, accepted: false });
         }
         let request = json!({ "query": query, "variables": { "p": thread, "b": body } }).to_string();
         let outcome = send(&http, &url, Some(&token), request).await;
-        if let Ok(mut stats) = stats.lock() {
-            stats.entry(COMMENT_ROW.to_owned()).or_default().record(outcome, sent.elapsed());
+        if outcome == "ok"
+            && let Ok(mut sent) = sent_comments.lock()
+            && let Some(comment) = sent.get_mut(&body)
+        {
+            comment.accepted = true;
         }
+        with_row(&stats, COMMENT_ROW, |row| row.record(outcome, at.elapsed()));
         tokio::time::sleep(pause).await;
     }
     Ok(())
@@ -661,13 +709,13 @@ pub fn print(r: &HostileResult) {
     );
     println!();
     println!(
-        "{:<38} {:>8} {:>7} {:>9} {:>9} {:>9}",
-        "readers (course page)", "pages", "failed", "pages/s", "p50 ms", "p99 ms"
+        "{:<38} {:>8} {:>7} {:>6} {:>9} {:>9} {:>9}",
+        "readers (course page)", "pages", "failed", "s", "pages/s", "p50 ms", "p99 ms"
     );
     for (name, phase) in [("alone", &r.alone), ("beside the hostile clients", &r.beside)] {
         println!(
-            "  {:<36} {:>8} {:>7} {:>9.0} {:>9.1} {:>9.1}",
-            name, phase.pages, phase.failed, phase.pages_per_s, phase.p50_ms, phase.p99_ms
+            "  {:<36} {:>8} {:>7} {:>6.1} {:>9.0} {:>9.1} {:>9.1}",
+            name, phase.pages, phase.failed, phase.seconds, phase.pages_per_s, phase.p50_ms, phase.p99_ms
         );
         if let Some(why) = &phase.first_failure {
             println!("    first failure: {}", truncate(why, 160));
@@ -695,17 +743,17 @@ pub fn print(r: &HostileResult) {
     );
     println!("{:<38} {:>20.1} MiB", "  (before the hostile window)", mib(r.rss_before));
     println!(
-        "{:<38} {:>20.3} MiB   {:<28} {}",
+        "{:<38} {:>21.1} kB   {:<28} {}",
         "Redis growth, keys under the prefix",
-        prefix_growth as f64 / (1024.0 * 1024.0),
+        prefix_growth as f64 / 1000.0,
         "< 1 MB",
         verdict(prefix_growth < 1_000_000)
     );
     println!("{:<38} {:>24}", "  (keys before -> after)", format!("{} -> {}", r.prefix_before.0, r.prefix_after.0));
     println!(
-        "{:<38} {:>20.3} MiB   {:<28}",
+        "{:<38} {:>21.1} kB   {:<28}",
         "Redis used_memory growth (whole,",
-        used_growth as f64 / (1024.0 * 1024.0),
+        used_growth as f64 / 1000.0,
         "shared with other users)"
     );
     println!("{:<38} {:>24}", "/healthz right after", r.healthz_after);
@@ -723,8 +771,8 @@ pub fn print(r: &HostileResult) {
         );
     }
     println!(
-        "  (subscription rows: one per event or refusal; time = comment sent -> event received; \
-         timeouts are answers slower than {} s)",
+        "  (subscriptions: sent = subscriptions, answers = their events (timed from the comment's \
+         sending) and refusals; timeout = no answer within {} s)",
         c.request_timeout_secs
     );
     if !r.cache_metrics.is_empty() {

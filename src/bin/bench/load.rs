@@ -180,7 +180,10 @@ async fn send(client: &reqwest::Client, url: &str, request: Request) -> Result<V
     if let Some(ip) = &request.forwarded_for {
         builder = builder.header("X-Forwarded-For", ip);
     }
-    let response = builder.send().await.map_err(|e| format!("request failed: {e}"))?;
+    let response = builder
+        .send()
+        .await
+        .map_err(|e| if e.is_timeout() { format!("request timed out: {e}") } else { format!("request failed: {e}") })?;
     let status = response.status();
     let bytes = response.bytes().await.map_err(|e| format!("reading the body failed: {e}"))?;
     if status != reqwest::StatusCode::OK {
