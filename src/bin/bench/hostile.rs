@@ -752,17 +752,17 @@ pub fn print(r: &HostileResult) {
     );
     println!("{:<38} {:>20.1} MiB", "  (before the hostile window)", mib(r.rss_before));
     println!(
-        "{:<38} {:>21.1} kB   {:<28} {}",
+        "{:<38} {:>21.3} MB   {:<28} {}",
         "Redis growth, keys under the prefix",
-        prefix_growth as f64 / 1000.0,
+        prefix_growth as f64 / 1e6,
         "< 1 MB",
         verdict(prefix_growth < 1_000_000)
     );
     println!("{:<38} {:>24}", "  (keys before -> after)", format!("{} -> {}", r.prefix_before.0, r.prefix_after.0));
     println!(
-        "{:<38} {:>21.1} kB   {:<28}",
+        "{:<38} {:>21.3} MB   {:<28}",
         "Redis used_memory growth (whole,",
-        used_growth as f64 / 1000.0,
+        used_growth as f64 / 1e6,
         "shared with other users)"
     );
     println!("{:<38} {:>24}", "/healthz right after", r.healthz_after);
