@@ -11,7 +11,8 @@
 //! The hostile kinds, each HTTP client sending them in turn (a different one first):
 //! - `chain`: anonymous, a chain of 20 to 31 fragments each spreading the next twice;
 //! - `pq`: anonymous persisted-query floods: distinct 60 KB documents that are only a comment,
-//!   the same with `{ __typename }` after the comment (parseable), and unknown hashes alone;
+//!   the same with `{ __typename }` after the comment (parseable), 60 KB of fields (a large
+//!   parsed tree), and unknown hashes alone;
 //! - `cursor`: a member reads a course of large posts through 30 aliases of `posts(first: 100)`,
 //!   each after a forged cursor (past the newest post, in the `k:<id>` format of 6b52d0b, or
 //!   random base64);
@@ -21,7 +22,8 @@
 //!   member comments on that thread at a steady pace.
 //!
 //! Missing a goal is reported in the table, not as a failure: the exit status is non-zero
-//! only when the bench itself could not run.
+//! only when the bench itself could not run. The Redis figures are read on `--redis-url` (a
+//! single node). The fraction compares two windows on the same machine: run it on a quiet one.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -69,7 +71,8 @@ impl Kind {
 /// What the command line chose (`bench hostile --help`).
 #[derive(Clone, Debug, clap::Args)]
 pub struct HostileConfig {
-    /// Ordinary readers, each on a keep-alive connection of its own, reading the course page.
+    /// Ordinary readers, each on a keep-alive connection of its own, reading the course page
+    /// (at least 21: the page's posts have 20 authors among them).
     #[arg(long, default_value_t = 32)]
     pub readers: usize,
     /// Hostile clients (HTTP loops, each sending the HTTP kinds in turn; the subscriptions are
@@ -405,9 +408,12 @@ fn hostile_request(kind: Kind, n: usize, targets: &Targets) -> (String, bool, St
         Kind::Pq => {
             let comment: String =
                 (&mut rng).sample_iter(rand::distr::Alphanumeric).take(60_000).map(char::from).collect();
-            let (what, text) = match n % 3 {
+            let (what, text) = match n % 4 {
                 0 => ("comment only", Some(format!("# {comment}"))),
                 1 => ("comment + {__typename}", Some(format!("# {comment}\n{{ __typename }}"))),
+                // 60 KB that parse into a large tree (made distinct by a short comment): what a
+                // parsed-document cache counted by entries rather than bytes holds.
+                2 => ("60 KB of fields", Some(format!("# {}\n{{{} }}", &comment[..16], " __typename".repeat(5_450)))),
                 _ => ("unknown hash only", None),
             };
             let hash = match &text {
@@ -779,11 +785,13 @@ pub fn print(r: &HostileResult) {
             answers.join(", ")
         );
     }
-    println!(
-        "  (subscriptions: sent = subscriptions, answers = their events (timed from the comment's \
-         sending) and refusals; timeout = no answer within {} s)",
-        c.request_timeout_secs
-    );
+    if r.kinds.contains_key(SUBSCRIPTION_ROW) {
+        println!(
+            "  (subscriptions: sent = subscriptions, answers = their events (timed from the comment's \
+             sending) and refusals; timeout = no answer within {} s)",
+            c.request_timeout_secs
+        );
+    }
     if !r.cache_metrics.is_empty() {
         println!();
         println!("cache figures from /metrics at the end:");

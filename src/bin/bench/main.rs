@@ -21,7 +21,7 @@
 //!   persisted-query floods, forged cursors, mention bombs, deep subscriptions), each bounded
 //!   in requests and time; the readers' throughput kept, the server's RSS against its cache
 //!   budget, Redis growth, and per hostile kind the answers and their times.
-//!   - `--readers N` (32): course-page readers, one connection each.
+//!   - `--readers N` (32, at least 21): course-page readers, one connection each.
 //!   - `--hostile-clients N` (4): hostile HTTP clients, each sending the kinds in turn.
 //!   - `--kinds a,b,..` (all): `chain`, `pq`, `cursor`, `mention`, `subscription`.
 //!   - `--seconds S` (10): length of each phase (alone, then beside the hostile clients).
