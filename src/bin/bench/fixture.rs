@@ -66,6 +66,74 @@ impl Fixture {
         Ok(ids)
     }
 
+    /// A second course, `code`, whose members are users `first..=last` (students); its id.
+    pub async fn add_course(&self, code: &str, first: i64, last: i64) -> AppResult<i64> {
+        #[derive(FromQueryResult)]
+        struct Id {
+            id: i64,
+        }
+        let course = Id::find_by_statement(stmt(
+            "INSERT INTO courses (code, title) VALUES ($1, $1) RETURNING id",
+            [code.into()],
+        ))
+        .one(&self.db)
+        .await?
+        .map_or(0, |r| r.id);
+        self.db
+            .execute_raw(stmt(
+                "INSERT INTO course_members (course_id, user_id, role) \
+                 SELECT $1, u, 'student' FROM generate_series($2::bigint, $3::bigint) u",
+                [course.into(), first.into(), last.into()],
+            ))
+            .await?;
+        Ok(course)
+    }
+
+    /// Adds `count` posts by `author` to `course`, each with a body of `body_bytes` bytes
+    /// (at least a few): large bodies make every cached copy of a post cost what it would in
+    /// a real course. Returns their ids, oldest first.
+    pub async fn add_posts_sized(
+        &self,
+        course: i64,
+        count: i64,
+        author: i64,
+        body_bytes: usize,
+    ) -> AppResult<Vec<i64>> {
+        #[derive(FromQueryResult)]
+        struct Id {
+            id: i64,
+        }
+        let rows = Id::find_by_statement(stmt(
+            "INSERT INTO posts (course_id, user_id, title, body) \
+             SELECT $1, $3, 'post ' || n, rpad('Post body ' || n || ' ', $4, 'lorem ipsum ') \
+             FROM generate_series(1, $2) n ORDER BY n RETURNING id",
+            [course.into(), count.into(), author.into(), (body_bytes.max(16) as i32).into()],
+        ))
+        .all(&self.db)
+        .await?;
+        let mut ids: Vec<i64> = rows.into_iter().map(|r| r.id).collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Gives `post` `comments` comments by `author`, each with `replies` replies: a thread
+    /// that is expensive to read in full.
+    pub async fn add_thread(&self, post: i64, comments: i64, replies: i64, author: i64) -> AppResult<()> {
+        self.db
+            .execute_raw(stmt(
+                "WITH c AS (INSERT INTO comments (post_id, user_id, body, reply_count) \
+                   SELECT $1, $4, 'comment ' || n, $3 FROM generate_series(1, $2) n RETURNING id) \
+                 INSERT INTO comments (post_id, parent_id, reply_to_user_id, user_id, body) \
+                 SELECT $1, c.id, $4, $4, 'reply ' || r FROM c, generate_series(1, $3) r",
+                [post.into(), comments.into(), replies.into(), author.into()],
+            ))
+            .await?;
+        self.db
+            .execute_raw(stmt("UPDATE posts SET comment_count = $2 WHERE id = $1", [post.into(), comments.into()]))
+            .await?;
+        Ok(())
+    }
+
     /// The like count and the like rows of a post, read in one statement.
     pub async fn post_likes(&self, post_id: i64) -> AppResult<(i64, i64)> {
         #[derive(FromQueryResult)]

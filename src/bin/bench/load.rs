@@ -84,24 +84,45 @@ pub async fn run(
 ) -> AppResult<LoadReport> {
     let total = requests.len();
     let requests = Arc::new(requests);
+    let make: MakeRequest = Arc::new(move |index| requests[index].clone());
+    run_generated(url, total, make, connections, time_cap, check, keep_data, None).await
+}
+
+/// Request `index` of a run, built when it is sent (a long run need not hold them all).
+pub type MakeRequest = Arc<dyn Fn(usize) -> Request + Send + Sync>;
+
+/// `run`, with requests made on demand and, when `request_timeout` is given, every request
+/// bounded in time (one that takes longer is a failure: `request failed: … timed out`), so
+/// that a run ends by `time_cap` plus that timeout however the server behaves.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_generated(
+    url: &str,
+    total: usize,
+    make: MakeRequest,
+    connections: usize,
+    time_cap: Duration,
+    check: Check,
+    keep_data: bool,
+    request_timeout: Option<Duration>,
+) -> AppResult<LoadReport> {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(connections);
     for _ in 0..connections.max(1) {
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(1)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| internal("HTTP client")(e.to_string()))?;
-        let (requests, next, check, url) = (requests.clone(), next.clone(), check.clone(), url.to_owned());
+        let mut builder = reqwest::Client::builder().pool_max_idle_per_host(1).tcp_nodelay(true);
+        if let Some(timeout) = request_timeout {
+            builder = builder.timeout(timeout);
+        }
+        let client = builder.build().map_err(|e| internal("HTTP client")(e.to_string()))?;
+        let (make, next, check, url) = (make.clone(), next.clone(), check.clone(), url.to_owned());
         tasks.push(tokio::spawn(async move {
             let mut mine = Connection::default();
             loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
-                if index >= requests.len() || started.elapsed() > time_cap {
+                if index >= total || started.elapsed() > time_cap {
                     return mine;
                 }
-                let request = &requests[index];
+                let request = make(index);
                 let sent = Instant::now();
                 let outcome = send(&client, &url, request).await.and_then(|data| {
                     check(index, &data)?;
@@ -150,16 +171,19 @@ struct Connection {
 }
 
 /// One request; its `data` when the answer is a 200 with JSON, data and no errors.
-async fn send(client: &reqwest::Client, url: &str, request: &Request) -> Result<Value, String> {
+async fn send(client: &reqwest::Client, url: &str, request: Request) -> Result<Value, String> {
     let mut builder = client
         .post(url)
         .header(reqwest::header::AUTHORIZATION, &request.authorization)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(request.body.clone());
+        .body(request.body);
     if let Some(ip) = &request.forwarded_for {
         builder = builder.header("X-Forwarded-For", ip);
     }
-    let response = builder.send().await.map_err(|e| format!("request failed: {e}"))?;
+    let response = builder
+        .send()
+        .await
+        .map_err(|e| if e.is_timeout() { format!("request timed out: {e}") } else { format!("request failed: {e}") })?;
     let status = response.status();
     let bytes = response.bytes().await.map_err(|e| format!("reading the body failed: {e}"))?;
     if status != reqwest::StatusCode::OK {

@@ -17,10 +17,25 @@
 //!   statements and latency.
 //! - `revoke`: members with an open subscription removed by SQL `DELETE`, one at a time; the
 //!   time until each one's subscription ends with FORBIDDEN.
+//! - `hostile`: 32 course-page readers alone, then beside 4 hostile clients (fragment chains,
+//!   persisted-query floods, forged cursors, mention bombs, deep subscriptions), each bounded
+//!   in requests and time; the readers' throughput kept, the server's RSS against its cache
+//!   budget, Redis growth, and per hostile kind the answers and their times.
+//!   - `--readers N` (32, at least 21): course-page readers, one connection each.
+//!   - `--hostile-clients N` (4): hostile HTTP clients, each sending the kinds in turn.
+//!   - `--kinds a,b,..` (all): `chain`, `pq`, `cursor`, `mention`, `subscription`.
+//!   - `--seconds S` (10): length of each phase (alone, then beside the hostile clients).
+//!   - `--request-timeout-secs S` (5): longest wait for one answer; slower ones count as timeouts.
+//!   - `--hostile-requests N` (400): most requests one hostile client sends in its window.
+//!   - `--cache-budget-mib M` (64): the server's `CACHE_BUDGET_BYTES`; RSS goal is M + 64 MiB.
+//!   - `--flood-posts N` (100) and `--post-body-bytes B` (20,000): the course the forged cursors read.
+//!   - `--subscriptions N` (40): deep `courseActivity` subscriptions held by the hostile members.
+//!   - `--comment-interval-ms T` (500): an ordinary member's pace of comments, each an event.
 
 mod ceiling;
 mod feed;
 mod fixture;
+mod hostile;
 mod live;
 mod load;
 mod page;
@@ -193,6 +208,8 @@ enum Scenario {
     },
     /// Home feed: read latency with a celebrity course, and fan-out of one post to 2,000 members.
     Feed(feed::FeedBench),
+    /// Ordinary readers alone, then beside hostile clients: what the hostile clients cost them.
+    Hostile(hostile::HostileConfig),
 }
 
 fn show<T: serde::Serialize>(result: AppResult<T>) -> AppResult<bool> {
@@ -237,6 +254,11 @@ async fn main() -> std::process::ExitCode {
         }),
         Scenario::Feed(bench) => feed::run(&cli, bench).await.map(|result| {
             feed::print(&result);
+            true
+        }),
+        // A missed goal is in the table; only a bench error fails the run.
+        Scenario::Hostile(config) => hostile::run(&cli, config).await.map(|result| {
+            hostile::print(&result);
             true
         }),
     };

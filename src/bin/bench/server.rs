@@ -310,3 +310,14 @@ impl CpuSplit {
         self.total() * 1000.0 / requests.max(1) as f64
     }
 }
+
+/// Resident memory of a process in bytes (`VmRSS` in /proc, Linux); 0 when unknown.
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
