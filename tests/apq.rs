@@ -152,11 +152,8 @@ async fn a_repeated_document_is_parsed_once() {
 /// Keys this app's server keeps in Redis for persisted queries.
 async fn persisted_keys(app: &TestApp) -> Vec<String> {
     let mut redis = app.state.redis.clone();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:apq:*", app.redis_prefix))
-        .query_async(&mut redis)
-        .await
-        .expect("KEYS");
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg(format!("{}:apq:*", app.redis_prefix)).query_async(&mut redis).await.expect("KEYS");
     keys
 }
 
@@ -206,20 +203,24 @@ async fn only_a_validated_text_under_the_size_cap_is_kept() {
     let token = app.token(world.alice);
     let invalid = ["# a comment and no operation", "query { noSuchField }", "query { me { handle } "];
     for text in invalid {
-        let (_, body) = post(&app, app.addr, &token, json!({ "query": text, "extensions": persisted(&sha256_hex(text)) })).await;
+        let (_, body) =
+            post(&app, app.addr, &token, json!({ "query": text, "extensions": persisted(&sha256_hex(text)) })).await;
         assert_eq!(code(&body), Some("BAD_USER_INPUT"), "{text}: {body}");
     }
     // Over the cost limit: it validated as GraphQL but its cost refused it.
     let costly = "{ myCourses { posts(first: 100) { nodes { comments(first: 100) { nodes { replies(first: 100) { nodes { id } } } } } } } }";
-    let (_, body) = post(&app, app.addr, &token, json!({ "query": costly, "extensions": persisted(&sha256_hex(costly)) })).await;
+    let (_, body) =
+        post(&app, app.addr, &token, json!({ "query": costly, "extensions": persisted(&sha256_hex(costly)) })).await;
     assert!(body["errors"].is_array(), "{body}");
     // Valid, but longer than PERSISTED_QUERY_MAX_BYTES: runs, not kept.
     let long = format!("query Long {{ me {{ handle }} }} # {}", "y".repeat(300));
-    let (_, body) = post(&app, app.addr, &token, json!({ "query": long, "extensions": persisted(&sha256_hex(&long)) })).await;
+    let (_, body) =
+        post(&app, app.addr, &token, json!({ "query": long, "extensions": persisted(&sha256_hex(&long)) })).await;
     assert_eq!(body["data"]["me"]["handle"], "alice", "{body}");
     assert_eq!(persisted_keys(&app).await, Vec::<String>::new(), "nothing kept");
     // Valid and short: kept.
-    let (_, body) = post(&app, app.addr, &token, json!({ "query": ME, "extensions": persisted(&sha256_hex(ME)) })).await;
+    let (_, body) =
+        post(&app, app.addr, &token, json!({ "query": ME, "extensions": persisted(&sha256_hex(ME)) })).await;
     assert_eq!(body["data"]["me"]["handle"], "alice", "{body}");
     assert_eq!(persisted_keys(&app).await.len(), 1);
 }
@@ -231,15 +232,20 @@ async fn each_member_adds_at_most_their_hourly_share_of_persisted_queries() {
     let alice = app.token(world.alice);
     let texts: Vec<String> = (0..3).map(|i| format!("query Q{i} {{ me {{ handle }} }}")).collect();
     for text in &texts {
-        let (_, body) = post(&app, app.addr, &alice, json!({ "query": text, "extensions": persisted(&sha256_hex(text)) })).await;
+        let (_, body) =
+            post(&app, app.addr, &alice, json!({ "query": text, "extensions": persisted(&sha256_hex(text)) })).await;
         assert_eq!(body["data"]["me"]["handle"], "alice", "the request runs whether kept or not: {body}");
     }
     assert_eq!(persisted_keys(&app).await.len(), 2, "the third was over alice's rate");
     let (_, body) = post(&app, app.addr, &alice, json!({ "extensions": persisted(&sha256_hex(&texts[2])) })).await;
     assert_eq!(code(&body), Some("PERSISTED_QUERY_NOT_FOUND"), "{body}");
-    let (_, body) =
-        post(&app, app.addr, &app.token(world.bob), json!({ "query": texts[2], "extensions": persisted(&sha256_hex(&texts[2])) }))
-            .await;
+    let (_, body) = post(
+        &app,
+        app.addr,
+        &app.token(world.bob),
+        json!({ "query": texts[2], "extensions": persisted(&sha256_hex(&texts[2])) }),
+    )
+    .await;
     assert_eq!(body["data"]["me"]["handle"], "bob", "{body}");
     assert_eq!(persisted_keys(&app).await.len(), 3, "bob's share is his own");
 }
@@ -287,7 +293,8 @@ async fn a_trusted_documents_server_runs_only_its_manifest() {
     let (_, body) = post(&app, app.addr, &token, json!({ "query": ME })).await;
     assert_eq!(body["data"]["me"]["handle"], "alice", "{body}");
     // Anything else is refused before it is parsed, and nothing is kept.
-    let (_, body) = post(&app, app.addr, &token, json!({ "query": other, "extensions": persisted(&sha256_hex(other)) })).await;
+    let (_, body) =
+        post(&app, app.addr, &token, json!({ "query": other, "extensions": persisted(&sha256_hex(other)) })).await;
     assert_eq!(code(&body), Some("TRUSTED_DOCUMENT_REQUIRED"), "{body}");
     let (_, body) = post(&app, app.addr, &token, json!({ "query": "{ __typename }" })).await;
     assert_eq!(code(&body), Some("TRUSTED_DOCUMENT_REQUIRED"), "{body}");

@@ -1023,8 +1023,11 @@ async fn an_alias_bomb_is_refused_before_any_resolver_runs(mode: LikeMode) {
         let started = std::time::Instant::now();
         let response = f.app.gql(Some(&f.alice), &query, vars.clone()).await;
         let took = started.elapsed();
-        let (code, why) =
-            if name.starts_with("2,000") { ("DOCUMENT_LIMIT_EXCEEDED", "tokens") } else { ("BAD_USER_INPUT", "aliases") };
+        let (code, why) = if name.starts_with("2,000") {
+            ("DOCUMENT_LIMIT_EXCEEDED", "tokens")
+        } else {
+            ("BAD_USER_INPUT", "aliases")
+        };
         if let Some(problem) = refusal_problem(&response, code) {
             failures.push(format!("{name}: {problem}"));
         } else if !response["errors"][0]["message"].as_str().unwrap_or_default().contains(why) {

@@ -28,17 +28,16 @@ const DEFAULT_HTTP_CASES: usize = 4_000;
 const WS_CASES: usize = 1_000;
 
 /// The codes a client may ever see (the error table in docs/api.md); INTERNAL never, for any input.
-const CODES: &[&str] =
-    &[
-        "UNAUTHENTICATED",
-        "FORBIDDEN",
-        "NOT_FOUND",
-        "BAD_USER_INPUT",
-        "CONFLICT",
-        "RATE_LIMITED",
-        "UNAVAILABLE",
-        "DOCUMENT_LIMIT_EXCEEDED",
-    ];
+const CODES: &[&str] = &[
+    "UNAUTHENTICATED",
+    "FORBIDDEN",
+    "NOT_FOUND",
+    "BAD_USER_INPUT",
+    "CONFLICT",
+    "RATE_LIMITED",
+    "UNAVAILABLE",
+    "DOCUMENT_LIMIT_EXCEEDED",
+];
 
 /// Valid documents over the whole schema: the seeds every mutation starts from.
 const CORPUS: &[&str] = &[

@@ -312,7 +312,10 @@ mod tests {
     fn aliases_are_counted_at_every_spread() {
         let document = parse("{ ...A ...A } fragment A on Query { a1: __typename a2: __typename } ");
         assert_eq!(check_document(&document, &DocumentLimits::SIGNED_IN, true).map(|e| e.aliases).ok(), Some(4));
-        let many = format!("{{ ...A ...A }} fragment A on Query {{ {} }}", (0..16).map(|i| format!("a{i}: __typename ")).collect::<String>());
+        let many = format!(
+            "{{ ...A ...A }} fragment A on Query {{ {} }}",
+            (0..16).map(|i| format!("a{i}: __typename ")).collect::<String>()
+        );
         let error = check_document(&parse(&many), &DocumentLimits::SIGNED_IN, true).expect_err("refused");
         assert!(error.message.contains("aliases"), "{}", error.message);
     }

@@ -18,8 +18,8 @@
 //! in `extensions`. Lists are batched per level (`loaders`), so the cost bounds the rows a
 //! request reads; `REQUEST_STATEMENT_BUDGET` bounds its statements.
 
-use async_graphql::{ErrorExtensionValues, ValidationResult};
 use async_graphql::ServerError;
+use async_graphql::{ErrorExtensionValues, ValidationResult};
 
 /// Highest cost accepted. A page of 20 posts with their authors and flags costs about 200;
 /// 100 posts with 100 comments each, 10,000 times their fields.

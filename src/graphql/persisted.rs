@@ -111,7 +111,9 @@ impl PersistedQueries {
         let Some(hash) = requested_hash(request)? else { return Ok(Persisted::No) };
         if !request.query.trim().is_empty() {
             if sha256_hex(&request.query) != hash {
-                return Err(AppError::bad_input("extensions.persistedQuery.sha256Hash is not the SHA-256 of the query"));
+                return Err(AppError::bad_input(
+                    "extensions.persistedQuery.sha256Hash is not the SHA-256 of the query",
+                ));
             }
             // With a manifest, the text is checked against it with every other text (`hooks`).
             return Ok(if self.trusted.is_some() { Persisted::Known } else { Persisted::Offered { hash } });
