@@ -729,7 +729,19 @@ async fn mutated_websocket_messages_get_coded_errors_or_a_protocol_close() {
             json!({ "ids": [fresh] }),
         )
         .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The like must come after the subscription watches the post (a like published before is
+    // not replayed). Starting it may take up to CACHE_LOCK_TTL (10 s here): a fuzzed operation
+    // on a random post id, cut off when its socket closed, can leave that id's post-cache lock
+    // held until it expires, and the new post may get that id.
+    let target = course_forum::like_event::LikeTarget::Post(common::raw_id(fresh.as_str().expect("id")));
+    let watching = Instant::now() + Duration::from_secs(30);
+    while !app.state.live.watched().contains(&target) {
+        if Instant::now() > watching {
+            let heard = socket.next_message(Duration::from_secs(1)).await;
+            panic!("the subscription after the fuzz never started; the socket said {heard:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     app.gql_ok(Some(&app.token(w.bob)), "mutation($p: ID!) { likePost(postId: $p) { id } }", json!({ "p": fresh }))
         .await;
     app.worker().await.drain().await.expect("drain");
