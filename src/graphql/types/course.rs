@@ -1,0 +1,194 @@
+//! `Course`: a course, its members and its posts in each order.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// A course: its id always; its row (code, title, createdAt) as read, or loaded on first ask
+/// through the request's `CourseLoader`, so a page that shows only a course's posts never
+/// reads it.
+pub struct Course {
+    pub course_id: i64,
+    row: Option<CourseRow>,
+    /// Reached through a list (one of many courses at its level): its posts are loaded with
+    /// its siblings' in one statement. A course asked for by id reads its page directly,
+    /// without the loader's batching delay.
+    in_list: bool,
+}
+
+impl Course {
+    pub fn from_row(row: CourseRow) -> Self {
+        Self { course_id: row.id, row: Some(row), in_list: false }
+    }
+
+    /// A course known to exist without reading it (the viewer is one of its members, and
+    /// `course_members` references `courses`).
+    pub fn known(course_id: i64) -> Self {
+        Self { course_id, row: None, in_list: false }
+    }
+
+    /// Marks a course resolved as one item of a list (see `in_list`).
+    pub fn in_list(self) -> Self {
+        Self { in_list: true, ..self }
+    }
+
+    pub(super) async fn row(&self, ctx: &Context<'_>) -> Result<CourseRow> {
+        if let Some(row) = &self.row {
+            return Ok(row.clone());
+        }
+        loaders(ctx)?.courses.load_one(self.course_id).await?.ok_or_else(|| AppError::not_found("course").into())
+    }
+}
+
+/// A course the signed-in user belongs to, with its posts. Reached through `myCourses`,
+/// `course(id:)` or a post's `course`.
+#[Object]
+impl Course {
+    /// Global id of this course.
+    pub(super) async fn id(&self) -> ID {
+        encode(NodeKind::Course, self.course_id)
+    }
+    /// Short code, e.g. `CS101`.
+    pub(super) async fn code(&self, ctx: &Context<'_>) -> Result<String> {
+        Ok(self.row(ctx).await?.code)
+    }
+    /// Full name, e.g. `Introduction to Programming`.
+    pub(super) async fn title(&self, ctx: &Context<'_>) -> Result<String> {
+        Ok(self.row(ctx).await?.title)
+    }
+    /// When the course was created.
+    pub(super) async fn created_at(&self, ctx: &Context<'_>) -> Result<DateTime<Utc>> {
+        Ok(self.row(ctx).await?.created_at)
+    }
+    /// How many members it has, students and instructors together.
+    pub(super) async fn member_count(&self, ctx: &Context<'_>) -> Result<i64> {
+        Ok(loaders(ctx)?.member_counts.load_one(self.course_id).await?.unwrap_or(0))
+    }
+    /// The signed-in user's role in this course.
+    pub(super) async fn my_role(&self, ctx: &Context<'_>) -> Result<Role> {
+        Ok(viewer(ctx)?.require_member(&state(ctx)?.db, self.course_id).await?)
+    }
+    /// The course's posts in `orderBy` order (newest first by default); deleted posts are left
+    /// out. 1 to 100 a page, 20 by default. NEW pages both ways with keyset cursors. HOT and TOP
+    /// page forward only: their cursor holds the posts the walk has shown, and each page is the
+    /// best ranked of the others as the ranking is now, so a walk never shows a post twice nor
+    /// skips one while likes move them; a walk ends after 1,000 posts.
+    #[graphql(complexity = "page_cost(first, last, child_complexity)")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn posts(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(
+            desc = "How many items to return walking forward: 1 to 100 (20 when neither `first` nor `last` is given). Not with `last` or `before`."
+        )]
+        first: Option<i32>,
+        #[graphql(
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A cursor this API did not issue (made up, altered, or signed with a retired key), or one of another order, is BAD_USER_INPUT."
+        )]
+        after: Option<String>,
+        #[graphql(
+            desc = "How many items to return walking backward, ending at `before`: 1 to 100 (20 when only `before` is given). Not with `first` or `after`. NEW order only."
+        )]
+        last: Option<i32>,
+        #[graphql(
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT. NEW order only."
+        )]
+        before: Option<String>,
+        #[graphql(desc = "NEW (the default), HOT or TOP.", default)] order_by: PostOrder,
+    ) -> Result<Connection<PostsCursor, Post>> {
+        let ranking = match order_by {
+            PostOrder::New => return self.newest_posts(ctx, first, after, last, before).await,
+            PostOrder::Hot => Ranking::Hot,
+            PostOrder::Top => Ranking::Top,
+        };
+        if last.is_some() || before.is_some() {
+            return Err(AppError::bad_input("HOT and TOP page forward only: use `first` and `after`").into());
+        }
+        // The page size checks of every connection (`first` 1 to 100, 20 by default).
+        let limit = PageRequest::new(first, None, None, None)?.limit;
+        let keys = state(ctx)?.cursor_keys.clone();
+        // Opened before any SQL: only a list of shown posts this server signed comes back.
+        let shown: Vec<i64> = match after.as_deref().map(|raw| keys.posts(raw)).transpose()? {
+            None => Vec::new(),
+            Some(PostsCursor::Ranked(cursor)) if cursor.ranking == ranking => cursor.shown().to_vec(),
+            Some(_) => {
+                return Err(
+                    AppError::bad_input("this cursor belongs to another order: pass one this order returned").into()
+                );
+            }
+        };
+        // The walk's end: never more than MAX_RANKED_WALK posts, so cursors stay small.
+        let room = MAX_RANKED_WALK.saturating_sub(shown.len()) as i64;
+        let (rows, more) = if room == 0 {
+            (Vec::new(), false)
+        } else {
+            let limit = limit.min(room);
+            let state = state(ctx)?;
+            let (rows, more) = if shown.is_empty() {
+                // The first page, the one every reader opens: from memory for up to half a second.
+                let page = state.course_pages.ranked_first_page(&state.db, self.course_id, ranking, limit).await?;
+                (page.items.clone(), page.has_next)
+            } else {
+                posts::ranked_page(&state.db, self.course_id, ranking, &shown, limit).await?
+            };
+            let walk_continues = shown.len() + rows.len() < MAX_RANKED_WALK;
+            (rows, more && walk_continues)
+        };
+        prime_liked(ctx, rows.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
+        let before_page = shown.len();
+        let walk = std::sync::Arc::new(shown.into_iter().chain(rows.iter().map(|r| r.id)).collect::<Vec<i64>>());
+        let mut conn = Connection::new(before_page > 0, more);
+        conn.edges.extend(rows.into_iter().enumerate().map(|(i, row)| {
+            let cursor = RankCursor::new(&keys, ranking, walk.clone(), before_page + i + 1);
+            Edge::new(PostsCursor::Ranked(cursor), Post::from(row))
+        }));
+        Ok(conn)
+    }
+}
+
+impl Course {
+    /// NEW order: keyset pages, from the instance's course pages (or the list's loader).
+    pub(super) async fn newest_posts(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+    ) -> Result<Connection<PostsCursor, Post>> {
+        let page = page_request(ctx, first, after, last, before)?;
+        let rows = if self.in_list {
+            let rows = loaders(ctx)?.course_pages.load_one((self.course_id, page)).await?;
+            let rows = rows.ok_or_else(|| AppError::Internal("a course page was not loaded".into()))?;
+            rows.as_ref().clone()
+        } else {
+            let state = state(ctx)?;
+            state.course_pages.get_or_read(&state.db, self.course_id, page).await?.as_ref().clone()
+        };
+        prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
+        Ok(post_connection(&state(ctx)?.cursor_keys, rows))
+    }
+}
+
+/// A keyset page of posts as a `PostConnection` (the type every list of posts shares).
+pub(crate) fn post_connection(keys: &CursorKeys, page: Page<PostRow>) -> Connection<PostsCursor, Post> {
+    let mut conn = Connection::new(page.has_prev, page.has_next);
+    conn.edges.extend(
+        page.items.into_iter().map(|row| Edge::new(PostsCursor::Key(KeyCursor::new(keys, row.id)), Post::from(row))),
+    );
+    conn
+}
+
+/// The order of a course's posts.
+#[derive(async_graphql::Enum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PostOrder {
+    /// Newest first.
+    #[default]
+    New,
+    /// By `post_hot_score`: log10(max(1, likeCount + 2 × commentCount)) + (creation time in Unix
+    /// seconds) / 45000. Each 12.5 hours of age weighs as much as ten times the engagement, so
+    /// new posts rise and old ones sink without anything being recomputed. Follows a like
+    /// within its commit.
+    Hot,
+    /// Most liked first (`likeCount`), newest first among equals.
+    Top,
+}
