@@ -1,7 +1,7 @@
 //! The schema's one extension: what runs around every request, in order, over HTTP and over
 //! the websocket alike:
-//! 1. before anything is parsed: a trusted-documents server refuses a text not in its
-//!    manifest (`trusted`), and the text's size and tokens are limited (`document_limits`);
+//! 1. before anything is parsed: the text's size and tokens are limited (`document_limits`),
+//!    and a trusted-documents server refuses a text not in its manifest (`trusted`);
 //! 2. the document is taken from the parsed documents kept (`persisted::ParsedDocuments`) or
 //!    parsed here (timed: `graphql_parse_duration_seconds`), then measured by the linear
 //!    pre-pass (`document_limits`) before async-graphql's own checks and validation, which
@@ -57,15 +57,17 @@ impl Hooks {
     /// Steps 1 and 2 of the module doc: refuses what must not be parsed or validated, and
     /// attaches the parsed document to the request.
     fn screen(&self, app: Option<&AppState>, request: &mut Request, signed_in: bool) -> ServerResult<()> {
-        if let Some(trusted) = app.and_then(|app| app.persisted_queries.trusted())
-            && !trusted.allows(&request.query)
+        let limits = DocumentLimits::for_caller(signed_in);
+        document_limits::check_text(&request.query, &limits, signed_in)?;
+        // One hash of the text serves the manifest and the parsed documents.
+        let hash = app.map(|_| sha256_hex(&request.query));
+        if let (Some(trusted), Some(hash)) = (app.and_then(|app| app.persisted_queries.trusted()), &hash)
+            && !trusted.allows_hash(hash)
         {
             return Err(trusted::refusal());
         }
-        let limits = DocumentLimits::for_caller(signed_in);
-        document_limits::check_text(&request.query, &limits, signed_in)?;
-        let hash = app.map(|_| sha256_hex(&request.query));
         let kept = app.zip(hash.as_deref()).and_then(|(app, hash)| app.parsed_documents.get(hash));
+        let parsed_here = kept.is_none();
         let document = match kept {
             Some(kept) => kept.document.clone(),
             None => {
@@ -75,19 +77,15 @@ impl Hooks {
                 if let Some(app) = app {
                     app.parsed_documents.parsed();
                 }
-                let document = parsed.map_err(ServerError::from)?;
-                document_limits::check_document(&document, &limits, signed_in)?;
-                if let (true, Some(hash)) = (signed_in, hash) {
-                    *self.to_keep.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some((hash, document.clone(), request.query.len()));
-                }
-                socket::mark_subscription(request, &document);
-                request.set_parsed_query(document);
-                return Ok(());
+                parsed.map_err(ServerError::from)?
             }
         };
-        // Kept for a signed-in caller; measured again against this caller's budget.
+        // A kept document was kept for a signed-in caller: it is measured against this one's budget.
         document_limits::check_document(&document, &limits, signed_in)?;
+        if let (true, true, Some(hash)) = (parsed_here, signed_in, hash) {
+            *self.to_keep.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((hash, document.clone(), request.query.len()));
+        }
         socket::mark_subscription(request, &document);
         request.set_parsed_query(document);
         Ok(())
