@@ -124,9 +124,13 @@ pub async fn run(cli: Cli) -> AppResult<()> {
     let settings = cli.settings;
     match cli.command {
         Command::Serve => {
-            telemetry::init(settings.log_format);
+            let traces = telemetry::init_service(settings.log_format)?;
             let app = Application::build(settings).await?;
-            app.run_until_stopped(shutdown_signal()).await
+            let served = app.run_until_stopped(shutdown_signal()).await;
+            if let Some(traces) = traces {
+                traces.shutdown();
+            }
+            served
         }
         Command::Migrate => {
             telemetry::init(settings.log_format);
@@ -161,10 +165,14 @@ pub async fn run(cli: Cli) -> AppResult<()> {
             Ok(())
         }
         Command::Worker => {
-            telemetry::init(settings.log_format);
+            let traces = telemetry::init_service(settings.log_format)?;
             settings.validate_for_serve()?;
             let state = connect_state(settings).await?;
-            run_worker_until_stopped(state, shutdown_signal()).await
+            let worked = run_worker_until_stopped(state, shutdown_signal()).await;
+            if let Some(traces) = traces {
+                traces.shutdown();
+            }
+            worked
         }
         Command::Reconcile => {
             telemetry::init(settings.log_format);

@@ -72,6 +72,10 @@ mod field {
     pub const TARGET: &str = "t";
     pub const USER: &str = "u";
     pub const COURSE: &str = "c";
+    /// The W3C `traceparent` of the mutation that made the event, when traces are on
+    /// (`telemetry::otel`): the worker's batch links back to it. Optional, never decoded into
+    /// the event.
+    pub const TRACE: &str = "tp";
 }
 
 const LIKE: &str = "like";
@@ -97,6 +101,24 @@ impl LikeEvent {
     /// The fields as one flat list (`op like t p:7 …`), for XADD.
     pub fn flat_fields(&self) -> Vec<String> {
         self.fields().into_iter().flat_map(|(name, value)| [name.to_owned(), value]).collect()
+    }
+
+    /// The fields as XADD takes them, with the mutation's trace context when there is one.
+    pub fn flat_fields_traced(&self, traceparent: Option<String>) -> Vec<String> {
+        let mut fields = self.flat_fields();
+        if let Some(traceparent) = traceparent {
+            fields.extend([field::TRACE.to_owned(), traceparent]);
+        }
+        fields
+    }
+
+    /// The trace context a stream entry carries, if any (see `field::TRACE`).
+    pub fn trace_of<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> Option<crate::telemetry::otel::TraceRef> {
+        pairs
+            .into_iter()
+            .find(|(name, _)| *name == field::TRACE.as_bytes())
+            .and_then(|(_, value)| std::str::from_utf8(value).ok())
+            .and_then(crate::telemetry::otel::TraceRef::parse)
     }
 
     /// Decodes a stream entry's field/value pairs; the error is why it can never apply (it

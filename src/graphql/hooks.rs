@@ -21,10 +21,10 @@ use std::time::Instant;
 
 use async_graphql::extensions::{
     Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery, NextPrepareRequest, NextRequest,
-    NextSubscribe, NextValidation,
+    NextResolve, NextSubscribe, NextValidation, ResolveInfo,
 };
 use async_graphql::parser::types::ExecutableDocument;
-use async_graphql::{Request, Response, ServerError, ServerResult, ValidationResult, Variables};
+use async_graphql::{Request, Response, ServerError, ServerResult, ValidationResult, Value, Variables};
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 
@@ -34,7 +34,8 @@ use super::persisted::sha256_hex;
 use super::{errors, limits, socket, trusted};
 use crate::auth::Viewer;
 use crate::state::AppState;
-use crate::telemetry::names;
+use crate::telemetry::{names, otel};
+use tracing::Instrument;
 
 pub struct RequestHooks;
 
@@ -175,6 +176,31 @@ impl Extension for Hooks {
         operation_name: Option<&str>,
         next: NextExecute<'_>,
     ) -> Response {
-        socket::execute(ctx, operation_name, next).await
+        let span = tracing::info_span!(
+            "graphql.operation",
+            otel.name = %format_args!("graphql {}", operation_name.unwrap_or("anonymous")),
+            graphql.operation.name = operation_name.unwrap_or(""),
+        );
+        socket::execute(ctx, operation_name, next).instrument(span).await
+    }
+
+    /// With traces on, each root field (a query's entry point, a mutation, a subscription) is
+    /// a span: they are where a request's statements and Redis commands happen. Inner fields
+    /// are read from what those loaded, and a span each would cost more than they do.
+    async fn resolve(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        info: ResolveInfo<'_>,
+        next: NextResolve<'_>,
+    ) -> ServerResult<Option<Value>> {
+        if !otel::enabled() || !matches!(info.parent_type, "Query" | "Mutation" | "Subscription") {
+            return next.run(ctx, info).await;
+        }
+        let span = tracing::info_span!(
+            "graphql.resolve",
+            otel.name = %format_args!("{}.{}", info.parent_type, info.name),
+            graphql.field.path = %info.path_node,
+        );
+        next.run(ctx, info).instrument(span).await
     }
 }

@@ -216,7 +216,20 @@ fn coalesced(
                     st.pending.remove(target);
                     if latest.version != i64::MIN {
                         let seen = st.seen.insert(*target, latest.seq).unwrap_or(0);
-                        st.watch.guard.delivered(latest.seq.saturating_sub(seen + 1));
+                        let skipped = latest.seq.saturating_sub(seen + 1);
+                        st.watch.guard.delivered(skipped);
+                        if let Some(trace) = latest.trace {
+                            // The hand-off to this subscriber, in the trace of the batch that
+                            // committed the count (`telemetry::otel`).
+                            let span = tracing::info_span!(
+                                "live.deliver",
+                                target = %target.member(),
+                                like_version = latest.version,
+                                coalesced = skipped
+                            );
+                            trace.adopt(&span);
+                            drop(span.enter());
+                        }
                         st.last_emit.insert(*target, now);
                         let likes = LiveLikes {
                             like_count: latest.like_count,

@@ -13,6 +13,8 @@ use std::time::Duration;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tracing::Instrument;
+
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Script, Value};
@@ -70,10 +72,12 @@ impl Redis {
 impl ConnectionLike for Redis {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         self.count(1);
-        match &mut self.inner {
+        let span = command_span(cmd);
+        let sent = match &mut self.inner {
             Connection::Node(conn) => conn.req_packed_command(cmd),
             Connection::Cluster(conn) => conn.req_packed_command(cmd),
-        }
+        };
+        if span.is_disabled() { sent } else { Box::pin(sent.instrument(span)) }
     }
 
     fn req_packed_commands<'a>(
@@ -83,7 +87,15 @@ impl ConnectionLike for Redis {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         self.count(pipeline.len());
-        match &mut self.inner {
+        let span = tracing::debug_span!(
+            "redis",
+            otel.name = "redis PIPELINE",
+            otel.kind = "client",
+            db.system = "redis",
+            db.operation = "PIPELINE",
+            commands = pipeline.len(),
+        );
+        let sent = match &mut self.inner {
             Connection::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
             Connection::Cluster(conn) => {
                 if pipeline.is_transaction() {
@@ -92,7 +104,8 @@ impl ConnectionLike for Redis {
                     Box::pin(cluster::send_split(conn, pipeline))
                 }
             }
-        }
+        };
+        if span.is_disabled() { sent } else { Box::pin(sent.instrument(span)) }
     }
 
     fn get_db(&self) -> i64 {
@@ -101,6 +114,27 @@ impl ConnectionLike for Redis {
             Connection::Cluster(_) => 0,
         }
     }
+}
+
+/// The span of one Redis command, named by the command (`redis EVALSHA`); never its keys or
+/// values. DEBUG, so it exists only for the trace export (`telemetry::otel`), not in logs.
+fn command_span(cmd: &Cmd) -> tracing::Span {
+    let span = tracing::debug_span!(
+        "redis",
+        otel.name = tracing::field::Empty,
+        otel.kind = "client",
+        db.system = "redis",
+        db.operation = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        let name = match cmd.args_iter().next() {
+            Some(redis::Arg::Simple(bytes)) => String::from_utf8_lossy(bytes).to_ascii_uppercase(),
+            _ => String::from("?"),
+        };
+        span.record("otel.name", format!("redis {name}"));
+        span.record("db.operation", name);
+    }
+    span
 }
 
 /// A Lua script made of files of `lua/` in order: a prelude that defines shared functions

@@ -111,7 +111,9 @@ impl LikedSets {
         let set = self.keys.liked_set(user_id, course_id);
         let shard = self.keys.shard_of(user_id);
         let member = target.member();
-        let fields = event.flat_fields();
+        // With traces on, the entry carries this mutation's context: the worker's batch that
+        // applies it links back to it (`telemetry::otel`).
+        let fields = event.flat_fields_traced(crate::telemetry::otel::current_traceparent());
         let bucket = self.keys.load_generation_bucket(user_id, course_id);
         // The rows read from PostgreSQL and the load generation read before them, once needed.
         let mut rows: Option<(String, Vec<String>)> = None;

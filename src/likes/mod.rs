@@ -171,7 +171,7 @@ impl Likes {
     /// modes the committed count adjusted by this toggle, still carrying the version it was
     /// adjusted from (the worker or the recount job commits the exact one, with a higher
     /// version, shortly).
-    #[tracing::instrument(skip(self, current, membership), fields(mode = ?self.mode))]
+    #[tracing::instrument(name = "likes.set", skip(self, current, membership), fields(mode = ?self.mode))]
     pub async fn set(
         &self,
         user_id: i64,

@@ -22,6 +22,7 @@ use crate::config::RedisTarget;
 use crate::kv;
 use crate::like_event::{CountChange, LikeTarget};
 use crate::telemetry::names;
+use crate::telemetry::otel::{self, TraceRef};
 
 /// Activity events a course channel holds for subscribers that are behind.
 const ACTIVITY_CAPACITY: usize = 256;
@@ -37,13 +38,16 @@ pub struct VersionedCount {
     /// When its transaction committed, in microseconds since the epoch (0 when the publisher
     /// did not say).
     pub committed_at_us: i64,
+    /// The trace of the batch that committed it, when traces are on and it was sampled: each
+    /// subscriber's delivery is a span of that trace (`telemetry::otel`).
+    pub trace: Option<TraceRef>,
     /// How many values this process has accepted for the target. A subscriber that goes from
     /// seq 3 to seq 7 never saw 4, 5 and 6: they were coalesced away.
     pub seq: u64,
 }
 
 impl VersionedCount {
-    const UNKNOWN: VersionedCount = VersionedCount { version: i64::MIN, like_count: 0, committed_at_us: 0, seq: 0 };
+    const UNKNOWN: VersionedCount = VersionedCount { version: i64::MIN, like_count: 0, committed_at_us: 0, trace: None, seq: 0 };
 }
 
 /// This process's live counters (also exported: `telemetry::names::LIVE_*`).
@@ -107,6 +111,11 @@ impl Hub {
 
     /// Applies one message from the channel.
     pub fn dispatch(&self, message: LiveMessage) {
+        self.dispatch_traced(message, None)
+    }
+
+    /// Applies one message from the channel that came with a trace context.
+    pub fn dispatch_traced(&self, message: LiveMessage, trace: Option<TraceRef>) {
         self.stats.messages_received.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(names::LIVE_MESSAGES_RECEIVED).increment(1);
         match message {
@@ -114,7 +123,7 @@ impl Hub {
                 let map = self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 for change in LiveMessage::count_changes(&counts) {
                     if let Some(sender) = map.get(&change.target) {
-                        publish_if_newer(sender, change, committed_at_us.unwrap_or(0));
+                        publish_if_newer(sender, change, committed_at_us.unwrap_or(0), trace);
                     }
                 }
             }
@@ -171,19 +180,25 @@ impl Hub {
         let map = self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for change in changes {
             if let Some(sender) = map.get(&change.target) {
-                publish_if_newer(sender, *change, 0);
+                publish_if_newer(sender, *change, 0, None);
             }
         }
     }
 }
 
-fn publish_if_newer(sender: &watch::Sender<VersionedCount>, change: CountChange, committed_at_us: i64) {
+fn publish_if_newer(
+    sender: &watch::Sender<VersionedCount>,
+    change: CountChange,
+    committed_at_us: i64,
+    trace: Option<TraceRef>,
+) {
     sender.send_if_modified(|current| {
         if change.version > current.version {
             *current = VersionedCount {
                 version: change.version,
                 like_count: change.like_count,
                 committed_at_us,
+                trace,
                 seq: current.seq + 1,
             };
             true
@@ -286,12 +301,23 @@ async fn resync(hub: Arc<Hub>, db: DatabaseConnection) {
     }
 }
 
-/// Hands one published payload to the course pages and the hub.
+/// Hands one published payload to the course pages and the hub. A payload that came with a
+/// trace context (`telemetry::otel::frame_payload`) is relayed in a span of that trace.
 fn dispatch(hub: &Hub, pages: &CoursePages, payload: &str) {
-    match serde_json::from_str::<LiveMessage>(payload) {
+    let (trace, json) = otel::unframe_payload(payload);
+    let span = match trace {
+        Some(publisher) => {
+            let span = tracing::info_span!("live.relay", otel.kind = "consumer", watched_targets = hub.watched_targets());
+            publisher.adopt(&span);
+            span
+        }
+        None => tracing::Span::none(),
+    };
+    let _entered = span.enter();
+    match serde_json::from_str::<LiveMessage>(json) {
         Ok(live) => {
             pages.apply(&live);
-            hub.dispatch(live)
+            hub.dispatch_traced(live, trace.and_then(|_| TraceRef::of(&span)))
         }
         Err(err) => tracing::warn!(error = %err, "ignoring a malformed live message"),
     }

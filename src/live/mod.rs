@@ -195,6 +195,7 @@ impl Publisher {
         }
     }
 
+    #[tracing::instrument(name = "live.publish", level = "debug", skip_all, fields(otel.kind = "producer"))]
     async fn publish(&self, message: &LiveMessage) {
         if let Some(pages) = &self.local_pages {
             pages.apply(message);
@@ -216,8 +217,11 @@ impl Publisher {
     }
 
     async fn try_publish(&self, message: &LiveMessage) -> AppResult<()> {
-        let payload = serde_json::to_string(message)
+        let json = serde_json::to_string(message)
             .map_err(|e| crate::error::AppError::Internal(format!("cannot encode live message: {e}")))?;
+        // With traces on, the payload carries the publisher's context: every instance relays it
+        // in a span of the same trace (`hub::dispatch`).
+        let payload = crate::telemetry::otel::frame_payload(json);
         crate::kv::pubsub::publish(&self.redis, &self.channel, &payload).await?;
         Ok(())
     }

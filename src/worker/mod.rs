@@ -39,6 +39,7 @@ use crate::error::{AppError, AppResult};
 use crate::hooks::Gate;
 use crate::kv::keys::{Keys, LIKE_GROUP};
 use crate::like_event::{CountChange, LikeEvent};
+use crate::telemetry::otel::TraceRef;
 use crate::likes::apply::{self, Applied};
 use crate::likes::committed::AfterCommit;
 use crate::likes::recount::DirtyMarks;
@@ -173,6 +174,8 @@ enum Read {
 struct Entry {
     id: String,
     event: Result<LikeEvent, String>,
+    /// The trace context of the mutation that appended it, when traces are on.
+    trace: Option<TraceRef>,
 }
 
 /// What a shard's pipelined step leaves in flight for the next one (`step` with `pipelined`).
@@ -555,6 +558,12 @@ impl LikeWorker {
         pipelined: bool,
     ) -> AppResult<BatchReport> {
         let stream = stream.to_owned();
+        // The batch is a trace of its own, linked to every like in it (OpenTelemetry's shape for
+        // a consumer that handles many messages at once).
+        let batch_span = tracing::Span::current();
+        for trace in entries.iter().filter_map(|entry| entry.trace) {
+            trace.link_from(&batch_span);
+        }
         let mut report = BatchReport { leader: true, read: entries.len(), ..Default::default() };
         report.timings.read = read_time;
         let started = Instant::now();
@@ -992,7 +1001,7 @@ fn parse_read_reply(reply: Value) -> Result<Vec<Entry>, String> {
                 Some(Value::SimpleString(id)) => id,
                 other => return Err(format!("an entry id is not a string: {other:?}")),
             };
-            parsed.push(Entry { id, event: parse_event(&fields) });
+            parsed.push(Entry { id, trace: trace_of(&fields), event: parse_event(&fields) });
         }
     }
     Ok(parsed)
@@ -1005,6 +1014,18 @@ fn parse_event(fields: &Value) -> Result<LikeEvent, String> {
     // A trimmed-then-claimed entry has nil fields: nothing to apply.
     let Value::Array(fields) = fields else { return Err("the entry has no fields".into()) };
     LikeEvent::decode(fields.chunks(2).filter_map(|pair| match pair {
+        [Value::BulkString(name), Value::BulkString(value)] => Some((name.as_slice(), value.as_slice())),
+        _ => None,
+    }))
+}
+
+/// The trace context an entry carries (`LikeEvent::trace_of`), read only when traces are on.
+fn trace_of(fields: &Value) -> Option<TraceRef> {
+    if !crate::telemetry::otel::enabled() {
+        return None;
+    }
+    let Value::Array(fields) = fields else { return None };
+    LikeEvent::trace_of(fields.chunks(2).filter_map(|pair| match pair {
         [Value::BulkString(name), Value::BulkString(value)] => Some((name.as_slice(), value.as_slice())),
         _ => None,
     }))

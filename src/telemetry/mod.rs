@@ -1,4 +1,5 @@
-//! Telemetry: logs (one tracing subscriber, human-readable or JSON, filtered by `RUST_LOG`) and
+//! Telemetry: logs (one tracing subscriber, human-readable or JSON, filtered by `RUST_LOG`),
+//! traces (OpenTelemetry over OTLP when the OTEL_* variables ask for them: `otel`) and
 //! metrics (the `metrics` facade with a Prometheus recorder, rendered at `GET /metrics`).
 //!
 //! Any module records a metric with `metrics::counter!`, `metrics::gauge!` or
@@ -16,15 +17,48 @@ use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 use crate::config::LogFormat;
 
-/// Installs the global subscriber. Safe to call more than once (later calls are ignored), which
-/// tests rely on. sqlx logs every statement at INFO, so it is held to `warn` by default.
+pub mod otel;
+
+/// The log filter unless `RUST_LOG` gives one. sqlx logs every statement at INFO, and sea-orm's
+/// statement spans are INFO too (they are for `otel`), so both are held to `warn`.
+const DEFAULT_LOG_FILTER: &str = "info,sqlx=warn,sea_orm=warn,tower_http=warn";
+
+/// Installs the global subscriber for logs only. Safe to call more than once (later calls are
+/// ignored), which tests rely on.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm=warn,tower_http=warn"));
-    let registry = tracing_subscriber::registry().with(filter);
+    install::<tracing_subscriber::layer::Identity>(format, None);
+}
+
+/// Installs the global subscriber for a long-running process (`serve`, `worker`): logs, and
+/// OpenTelemetry traces when the OTEL_* variables ask for them (`otel`). The returned export is
+/// shut down after the process stops, which flushes the last spans.
+pub fn init_service(format: LogFormat) -> Result<Option<otel::TraceExport>, crate::error::AppError> {
+    match otel::from_env().map_err(crate::error::AppError::Config)? {
+        Some((export, layer)) => {
+            install(format, Some(layer));
+            tracing::info!("exporting traces over OTLP/HTTP");
+            Ok(Some(export))
+        }
+        None => {
+            init(format);
+            Ok(None)
+        }
+    }
+}
+
+fn install<L>(format: LogFormat, traces: Option<L>)
+where
+    L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync,
+{
+    let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    // Each layer has its own filter: the log filter must not hide the spans that are exported
+    // but never logged (SQL statements, Redis commands).
+    let registry = tracing_subscriber::registry().with(traces);
     let _ = match format {
-        LogFormat::Text => registry.with(fmt::layer().with_writer(std::io::stderr)).try_init(),
-        LogFormat::Json => registry.with(fmt::layer().json().with_writer(std::io::stderr)).try_init(),
+        LogFormat::Text => registry.with(fmt::layer().with_writer(std::io::stderr).with_filter(filter())).try_init(),
+        LogFormat::Json => {
+            registry.with(fmt::layer().json().with_writer(std::io::stderr).with_filter(filter())).try_init()
+        }
     };
 }
 
