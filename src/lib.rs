@@ -57,7 +57,9 @@
 //! - `error`     — the one error type and its machine-readable codes.
 //! - `backoff`   — retry pacing of the background loops (doubling delay, shutdown-aware pause).
 //! - `hooks`     — test hooks: a `Gate` that holds a running step at a chosen point.
-//! - `telemetry` — tracing subscriber (text or JSON); the metrics recorder and its catalog.
+//! - `telemetry` — tracing subscriber (text or JSON); OpenTelemetry traces over OTLP and the
+//!                 trace context a like carries across processes (`telemetry::otel`); the
+//!                 metrics recorder and its catalog.
 //! - `tls`       — the rustls provider (`ring`) behind outgoing HTTPS.
 //! - `ops`       — what operators ask: stream lag, pending and leases read from Redis, the
 //!                 `/readyz` report, the invariants of `course-forum check`.
