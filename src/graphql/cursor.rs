@@ -22,7 +22,7 @@ use hmac::{Hmac, KeyInit, Mac};
 
 use crate::error::{AppError, AppResult};
 
-type HmacSha256 = Hmac<sha2_011::Sha256>;
+type HmacSha256 = Hmac<sha2::Sha256>;
 
 /// Bytes of the HMAC-SHA256 kept in a cursor: 128 bits, beyond guessing.
 pub const TAG_BYTES: usize = 16;

@@ -417,8 +417,8 @@ fn hostile_request(kind: Kind, n: usize, targets: &Targets) -> (String, bool, St
                 _ => ("unknown hash only", None),
             };
             let hash = match &text {
-                Some(text) => format!("{:x}", sha2::Sha256::digest(text.as_bytes())),
-                None => format!("{:x}", sha2::Sha256::digest(rng.random::<u64>().to_le_bytes())),
+                Some(text) => hex(&sha2::Sha256::digest(text.as_bytes())),
+                None => hex(&sha2::Sha256::digest(rng.random::<u64>().to_le_bytes())),
             };
             let extensions = json!({ "persistedQuery": { "version": 1, "sha256Hash": hash } });
             let body = match text {
@@ -699,6 +699,11 @@ async fn after_look(server: &Server) -> (String, Vec<String>) {
     let lines =
         metrics.lines().filter(|l| !l.starts_with('#') && l.contains("cache")).take(30).map(str::to_owned).collect();
     (healthz, lines)
+}
+
+/// Lowercase hex, as `extensions.persistedQuery.sha256Hash` carries a digest.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn mib(bytes: u64) -> f64 {
