@@ -17,9 +17,13 @@
 //!                 every change by a LISTEN on the `course_members` trigger's notifications;
 //!                 open subscriptions watch it to end when access is lost.
 //! - `graphql`   — the schema apart from transport: types, queries, mutations, loaders,
-//!                 global ids, cursors, access checks, error codes, cost limits, when a
-//!                 request's loader batches start (`graphql::batch_gate`), persisted queries
-//!                 and parsed documents (`graphql::persisted`).
+//!                 global ids, access checks, error codes, cost limits, when a request's
+//!                 loader batches start (`graphql::batch_gate`).
+//! - `documents` — GraphQL documents before they run: automatic persisted queries and the
+//!                 parsed documents kept by hash (`documents::persisted`), the trusted
+//!                 documents' manifest (`documents::trusted`).
+//! - `cursor`    — connection cursors: opaque positions signed with the cursor keys
+//!                 (`CursorKeys`), checked before any SQL.
 //! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging; rosters.
 //! - `like_event` — the vocabulary every step of a like shares: `LikeTarget`, the typed
 //!                 `LikeEvent` and its one codec (stream fields, pending record, dead letter),
@@ -43,6 +47,8 @@
 //! - `live`      — after-commit live updates: one Redis Pub/Sub channel (sharded on a cluster)
 //!                 published to by whoever commits, relayed by every process to its websocket
 //!                 subscribers, re-read from PostgreSQL after a gap in the subscription.
+//! - `live_message` — what a live update says: `LiveMessage` (the wire format) and a course's
+//!                 `Activity`. A leaf: `live` publishes and relays it, `cache::pages` applies it.
 //! - `cache`     — the stampede-proof post cache (logical expiration, lock + brief wait, TTL
 //!                 jitter, "missing" markers, invalidation by generation) behind `post(id)`,
 //!                 access checks and feed hydration.
@@ -61,6 +67,8 @@
 //! - `tls`       — the rustls provider (`ring`) behind outgoing HTTPS.
 //! - `ops`       — what operators ask: stream lag, pending and leases read from Redis, the
 //!                 `/readyz` report, the invariants of `course-forum check`.
+//! - `layering`  — (tests only) the crate's shape, read from its sources: no module imports
+//!                 back up (no cycles between modules), and this map is the crate.
 //!
 //! Lua scripts live in `lua/` as real files, loaded once and run by EVALSHA.
 //!
@@ -109,7 +117,9 @@ pub mod backoff;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod cursor;
 pub mod db;
+pub mod documents;
 pub mod error;
 pub mod feed;
 pub mod forum;
@@ -117,9 +127,12 @@ pub mod graphql;
 pub mod hooks;
 pub mod http;
 pub mod kv;
+#[cfg(test)]
+mod layering;
 pub mod like_event;
 pub mod likes;
 pub mod live;
+pub mod live_message;
 pub mod membership;
 pub mod notifications;
 pub mod ops;
