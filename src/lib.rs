@@ -4,12 +4,14 @@
 //!
 //! - `cli`       — subcommands: `serve`, `worker`, `migrate`, `seed --demo`, `token`,
 //!                 `export-schema`, `reconcile`, `reset-*-cache`, `check`, `roster import`, `admin`.
-//! - `config`    — settings from flags and env, validated once with one clear sentence.
+//! - `config`    — settings from flags and env, validated once with one clear sentence, and
+//!                 the fixed limits they are checked against.
 //! - `startup`   — connect, assemble `AppState`, bind, serve until a shutdown future resolves;
 //!                 shutdown of the server, websockets and `BackgroundJobs` in bounded time.
 //! - `state`     — the one context every handler and resolver receives.
-//! - `http`      — axum routes: `POST /graphql`, GraphiQL at `/`, `/healthz`, `/readyz`,
-//!                 `/metrics`; authentication, CORS and websocket bounds; request ids.
+//! - `http`      — axum routes: `POST /graphql` (and GET), subscriptions at `/graphql/ws`,
+//!                 GraphiQL at `/`, `/healthz`, `/readyz`, `/metrics`; authentication, CORS and
+//!                 websocket bounds; request ids.
 //! - `auth`      — bearer tokens (the server's HS256 ones, and RS256/ES256 ones from an identity
 //!                 provider's JWKS, whose first sign-in provisions the user) and the per-request
 //!                 `Viewer` with its memberships.
@@ -24,7 +26,8 @@
 //!                 documents' manifest (`documents::trusted`).
 //! - `cursor`    — connection cursors: opaque positions signed with the cursor keys
 //!                 (`CursorKeys`), checked before any SQL.
-//! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging; rosters.
+//! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging;
+//!                 rosters (`forum::roster`; `forum::roster::import`: parse, plan, apply).
 //! - `like_event` — the vocabulary every step of a like shares: `LikeTarget`, the typed
 //!                 `LikeEvent` and its one codec (stream fields, pending record, dead letter),
 //!                 `CountChange`. A leaf: `likes`, `worker`, `cache`, `live` import it.
@@ -34,7 +37,9 @@
 //!                 one-transaction batch SQL; `likes::committed` the one after-commit step.
 //! - `worker`    — the one active consumer per like-stream shard (lease, fencing epoch, claim,
 //!                 batch, ack, dead letters), or the recount job; steppable by hand
-//!                 (`process_one_batch`); the drain that makes a mode switch safe.
+//!                 (`process_one_batch`); the drain that makes a mode switch safe. One file per
+//!                 concept: `worker::fencing`, `worker::read`, `worker::apply`, `worker::drain`,
+//!                 `worker::run`.
 //! - `views`     — post views bots cannot inflate: tickets with server-measured dwell, caps per
 //!                 user and IP, random counter shards, unique viewers (HyperLogLog), and the
 //!                 exactly-once aggregator (`views::aggregator`, one SQL statement per flush).
@@ -69,6 +74,11 @@
 //!                 `/readyz` report, the invariants of `course-forum check`.
 //! - `layering`  — (tests only) the crate's shape, read from its sources: no module imports
 //!                 back up (no cycles between modules), and this map is the crate.
+//!
+//! Imports go one way: no two modules import each other, directly or around a circle, at the
+//! top level or among the files of one module. Vocabulary that two modules share lives in a
+//! leaf below both (`like_event`, `live_message`, `documents`, `cursor`), or in their parent's
+//! own file. `layering` checks both this map and that rule.
 //!
 //! Lua scripts live in `lua/` as real files, loaded once and run by EVALSHA.
 //!
