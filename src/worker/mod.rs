@@ -22,14 +22,14 @@
 //!
 //! The files, by concept (methods of `LikeWorker` live beside the concept they serve):
 //!
-//! - `lease`   — a lease in Redis, taken and renewed only by its owner.
-//! - `fencing` — holding a shard: its lease, the fencing epoch, claiming the previous owner's
-//!               pending entries.
-//! - `read`    — reading as the lease owner (own pending first, then new), decoding entries.
-//! - `apply`   — one batch's fenced transaction, the retire script, the entry-by-entry retry
-//!               and the dead letters; `is_transient`.
-//! - `drain`   — stepping every shard until the streams are empty (mode switches, tests).
-//! - `run`     — the step, its pipelining, the run loop and the recount job's turn.
+//! - `lease`: a lease in Redis, taken and renewed only by its owner.
+//! - `fencing`: holding a shard: its lease, the fencing epoch, claiming the previous owner's
+//!   pending entries.
+//! - `read`: reading as the lease owner (own pending first, then new), decoding entries.
+//! - `apply`: one batch's fenced transaction, the retire script, the entry-by-entry retry and
+//!   the dead letters; `is_transient`.
+//! - `drain`: stepping every shard until the streams are empty (mode switches, tests).
+//! - `run`: the step, its pipelining, the run loop and the recount job's turn.
 
 mod apply;
 mod drain;
