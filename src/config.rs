@@ -353,7 +353,7 @@ pub struct Settings {
     #[arg(long, env = "WORKER_METRICS_BIND", global = true)]
     pub worker_metrics_bind: Option<SocketAddr>,
 
-    /// Longest query text kept as an automatic persisted query, in bytes (`graphql::persisted`).
+    /// Longest query text kept as an automatic persisted query, in bytes (`documents::persisted`).
     /// A longer one still runs; it is just not kept.
     #[arg(long, env = "PERSISTED_QUERY_MAX_BYTES", default_value_t = 4 * 1024, global = true)]
     pub persisted_query_max_bytes: usize,
@@ -363,7 +363,7 @@ pub struct Settings {
     pub persisted_query_registrations_per_hour: u32,
 
     /// A manifest of trusted documents (Apollo's persisted query manifest, or a JSON object of
-    /// id → text): when set, only its documents run, and SIGHUP reloads it (`graphql::trusted`).
+    /// id → text): when set, only its documents run, and SIGHUP reloads it (`documents::trusted`).
     #[arg(long, env = "TRUSTED_DOCUMENTS", global = true)]
     pub trusted_documents: Option<std::path::PathBuf>,
 
@@ -382,13 +382,49 @@ pub struct Settings {
     pub cache_budget_bytes: u64,
 }
 
-/// Reads `CACHE_BUDGET_BYTES` (see `cache::budget::parse_bytes`), at least 1 MiB.
+// Fixed limits that settings are checked against. They live here, not with the modules that
+// enforce them (`cache::budget`, `cursor`, `graphql::limits`), because every module
+// reads `config` and `config` imports none of them (`layering`).
+
+/// The smallest `CACHE_BUDGET_BYTES` accepted: below it the shares (`cache::budget`) could not
+/// hold one large page.
+pub const MIN_CACHE_BUDGET_BYTES: u64 = 1024 * 1024;
+
+/// Shortest secret accepted as a cursor key (`CURSOR_KEYS`, or the key kept in Redis).
+pub const MIN_CURSOR_KEY_BYTES: usize = 16;
+
+/// Highest cost of a GraphQL request (`graphql::limits::MAX_COST`, which enforces it);
+/// `SUBSCRIPTION_MAX_COST` may not exceed it.
+pub const MAX_QUERY_COST: usize = 20_000;
+
+/// Reads `CACHE_BUDGET_BYTES` (see `parse_bytes`), at least 1 MiB.
 pub fn parse_cache_budget(raw: &str) -> Result<u64, String> {
-    let bytes = crate::cache::budget::parse_bytes(raw)?;
-    if bytes < crate::cache::budget::MIN_BUDGET_BYTES {
+    let bytes = parse_bytes(raw)?;
+    if bytes < MIN_CACHE_BUDGET_BYTES {
         return Err(format!("`{raw}` is below the smallest cache budget, 1MiB"));
     }
     Ok(bytes)
+}
+
+/// Reads a byte count: plain bytes (`268435456`) or with a unit: `KiB`, `MiB`, `GiB` (powers
+/// of 1024), `KB`, `MB`, `GB` (powers of 1000), `B`.
+pub fn parse_bytes(raw: &str) -> Result<u64, String> {
+    let text = raw.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let refuse = || format!("`{raw}` is not a size like 268435456, 256MiB or 1GiB");
+    let number: u64 = digits.parse().map_err(|_| refuse())?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" | "k" => 1 << 10,
+        "mib" | "m" => 1 << 20,
+        "gib" | "g" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => return Err(refuse()),
+    };
+    number.checked_mul(factor).ok_or_else(refuse)
 }
 
 /// True when the URL's host is this machine: `localhost`, 127.0.0.0/8 or ::1.
@@ -541,10 +577,10 @@ impl Settings {
         if secrets.is_empty() {
             return Ok(None);
         }
-        if secrets.iter().any(|k| k.len() < crate::graphql::cursor::MIN_KEY_BYTES) {
+        if secrets.iter().any(|k| k.len() < MIN_CURSOR_KEY_BYTES) {
             return Err(AppError::Config(format!(
                 "each key of CURSOR_KEYS must be at least {} bytes long (a random string); separate keys with commas",
-                crate::graphql::cursor::MIN_KEY_BYTES
+                MIN_CURSOR_KEY_BYTES
             )));
         }
         Ok(Some(secrets))
@@ -635,10 +671,10 @@ impl Settings {
         if !self.ws_keepalive.is_zero() && self.ws_keepalive < Duration::from_millis(100) {
             return Err(AppError::Config("WS_KEEPALIVE must be 0s (off) or at least 100ms".into()));
         }
-        if self.subscription_max_cost == 0 || self.subscription_max_cost > crate::graphql::MAX_COST {
+        if self.subscription_max_cost == 0 || self.subscription_max_cost > MAX_QUERY_COST {
             return Err(AppError::Config(format!(
                 "SUBSCRIPTION_MAX_COST must be between 1 and MAX_COST ({})",
-                crate::graphql::MAX_COST
+                MAX_QUERY_COST
             )));
         }
         if self.subscription_event_statement_budget == 0 {
@@ -666,4 +702,21 @@ pub struct JwksSettings {
     pub audience: String,
     pub handle_claim: String,
     pub name_claim: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_read_with_or_without_a_unit() {
+        assert_eq!(parse_bytes("268435456"), Ok(256 << 20));
+        assert_eq!(parse_bytes("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_bytes(" 1 GiB "), Ok(1 << 30));
+        assert_eq!(parse_bytes("64kb"), Ok(64_000));
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("12 parsecs").is_err());
+        assert!(parse_bytes("99999999999999GiB").is_err());
+    }
 }

@@ -4,12 +4,14 @@
 //!
 //! - `cli`       — subcommands: `serve`, `worker`, `migrate`, `seed --demo`, `token`,
 //!                 `export-schema`, `reconcile`, `reset-*-cache`, `check`, `roster import`, `admin`.
-//! - `config`    — settings from flags and env, validated once with one clear sentence.
+//! - `config`    — settings from flags and env, validated once with one clear sentence, and
+//!                 the fixed limits they are checked against.
 //! - `startup`   — connect, assemble `AppState`, bind, serve until a shutdown future resolves;
 //!                 shutdown of the server, websockets and `BackgroundJobs` in bounded time.
 //! - `state`     — the one context every handler and resolver receives.
-//! - `http`      — axum routes: `POST /graphql`, GraphiQL at `/`, `/healthz`, `/readyz`,
-//!                 `/metrics`; authentication, CORS and websocket bounds; request ids.
+//! - `http`      — axum routes: `POST /graphql` (and GET), subscriptions at `/graphql/ws`,
+//!                 GraphiQL at `/`, `/healthz`, `/readyz`, `/metrics`; authentication, CORS and
+//!                 websocket bounds; request ids.
 //! - `auth`      — bearer tokens (the server's HS256 ones, and RS256/ES256 ones from an identity
 //!                 provider's JWKS, whose first sign-in provisions the user) and the per-request
 //!                 `Viewer` with its memberships.
@@ -17,10 +19,15 @@
 //!                 every change by a LISTEN on the `course_members` trigger's notifications;
 //!                 open subscriptions watch it to end when access is lost.
 //! - `graphql`   — the schema apart from transport: types, queries, mutations, loaders,
-//!                 global ids, cursors, access checks, error codes, cost limits, when a
-//!                 request's loader batches start (`graphql::batch_gate`), persisted queries
-//!                 and parsed documents (`graphql::persisted`).
-//! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging; rosters.
+//!                 global ids, access checks, error codes, cost limits, when a request's
+//!                 loader batches start (`graphql::batch_gate`).
+//! - `documents` — GraphQL documents before they run: automatic persisted queries and the
+//!                 parsed documents kept by hash (`documents::persisted`), the trusted
+//!                 documents' manifest (`documents::trusted`).
+//! - `cursor`    — connection cursors: opaque positions signed with the cursor keys
+//!                 (`CursorKeys`), checked before any SQL.
+//! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging;
+//!                 rosters (`forum::roster`; `forum::roster::import`: parse, plan, apply).
 //! - `like_event` — the vocabulary every step of a like shares: `LikeTarget`, the typed
 //!                 `LikeEvent` and its one codec (stream fields, pending record, dead letter),
 //!                 `CountChange`. A leaf: `likes`, `worker`, `cache`, `live` import it.
@@ -30,7 +37,9 @@
 //!                 one-transaction batch SQL; `likes::committed` the one after-commit step.
 //! - `worker`    — the one active consumer per like-stream shard (lease, fencing epoch, claim,
 //!                 batch, ack, dead letters), or the recount job; steppable by hand
-//!                 (`process_one_batch`); the drain that makes a mode switch safe.
+//!                 (`process_one_batch`); the drain that makes a mode switch safe. One file per
+//!                 concept: `worker::fencing`, `worker::read`, `worker::apply`, `worker::drain`,
+//!                 `worker::run`.
 //! - `views`     — post views bots cannot inflate: tickets with server-measured dwell, caps per
 //!                 user and IP, random counter shards, unique viewers (HyperLogLog), and the
 //!                 exactly-once aggregator (`views::aggregator`, one SQL statement per flush).
@@ -43,6 +52,8 @@
 //! - `live`      — after-commit live updates: one Redis Pub/Sub channel (sharded on a cluster)
 //!                 published to by whoever commits, relayed by every process to its websocket
 //!                 subscribers, re-read from PostgreSQL after a gap in the subscription.
+//! - `live_message` — what a live update says: `LiveMessage` (the wire format) and a course's
+//!                 `Activity`. A leaf: `live` publishes and relays it, `cache::pages` applies it.
 //! - `cache`     — the stampede-proof post cache (logical expiration, lock + brief wait, TTL
 //!                 jitter, "missing" markers, invalidation by generation) behind `post(id)`,
 //!                 access checks and feed hydration.
@@ -63,6 +74,13 @@
 //! - `tls`       — the rustls provider (`ring`) behind outgoing HTTPS.
 //! - `ops`       — what operators ask: stream lag, pending and leases read from Redis, the
 //!                 `/readyz` report, the invariants of `course-forum check`.
+//! - `layering`  — (tests only) the crate's shape, read from its sources: no module imports
+//!                 back up (no cycles between modules), and this map is the crate.
+//!
+//! Imports go one way: no two modules import each other, directly or around a circle, at the
+//! top level or among the files of one module. Vocabulary that two modules share lives in a
+//! leaf below both (`like_event`, `live_message`, `documents`, `cursor`), or in their parent's
+//! own file. `layering` checks both this map and that rule.
 //!
 //! Lua scripts live in `lua/` as real files, loaded once and run by EVALSHA.
 //!
@@ -111,7 +129,9 @@ pub mod backoff;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod cursor;
 pub mod db;
+pub mod documents;
 pub mod error;
 pub mod feed;
 pub mod forum;
@@ -119,9 +139,12 @@ pub mod graphql;
 pub mod hooks;
 pub mod http;
 pub mod kv;
+#[cfg(test)]
+mod layering;
 pub mod like_event;
 pub mod likes;
 pub mod live;
+pub mod live_message;
 pub mod membership;
 pub mod notifications;
 pub mod ops;

@@ -382,12 +382,12 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
     let memberships = Memberships::with_budget(settings.membership_cache, &cache_budget);
     let trusted = match &settings.trusted_documents {
-        Some(path) => Some(Arc::new(crate::graphql::trusted::TrustedDocuments::load(path)?)),
+        Some(path) => Some(Arc::new(crate::documents::trusted::TrustedDocuments::load(path)?)),
         None => None,
     };
     let persisted_queries =
-        Arc::new(crate::graphql::persisted::PersistedQueries::new(redis.clone(), keys.clone(), &settings, trusted));
-    let cursor_keys = crate::graphql::cursor::load_keys(&settings, &redis, &keys).await?;
+        Arc::new(crate::documents::persisted::PersistedQueries::new(redis.clone(), keys.clone(), &settings, trusted));
+    let cursor_keys = crate::cursor::load_keys(&settings, &redis, &keys).await?;
     Ok(AppState {
         settings,
         db,
@@ -407,7 +407,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
         users: crate::cache::users::UserRows::with_budget(&cache_budget),
         feed,
         memberships,
-        parsed_documents: Arc::new(crate::graphql::persisted::ParsedDocuments::new(&cache_budget)),
+        parsed_documents: Arc::new(crate::documents::persisted::ParsedDocuments::new(&cache_budget)),
         persisted_queries,
         cursor_keys,
         cache_budget,

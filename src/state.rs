@@ -60,11 +60,11 @@ pub struct AppState {
     pub memberships: Memberships,
     /// Parsed GraphQL documents that validated for a signed-in caller, by the SHA-256 of
     /// their text, bounded by bytes.
-    pub parsed_documents: Arc<crate::graphql::persisted::ParsedDocuments>,
+    pub parsed_documents: Arc<crate::documents::persisted::ParsedDocuments>,
     /// Automatic persisted queries (Redis), or the trusted documents' manifest.
-    pub persisted_queries: Arc<crate::graphql::persisted::PersistedQueries>,
+    pub persisted_queries: Arc<crate::documents::persisted::PersistedQueries>,
     /// Sign the cursors this server hands out and verify those it is handed back.
-    pub cursor_keys: crate::graphql::cursor::CursorKeys,
+    pub cursor_keys: crate::cursor::CursorKeys,
     /// `CACHE_BUDGET_BYTES` split among the in-process caches, and their figures for /metrics.
     pub cache_budget: Arc<crate::cache::budget::CacheBudget>,
 }

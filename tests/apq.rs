@@ -6,7 +6,7 @@
 mod common;
 
 use common::{TestApp, World, gid};
-use course_forum::graphql::persisted::sha256_hex;
+use course_forum::documents::sha256_hex;
 use serde_json::{Value, json};
 
 const ME: &str = "query Me { me { handle } }";

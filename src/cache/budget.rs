@@ -37,9 +37,6 @@ use crate::telemetry::names;
 /// The default of `CACHE_BUDGET_BYTES`.
 pub const DEFAULT_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
 
-/// The smallest budget accepted: below it the shares could not hold one large page.
-pub const MIN_BUDGET_BYTES: u64 = 1024 * 1024;
-
 /// What one entry costs beyond its value's heap: moka's entry and its place in the
 /// concurrent map and the access-order queues, the key, the `Arc` header. An estimate
 /// (measured order of magnitude), not an exact count.
@@ -126,7 +123,7 @@ impl CacheBudget {
         self.total / 1000 * name.per_mille() + self.total % 1000 * name.per_mille() / 1000
     }
 
-    /// The bytes the parsed-document cache (`graphql::persisted`) may hold.
+    /// The bytes the parsed-document cache (`documents::persisted`) may hold.
     pub fn parsed_documents_bytes(&self) -> u64 {
         self.share(CacheName::ParsedDocuments)
     }
@@ -287,42 +284,9 @@ pub fn string_bytes(s: &str) -> u64 {
     s.len() as u64
 }
 
-/// Reads a byte count: plain bytes (`268435456`) or with a unit: `KiB`, `MiB`, `GiB` (powers
-/// of 1024), `KB`, `MB`, `GB` (powers of 1000), `B`.
-pub fn parse_bytes(raw: &str) -> Result<u64, String> {
-    let text = raw.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let refuse = || format!("`{raw}` is not a size like 268435456, 256MiB or 1GiB");
-    let number: u64 = digits.parse().map_err(|_| refuse())?;
-    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "kib" | "k" => 1 << 10,
-        "mib" | "m" => 1 << 20,
-        "gib" | "g" => 1 << 30,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        _ => return Err(refuse()),
-    };
-    number.checked_mul(factor).ok_or_else(refuse)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_read_with_or_without_a_unit() {
-        assert_eq!(parse_bytes("268435456"), Ok(256 << 20));
-        assert_eq!(parse_bytes("256MiB"), Ok(256 << 20));
-        assert_eq!(parse_bytes(" 1 GiB "), Ok(1 << 30));
-        assert_eq!(parse_bytes("64kb"), Ok(64_000));
-        assert!(parse_bytes("").is_err());
-        assert!(parse_bytes("lots").is_err());
-        assert!(parse_bytes("12 parsecs").is_err());
-        assert!(parse_bytes("99999999999999GiB").is_err());
-    }
 
     #[test]
     fn the_shares_add_up_to_the_budget() {

@@ -3,9 +3,9 @@
 //! likes, `post(id)`), so a hot post costs no Redis round trip before its like.
 //!
 //! **What changes a cached page, and how it hears of it.** Every committed change that can
-//! alter a page is published on the live channel (`live::LiveMessage`), and this instance hears
-//! it through its relay; the writing instance also applies it here before it answers, so a
-//! writer reads its own write.
+//! alter a page is published on the live channel (`live_message::LiveMessage`), and this
+//! instance hears it through its relay; the writing instance also applies it here before it
+//! answers, so a writer reads its own write.
 //! - a post created or deleted in the course (`Activity`): the course's pages are dropped;
 //! - a comment or reply created or deleted (`Activity`, its post's `commentCount`), a post
 //!   edited (`PostsChanged`) or deleted: the pages showing that post, and the post, are dropped;
@@ -58,7 +58,7 @@ use crate::error::AppResult;
 use crate::forum::paging::{Page, PageRequest};
 use crate::forum::posts::{self, PostRow, Ranking};
 use crate::like_event::{CountChange, LikeTarget};
-use crate::live::{ActivityKind, LiveMessage};
+use crate::live_message::{ActivityKind, LiveMessage};
 
 /// Longest a HOT or TOP first page is served without a reload (see the module doc).
 pub const RANKED_PAGE_TTL: Duration = Duration::from_millis(500);

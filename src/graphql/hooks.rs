@@ -30,9 +30,9 @@ use futures_util::stream::BoxStream;
 
 use super::document_limits::{self, DocumentLimits};
 use super::metrics::Observed;
-use super::persisted::sha256_hex;
-use super::{errors, limits, socket, trusted};
+use super::{errors, limits, socket};
 use crate::auth::Viewer;
+use crate::documents::{sha256_hex, trusted};
 use crate::state::AppState;
 use crate::telemetry::{names, otel};
 use tracing::Instrument;

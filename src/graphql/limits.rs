@@ -22,8 +22,9 @@ use async_graphql::ServerError;
 use async_graphql::{ErrorExtensionValues, ValidationResult};
 
 /// Highest cost accepted. A page of 20 posts with their authors and flags costs about 200;
-/// 100 posts with 100 comments each, 10,000 times their fields.
-pub const MAX_COST: usize = 20_000;
+/// 100 posts with 100 comments each, 10,000 times their fields. (Its value is in `config`,
+/// which checks `SUBSCRIPTION_MAX_COST` against it.)
+pub const MAX_COST: usize = crate::config::MAX_QUERY_COST;
 
 /// Most aliases one document may hold, counted once per place they are resolved (a fragment's
 /// once per spread). Clients that render a page use a handful.

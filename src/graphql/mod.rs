@@ -4,7 +4,6 @@
 pub mod access;
 pub mod batch_gate;
 pub mod context;
-pub mod cursor;
 pub mod document_limits;
 pub mod errors;
 pub mod hooks;
@@ -14,13 +13,11 @@ pub mod loaders;
 pub mod metrics;
 pub mod mutation;
 pub mod notifications;
-pub mod persisted;
 pub mod query;
 pub mod revocation;
 pub mod roster;
 pub mod socket;
 pub mod subscription;
-pub mod trusted;
 pub mod types;
 
 use async_graphql::connection::Connection;
@@ -45,21 +42,21 @@ pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::
         // Types the library defines carry its generic descriptions (or none); a front-end
         // developer reads these instead. The wire format stays the library's.
         .override_output_type_description::<DateTime<Utc>>(DATETIME_DESCRIPTION)
-        .override_output_type_description::<Connection<cursor::PostsCursor, types::Post>>(
+        .override_output_type_description::<Connection<crate::cursor::PostsCursor, types::Post>>(
             "A page of posts. Ask for the next one with `after: pageInfo.endCursor` while \
              `pageInfo.hasNextPage` is true.",
         )
-        .override_output_type_description::<Connection<cursor::KeyCursor, types::Comment>>(
+        .override_output_type_description::<Connection<crate::cursor::KeyCursor, types::Comment>>(
             "A page of top-level comments. Ask for the next one with `after: pageInfo.endCursor` while \
              `pageInfo.hasNextPage` is true.",
         )
         .override_output_type_description::<
-            Connection<cursor::KeyCursor, notifications::Notification, notifications::NotificationTotals>,
+            Connection<crate::cursor::KeyCursor, types::Notification, notifications::NotificationTotals>,
         >(
             "A page of your notifications, newest first, with the count of those unread. Ask for the next \
              one with `after: pageInfo.endCursor` while `pageInfo.hasNextPage` is true.",
         )
-        .override_output_type_description::<Connection<cursor::KeyCursor, types::Reply>>(
+        .override_output_type_description::<Connection<crate::cursor::KeyCursor, types::Reply>>(
             "A page of replies. Ask for the next one with `after: pageInfo.endCursor` while \
              `pageInfo.hasNextPage` is true.",
         )

@@ -5,11 +5,11 @@ use async_graphql::{Context, ID, Object, Result};
 
 use super::access;
 use super::context::{state, viewer};
-use super::cursor::{KeyCursor, PostsCursor};
 use super::errors::nullable;
 use super::ids::{self, NodeKind};
 use super::loaders::prime_liked;
-use super::types::{Course, Node, Post, User, page_cost, post_connection};
+use super::types::{Course, Node, Notification, Post, User, page_cost, post_connection};
+use crate::cursor::{KeyCursor, PostsCursor};
 use crate::error::AppError;
 use crate::forum::paging::PageRequest;
 use crate::forum::{courses, users};
@@ -56,9 +56,7 @@ impl Query {
             desc = "Return the notifications after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT."
         )]
         after: Option<String>,
-    ) -> Result<
-        Option<Connection<KeyCursor, super::notifications::Notification, super::notifications::NotificationTotals>>,
-    > {
+    ) -> Result<Option<Connection<KeyCursor, Notification, super::notifications::NotificationTotals>>> {
         nullable(super::notifications::page(ctx, first, after)).await
     }
 

@@ -123,7 +123,7 @@ pub fn request_from_url(raw: &str) -> Result<async_graphql::Request, String> {
         request.extensions =
             serde_json::from_str(&extensions).map_err(|e| format!("`extensions` is not a JSON object: {e}"))?;
     }
-    // Empty only for a persisted query named by its hash (`graphql::persisted` checks it).
+    // Empty only for a persisted query named by its hash (`documents::persisted` checks it).
     if request.query.trim().is_empty() && !request.extensions.0.contains_key("persistedQuery") {
         return Err("the `query` parameter is missing or empty".into());
     }
@@ -135,7 +135,7 @@ pub fn request_from_body(body: &[u8]) -> Result<async_graphql::Request, String> 
     let request: async_graphql::Request = serde_json::from_slice(body).map_err(|e| {
         format!("the body must be a JSON object with `query` (and optionally `variables`, `operationName`): {e}")
     })?;
-    // A persisted query may name its text by hash alone (`graphql::persisted` checks).
+    // A persisted query may name its text by hash alone (`documents::persisted` checks).
     if request.query.trim().is_empty() && !request.extensions.0.contains_key("persistedQuery") {
         return Err("the body has no `query`".into());
     }

@@ -21,9 +21,9 @@ use tracing::Instrument;
 
 use crate::auth::Viewer;
 use crate::db::budget::StatementBudget;
+use crate::documents::persisted::Persisted;
 use crate::error::AppError;
 use crate::graphql::batch_gate::BatchGate;
-use crate::graphql::persisted::Persisted;
 use crate::graphql::{AppSchema, errors::assign_code, loaders::Loaders};
 use crate::state::AppState;
 
@@ -238,7 +238,7 @@ fn not_a_request(media: graphql_http::MediaType, why: String) -> Response {
 
 /// Authenticates and runs one GraphQL request under its deadline and statement budget; then
 /// keeps a persisted query's text if the request offered one, validated, and came from a
-/// signed-in caller (`graphql::persisted`).
+/// signed-in caller (`documents::persisted`).
 #[tracing::instrument(name = "graphql", skip_all)]
 async fn execute(
     state: &HttpState,

@@ -121,7 +121,7 @@ impl Keys {
         format!("{}:{{s{shard}}}:likes", self.prefix)
     }
 
-    /// The shared cursor key when CURSOR_KEYS is unset (`graphql::cursor::load_keys`).
+    /// The shared cursor key when CURSOR_KEYS is unset (`cursor::load_keys`).
     pub fn cursor_key(&self) -> String {
         format!("{}:cursor_key", self.prefix)
     }

@@ -22,14 +22,14 @@
 //!
 //! The files, by concept (methods of `LikeWorker` live beside the concept they serve):
 //!
-//! - `lease`   — a lease in Redis, taken and renewed only by its owner.
-//! - `fencing` — holding a shard: its lease, the fencing epoch, claiming the previous owner's
-//!               pending entries.
-//! - `read`    — reading as the lease owner (own pending first, then new), decoding entries.
-//! - `apply`   — one batch's fenced transaction, the retire script, the entry-by-entry retry
-//!               and the dead letters; `is_transient`.
-//! - `drain`   — stepping every shard until the streams are empty (mode switches, tests).
-//! - `run`     — the step, its pipelining, the run loop and the recount job's turn.
+//! - `lease`: a lease in Redis, taken and renewed only by its owner.
+//! - `fencing`: holding a shard: its lease, the fencing epoch, claiming the previous owner's
+//!   pending entries.
+//! - `read`: reading as the lease owner (own pending first, then new), decoding entries.
+//! - `apply`: one batch's fenced transaction, the retire script, the entry-by-entry retry and
+//!   the dead letters; `is_transient`.
+//! - `drain`: stepping every shard until the streams are empty (mode switches, tests).
+//! - `run`: the step, its pipelining, the run loop and the recount job's turn.
 
 mod apply;
 mod drain;
@@ -59,8 +59,15 @@ use run::Carried;
 pub use apply::is_transient;
 pub use drain::unapplied_events;
 
-/// A deliberate crash for fault tests: `COURSE_FORUM_FAULT=abort-after-commit` (or
-/// `abort-before-commit`) makes the process abort at that point of its first batch.
+/// A deliberate crash for fault tests: `COURSE_FORUM_FAULT=abort-before-commit` (or
+/// `abort-after-commit`) makes the process abort at that point of its first batch, as a crash
+/// would: no unwinding, no release of anything (docs/operations.md, "The crash hook").
+///
+/// A test hook on the production path, so it must cost nothing there: the variable is read
+/// once, when the worker is configured (`WorkerConfig::from_settings`), and a batch compares
+/// the field. It is an environment variable rather than a cargo feature because the tests run
+/// the very binary `cargo test` builds (`CARGO_BIN_EXE_course-forum`): a feature would have to
+/// be on in every test build, or the crash tests would not run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
     AbortBeforeCommit,
@@ -68,12 +75,26 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// Reads `COURSE_FORUM_FAULT`. Set, it is announced at once (a process that has it by
+    /// mistake says so before it aborts); an unknown value is ignored, with a warning.
     pub fn from_env() -> Option<Self> {
-        match std::env::var("COURSE_FORUM_FAULT").ok()?.as_str() {
+        let value = std::env::var("COURSE_FORUM_FAULT").ok()?;
+        let fault = match value.as_str() {
             "abort-before-commit" => Some(Fault::AbortBeforeCommit),
             "abort-after-commit" => Some(Fault::AbortAfterCommit),
             _ => None,
+        };
+        match fault {
+            Some(fault) => tracing::warn!(
+                ?fault,
+                "COURSE_FORUM_FAULT is set: the like worker aborts the process in its first batch (a test hook)"
+            ),
+            None => tracing::warn!(
+                value,
+                "COURSE_FORUM_FAULT is ignored: it knows only abort-before-commit and abort-after-commit"
+            ),
         }
+        fault
     }
 }
 

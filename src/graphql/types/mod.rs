@@ -1,16 +1,18 @@
-//! The GraphQL object types: User, Course, Post, Comment, Reply (one file each), the `Node`,
-//! `AnyComment` and `Likeable` interfaces, what every object shares (`Known`, connections and
-//! their cost), and the small payloads. Objects wrap rows; a row reaches a client only after
+//! The GraphQL object types: User, Course, Post, Comment, Reply, Notification (one file each),
+//! the `Node`, `AnyComment` and `Likeable` interfaces, what every object shares (`Known`,
+//! connections and their cost), and the small payloads. Objects wrap rows; a row reaches a client only after
 //! the resolver that produced it checked the viewer's membership of its course.
 
 mod comment;
 mod course;
+mod notification;
 mod post;
 mod reply;
 mod user;
 
 pub use comment::Comment;
 pub use course::*;
+pub use notification::{Notification, NotificationKind};
 pub use post::Post;
 pub use reply::Reply;
 pub use user::User;
@@ -22,9 +24,9 @@ use async_graphql::{Context, ID, Interface, Object, Result, SimpleObject};
 use chrono::{DateTime, Utc};
 
 use super::context::{state, viewer};
-use super::cursor::{CursorKeys, KeyCursor, MAX_RANKED_WALK, PostsCursor, RankCursor};
 use super::ids::{NodeKind, encode};
 use super::loaders::{liked_by_me, loaders, prime_liked, user};
+use crate::cursor::{CursorKeys, KeyCursor, MAX_RANKED_WALK, PostsCursor, RankCursor};
 use crate::error::AppError;
 use crate::forum::comments::{CommentRow, Thread};
 use crate::forum::courses::{CourseRow, Role};
@@ -80,7 +82,7 @@ pub enum Node {
     Post(Post),
     Comment(Comment),
     Reply(Reply),
-    Notification(super::notifications::Notification),
+    Notification(Notification),
 }
 
 /// A top-level comment or a reply: what comment mutations return.

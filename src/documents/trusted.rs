@@ -18,8 +18,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use super::sha256_hex;
 use crate::error::{AppError, AppResult};
-use crate::graphql::persisted::sha256_hex;
 
 /// One loaded manifest.
 #[derive(Default)]

@@ -20,6 +20,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
 
+use crate::config::MIN_CURSOR_KEY_BYTES;
 use crate::error::{AppError, AppResult};
 
 type HmacSha256 = Hmac<sha2::Sha256>;
@@ -30,9 +31,6 @@ pub const TAG_BYTES: usize = 16;
 /// Longest cursor accepted, in characters: a HOT/TOP walk's last cursor (1,000 ids of up to
 /// 9 bytes each, the prefix and the tag) fits; anything longer is refused before decoding.
 pub const MAX_CURSOR_CHARS: usize = 12_100;
-
-/// Shortest secret accepted as a cursor key.
-pub const MIN_KEY_BYTES: usize = 16;
 
 /// The cursor keys: the first signs, all verify (rotation). Cheap to clone.
 #[derive(Clone)]
@@ -45,7 +43,7 @@ impl std::fmt::Debug for CursorKeys {
 }
 
 impl CursorKeys {
-    /// Keys from secrets, the signing one first; each at least `MIN_KEY_BYTES` long.
+    /// Keys from secrets, the signing one first; each at least `MIN_CURSOR_KEY_BYTES` long.
     pub fn new<S: AsRef<[u8]>>(secrets: &[S]) -> AppResult<Self> {
         if secrets.is_empty() {
             return Err(AppError::Config("CURSOR_KEYS must hold at least one key".into()));
@@ -54,9 +52,9 @@ impl CursorKeys {
             .iter()
             .map(|secret| {
                 let secret = secret.as_ref();
-                if secret.len() < MIN_KEY_BYTES {
+                if secret.len() < MIN_CURSOR_KEY_BYTES {
                     return Err(AppError::Config(format!(
-                        "each key of CURSOR_KEYS must be at least {MIN_KEY_BYTES} bytes long (a random string)"
+                        "each key of CURSOR_KEYS must be at least {MIN_CURSOR_KEY_BYTES} bytes long (a random string)"
                     )));
                 }
                 HmacSha256::new_from_slice(secret).map_err(|e| AppError::Config(format!("cursor key: {e}")))
@@ -142,7 +140,7 @@ pub async fn load_keys(
     let kept: Option<String> = redis::cmd("GET").arg(&name).query_async(&mut conn).await?;
     let secret = kept
         .and_then(|k| URL_SAFE_NO_PAD.decode(k).ok())
-        .filter(|k| k.len() >= MIN_KEY_BYTES)
+        .filter(|k| k.len() >= MIN_CURSOR_KEY_BYTES)
         .ok_or_else(|| AppError::Internal(format!("the cursor key in Redis ({name}) is missing or not a key")))?;
     CursorKeys::new(&[secret])
 }

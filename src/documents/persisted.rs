@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use async_graphql::parser::types::ExecutableDocument;
 use async_graphql::{Request, Value};
-use sha2::{Digest, Sha256};
 
+use super::sha256_hex;
 use super::trusted::TrustedDocuments;
 use crate::cache::budget::{CacheBudget, CacheName, Measured, WeighedCache, string_bytes};
 use crate::config::Settings;
@@ -44,11 +44,6 @@ pub const PERSISTED_QUERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The window of `PERSISTED_QUERY_REGISTRATIONS_PER_HOUR`.
 const REGISTRATION_WINDOW: Duration = Duration::from_secs(3600);
-
-/// The lowercase hex SHA-256 of a query's text, as Apollo clients compute it.
-pub fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// The hash a request names in `extensions.persistedQuery`, if it names one.
 fn requested_hash(request: &Request) -> AppResult<Option<String>> {
@@ -242,12 +237,6 @@ impl ParsedDocuments {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_hash_is_the_lowercase_hex_sha256_of_the_text() {
-        // As Python's hashlib.sha256(b"{ __typename }").hexdigest() gives it.
-        assert_eq!(sha256_hex("{ __typename }"), "7f56e67dd21ab3f30d1ff8b7bed08893f0a0db86449836189b361dd1e56ddb4b");
-    }
 
     #[test]
     fn documents_are_held_within_their_byte_budget() {

@@ -1,0 +1,27 @@
+//! GraphQL documents before they run: which texts this server accepts and what it keeps of
+//! them. `persisted`: automatic persisted queries (Apollo's protocol) and the parsed documents
+//! kept by hash; `trusted`: the trusted documents' manifest, when only its documents may run.
+//! Both name a document by `sha256_hex` of its text.
+//!
+//! Below `graphql`, whose request hooks consult them, and `state`, which holds them.
+
+pub mod persisted;
+pub mod trusted;
+
+use sha2::{Digest, Sha256};
+
+/// The lowercase hex SHA-256 of a query's text, as Apollo clients compute it.
+pub fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sha256_hex;
+
+    #[test]
+    fn the_hash_is_the_lowercase_hex_sha256_of_the_text() {
+        // As Python's hashlib.sha256(b"{ __typename }").hexdigest() gives it.
+        assert_eq!(sha256_hex("{ __typename }"), "7f56e67dd21ab3f30d1ff8b7bed08893f0a0db86449836189b361dd1e56ddb4b");
+    }
+}

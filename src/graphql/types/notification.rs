@@ -1,0 +1,70 @@
+//! `Notification`: something that happened to the viewer (a reply, a mention, a like
+//! milestone). Read by `graphql::notifications`, which checks that only its recipient sees it.
+
+use async_graphql::Enum;
+
+#[allow(unused_imports)]
+use super::*;
+use crate::notifications::NotificationRow;
+
+/// Why a notification was sent.
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationKind {
+    /// Someone commented on your post, or replied to your comment or reply.
+    Reply,
+    /// Someone mentioned your `@handle` in a post, comment or reply.
+    Mention,
+    /// Your post, comment or reply reached 10, 100 or 1,000 likes (`milestone`).
+    LikeMilestone,
+}
+
+pub struct Notification(pub NotificationRow);
+
+/// Something that happened to you: a reply to what you wrote, a mention of your handle, or
+/// something of yours passing 10, 100 or 1,000 likes.
+#[Object]
+impl Notification {
+    /// Global id of this notification (also what `markNotificationsRead(upTo:)` takes).
+    pub async fn id(&self) -> ID {
+        encode(NodeKind::Notification, self.0.id)
+    }
+    /// Why it was sent.
+    async fn kind(&self) -> NotificationKind {
+        match self.0.kind.as_str() {
+            "reply" => NotificationKind::Reply,
+            "mention" => NotificationKind::Mention,
+            _ => NotificationKind::LikeMilestone,
+        }
+    }
+    /// The like count reached, for LIKE_MILESTONE; null for the other kinds.
+    async fn milestone(&self) -> Option<i32> {
+        (self.0.milestone > 0).then_some(self.0.milestone)
+    }
+    /// Whether you marked it read (`markNotificationsRead`).
+    async fn read(&self) -> bool {
+        self.0.read
+    }
+    /// When its cause was written.
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    /// Who wrote the reply or the mention; null for a like milestone.
+    async fn actor(&self, ctx: &Context<'_>) -> Result<Option<User>> {
+        let Some(actor_id) = self.0.actor_id else { return Ok(None) };
+        Ok(Some(User(user(ctx, actor_id).await?)))
+    }
+    /// The course it happened in.
+    async fn course(&self) -> Course {
+        Course::known(self.0.course_id)
+    }
+    /// The post it is about: the one mentioning you, or the one the reply is under.
+    async fn post(&self) -> Post {
+        Post::by_id(self.0.post_id)
+    }
+    /// The comment or reply that caused it (or reached the milestone); null for a post's (or
+    /// once deleted).
+    async fn comment(&self, ctx: &Context<'_>) -> Result<Option<AnyComment>> {
+        let Some(comment_id) = self.0.comment_id else { return Ok(None) };
+        Ok(loaders(ctx)?.comments.load_one(comment_id).await?.map(AnyComment::from_row))
+    }
+}
