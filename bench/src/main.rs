@@ -7,6 +7,8 @@
 //! - `suite`: everything below against one fresh database; a table and JSON in `target/bench/`,
 //!   every rate also as a fraction of the ceiling measured first in the same run.
 //! - `ceiling`: `{ __typename }`, the least a request through the HTTP and GraphQL stack costs.
+//! - `--otlp-sink` (any server scenario): every server again with traces on, exported to a sink
+//!   in the bench that drops them; traces off and on side by side.
 //! - `storm`: N distinct users like ONE post, per `LIKE_MODE`; rate, latency, flush lag, and
 //!   the assertion that the database holds exactly the accepted likes.
 //! - `page`: a course page of 20 posts with `likedByMe`; pages/s and Redis/SQL per page.
@@ -38,6 +40,7 @@ mod fixture;
 mod hostile;
 mod live;
 mod load;
+mod otlp_sink;
 mod page;
 mod revoke;
 mod server;
@@ -85,6 +88,11 @@ pub struct Cli {
     /// setting, e.g. `MEMBERSHIP_CACHE=false` (`storm` and `page`).
     #[arg(long = "variant-env", global = true, value_parser = parse_env)]
     pub variant_env: Vec<(String, String)>,
+    /// Runs every server binary a second time with OpenTelemetry traces on, exported to an
+    /// OTLP/HTTP sink inside the bench that counts and drops them (always sampled, the SDK's
+    /// default batching): what traces cost, side by side with traces off (`storm`, `page`).
+    #[arg(long, global = true)]
+    pub otlp_sink: bool,
     /// Adds a variant on the Redis Cluster at `--redis-cluster-nodes` (every server binary a
     /// second time with REDIS_CLUSTER_NODES set): single node and cluster side by side.
     #[arg(long, global = true)]
@@ -221,9 +229,23 @@ fn show<T: serde::Serialize>(result: AppResult<T>) -> AppResult<bool> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     // Before any HTTP client is built (reqwest has no TLS provider of its own here).
     course_forum::tls::install_crypto_provider();
+    let sink = if cli.otlp_sink {
+        match otlp_sink::start().await {
+            Ok((url, counts)) => {
+                cli.variant_env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(), url));
+                Some(counts)
+            }
+            Err(err) => {
+                eprintln!("bench: cannot start the OTLP sink: {err}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let secs = Duration::from_secs;
     let result = match &cli.command {
         Scenario::Suite(config) => suite::run(&cli, config).await,
@@ -262,6 +284,13 @@ async fn main() -> std::process::ExitCode {
             true
         }),
     };
+    if let Some(counts) = sink {
+        eprintln!(
+            "bench: the OTLP sink received {} exports, {} bytes of spans",
+            counts.exports.load(std::sync::atomic::Ordering::Relaxed),
+            counts.bytes.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
     match result {
         Ok(true) => std::process::ExitCode::SUCCESS,
         Ok(false) => {
