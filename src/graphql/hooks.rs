@@ -176,6 +176,9 @@ impl Extension for Hooks {
         operation_name: Option<&str>,
         next: NextExecute<'_>,
     ) -> Response {
+        if !otel::enabled() {
+            return socket::execute(ctx, operation_name, next).await;
+        }
         let span = tracing::info_span!(
             "graphql.operation",
             otel.name = %format_args!("graphql {}", operation_name.unwrap_or("anonymous")),

@@ -99,19 +99,25 @@ fn ops_routes(app: AppState, lifecycle: Lifecycle) -> Router {
 /// client's report and the server's log lines meet. The id is ours, never the client's.
 async fn request_span(request: Request, next: Next) -> Response {
     let id = uuid::Uuid::now_v7().to_string();
-    let span = tracing::info_span!(
-        "http_request",
-        otel.name = %format_args!("{} {}", request.method(), request.uri().path()),
-        otel.kind = "server",
-        request_id = %id,
-        method = %request.method(),
-        path = %request.uri().path(),
-        http.response.status_code = tracing::field::Empty,
-    );
-    // With traces on, a caller's `traceparent` makes this request a hop of the caller's trace.
-    if let Some(caller) = crate::telemetry::otel::from_headers(request.headers()) {
-        caller.adopt(&span);
-    }
+    // With traces on, the span carries OpenTelemetry's names and continues a caller's
+    // `traceparent`; off, it is the log span alone (no fields nobody reads are formatted).
+    let span = if crate::telemetry::otel::enabled() {
+        let span = tracing::info_span!(
+            "http_request",
+            otel.name = %format_args!("{} {}", request.method(), request.uri().path()),
+            otel.kind = "server",
+            request_id = %id,
+            method = %request.method(),
+            path = %request.uri().path(),
+            http.response.status_code = tracing::field::Empty,
+        );
+        if let Some(caller) = crate::telemetry::otel::from_headers(request.headers()) {
+            caller.adopt(&span);
+        }
+        span
+    } else {
+        tracing::info_span!("http_request", request_id = %id, method = %request.method(), path = %request.uri().path())
+    };
     let started = Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
     span.record("http.response.status_code", response.status().as_u16());
