@@ -262,7 +262,6 @@ async fn roster_import(settings: &crate::config::Settings, path: &Path, dry_run:
     let txn = db.begin().await?;
     let plan = match import::plan(&txn, &file).await {
         Ok(plan) => plan,
-        Err(import::ImportError::Lines(errors)) => return Err(import::bad_file(&name, errors)),
         Err(import::ImportError::Failed(err)) => return Err(err),
     };
     print!("{plan}");

@@ -72,6 +72,9 @@
 //!                 trace context a like carries across processes (`telemetry::otel`); the
 //!                 metrics recorder and its catalog.
 //! - `tls`       — the rustls provider (`ring`) behind outgoing HTTPS.
+//! - `testing`   — the one public surface beside the binary's entry points: the items the
+//!                 integration tests and `bench` drive, listed one by one; every other module
+//!                 is private and its items `pub(crate)` at most.
 //! - `ops`       — what operators ask: stream lag, pending and leases read from Redis, the
 //!                 `/readyz` report, the invariants of `course-forum check`.
 //! - `layering`  — (tests only) the crate's shape, read from its sources: no module imports
@@ -124,34 +127,40 @@
 //! the viewer's timeline with their celebrity courses' lists, hydrates the page through
 //! `cache::PostCache`, and continues from PostgreSQL below the lists.
 
-pub mod auth;
-pub mod backoff;
-pub mod cache;
-pub mod cli;
-pub mod config;
-pub mod cursor;
-pub mod db;
-pub mod documents;
-pub mod error;
-pub mod feed;
-pub mod forum;
-pub mod graphql;
-pub mod hooks;
-pub mod http;
-pub mod kv;
+mod auth;
+mod backoff;
+mod cache;
+mod cli;
+mod config;
+mod cursor;
+mod db;
+mod documents;
+mod error;
+mod feed;
+mod forum;
+mod graphql;
+mod hooks;
+mod http;
+mod kv;
 #[cfg(test)]
 mod layering;
-pub mod like_event;
-pub mod likes;
-pub mod live;
-pub mod live_message;
-pub mod membership;
-pub mod notifications;
-pub mod ops;
-pub mod seed;
-pub mod startup;
-pub mod state;
-pub mod telemetry;
-pub mod tls;
-pub mod views;
-pub mod worker;
+mod like_event;
+mod likes;
+mod live;
+mod live_message;
+mod membership;
+mod notifications;
+mod ops;
+mod seed;
+mod startup;
+mod state;
+mod telemetry;
+pub mod testing;
+mod tls;
+mod views;
+mod worker;
+
+/// The binary's entry points (`src/main.rs`): its command line and the TLS provider it installs
+/// first. Everything else the crate has is private; `testing` is the tests' and bench's surface.
+pub use cli::{Cli, run};
+pub use tls::install_crypto_provider;

@@ -10,9 +10,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = course_forum::cli::Cli::parse();
-    course_forum::tls::install_crypto_provider();
-    match course_forum::cli::run(cli).await {
+    let cli = course_forum::Cli::parse();
+    course_forum::install_crypto_provider();
+    match course_forum::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("course-forum: {err}");

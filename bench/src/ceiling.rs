@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use course_forum::config::LikeMode;
-use course_forum::error::{AppError, AppResult};
+use course_forum::testing::config::LikeMode;
+use course_forum::testing::error::{AppError, AppResult};
 use serde::Serialize;
 use serde_json::json;
 

@@ -13,15 +13,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use course_forum::auth::TokenKeys;
-use course_forum::config::Settings;
-use course_forum::db::stmt;
-use course_forum::error::{AppError, AppResult};
-use course_forum::forum::paging::PageRequest;
-use course_forum::forum::posts;
-use course_forum::kv;
-use course_forum::startup::{Application, build_feed_fanout};
-use course_forum::state::AppState;
+use course_forum::testing::auth::TokenKeys;
+use course_forum::testing::config::Settings;
+use course_forum::testing::db::stmt;
+use course_forum::testing::error::{AppError, AppResult};
+use course_forum::testing::forum::paging::PageRequest;
+use course_forum::testing::forum::posts;
+use course_forum::testing::kv;
+use course_forum::testing::startup::{Application, build_feed_fanout};
+use course_forum::testing::state::AppState;
 use sea_orm::ConnectionTrait;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -253,7 +253,7 @@ async fn measure_with_server(
     // Fan-out: all 2,000 members of the fan-out course have a timeline; one post each run.
     for user in 2..FANOUT_MEMBERS + 2 {
         let courses: Vec<i64> =
-            course_forum::forum::courses::roles_of_user(&state.db, user).await?.into_keys().collect();
+            course_forum::testing::forum::courses::roles_of_user(&state.db, user).await?.into_keys().collect();
         state.feed.page(user, &courses, &PageRequest::new(Some(1), None, None, None)?).await?;
     }
     let mut fanout_ms = Vec::new();
@@ -426,6 +426,6 @@ async fn page(
 }
 
 fn decode_post_id(global: &str) -> Option<i64> {
-    let (kind, id) = course_forum::graphql::ids::decode(global).ok()?;
-    (kind == course_forum::graphql::ids::NodeKind::Post).then_some(id)
+    let (kind, id) = course_forum::testing::graphql::ids::decode(global).ok()?;
+    (kind == course_forum::testing::graphql::ids::NodeKind::Post).then_some(id)
 }

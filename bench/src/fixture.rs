@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use course_forum::db::{self, stmt};
-use course_forum::error::AppResult;
+use course_forum::testing::db::{self, stmt};
+use course_forum::testing::error::AppResult;
 use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
 
 pub struct Fixture {

@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use course_forum::config::LikeMode;
-use course_forum::error::{AppError, AppResult};
-use course_forum::graphql::ids::{NodeKind, encode};
+use course_forum::testing::config::LikeMode;
+use course_forum::testing::error::{AppError, AppResult};
+use course_forum::testing::graphql::ids::{NodeKind, encode};
 use futures_util::{SinkExt, StreamExt};
 use rand::Rng;
 use serde_json::{Value, json};

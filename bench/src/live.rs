@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use course_forum::config::LikeMode;
-use course_forum::error::{AppError, AppResult};
-use course_forum::graphql::ids::{NodeKind, encode};
+use course_forum::testing::config::LikeMode;
+use course_forum::testing::error::{AppError, AppResult};
+use course_forum::testing::graphql::ids::{NodeKind, encode};
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use serde_json::{Value, json};

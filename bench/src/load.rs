@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use course_forum::error::{AppError, AppResult};
+use course_forum::testing::error::{AppError, AppResult};
 use serde_json::Value;
 
 use crate::percentile;

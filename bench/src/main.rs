@@ -53,8 +53,8 @@ mod worst;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use course_forum::config::LikeMode;
-use course_forum::error::AppResult;
+use course_forum::testing::config::LikeMode;
+use course_forum::testing::error::AppResult;
 
 #[derive(Parser)]
 #[command(name = "bench", about = "course-forum benchmarks")]
@@ -231,7 +231,7 @@ fn show<T: serde::Serialize>(result: AppResult<T>) -> AppResult<bool> {
 async fn main() -> std::process::ExitCode {
     let mut cli = Cli::parse();
     // Before any HTTP client is built (reqwest has no TLS provider of its own here).
-    course_forum::tls::install_crypto_provider();
+    course_forum::testing::tls::install_crypto_provider();
     let sink = if cli.otlp_sink {
         match otlp_sink::start().await {
             Ok((url, counts)) => {
@@ -315,7 +315,7 @@ impl Cli {
         let exes = if self.server_bins.is_empty() {
             let next_to_bench = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join("course-forum")));
             vec![next_to_bench.ok_or_else(|| {
-                course_forum::error::AppError::Internal("cannot locate the course-forum binary".into())
+                course_forum::testing::error::AppError::Internal("cannot locate the course-forum binary".into())
             })?]
         } else {
             self.server_bins.clone()

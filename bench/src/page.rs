@@ -10,10 +10,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use course_forum::config::LikeMode;
-use course_forum::db::stmt;
-use course_forum::error::AppResult;
-use course_forum::graphql::ids::{self, NodeKind, encode};
+use course_forum::testing::config::LikeMode;
+use course_forum::testing::db::stmt;
+use course_forum::testing::error::AppResult;
+use course_forum::testing::graphql::ids::{self, NodeKind, encode};
 use sea_orm::ConnectionTrait;
 use serde::Serialize;
 use serde_json::json;
@@ -265,7 +265,7 @@ pub async fn run(
                 results.push(r);
             }
         }
-        Ok::<_, course_forum::error::AppError>(results)
+        Ok::<_, course_forum::testing::error::AppError>(results)
     }
     .await;
     fixture.drop().await?;

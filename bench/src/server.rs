@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use course_forum::config::{LikeMode, RedisTarget};
-use course_forum::db::stmt;
-use course_forum::error::{AppError, AppResult};
+use course_forum::testing::config::{LikeMode, RedisTarget};
+use course_forum::testing::db::stmt;
+use course_forum::testing::error::{AppError, AppResult};
 use sea_orm::{DatabaseConnection, FromQueryResult};
 
 /// One server to run: a binary, and environment of its own (`--variant-env`).
@@ -98,7 +98,7 @@ impl Server {
             LikeMode::Buffered => "buffered",
         };
         // The schema this server expects: before 0009 for the "before" binary, else current.
-        let schema = course_forum::db::connect_url(&database_url, Duration::from_secs(5), 1).await?;
+        let schema = course_forum::testing::db::connect_url(&database_url, Duration::from_secs(5), 1).await?;
         sea_orm::ConnectionTrait::execute_unprepared(
             &schema,
             if server.pre_0009 { SCHEMA_WITHOUT_0009 } else { SCHEMA_WITH_0009 },
@@ -216,8 +216,8 @@ impl std::ops::Sub for Counters {
 
 /// Deletes every key under `prefix` (SCAN, not KEYS: the Redis is shared). Best effort.
 pub async fn delete_prefix(redis: &RedisTarget, prefix: &str) {
-    if let Ok(conn) = course_forum::kv::connect_to(redis, Duration::from_secs(5), "bench").await {
-        let _ = course_forum::kv::unlink_matching(&conn, &format!("{prefix}:*")).await;
+    if let Ok(conn) = course_forum::testing::kv::connect_to(redis, Duration::from_secs(5), "bench").await {
+        let _ = course_forum::testing::kv::unlink_matching(&conn, &format!("{prefix}:*")).await;
     }
 }
 

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use course_forum::auth::TokenKeys;
-use course_forum::config::LikeMode;
-use course_forum::error::{AppError, AppResult};
-use course_forum::graphql::ids::{NodeKind, encode};
+use course_forum::testing::auth::TokenKeys;
+use course_forum::testing::config::LikeMode;
+use course_forum::testing::error::{AppError, AppResult};
+use course_forum::testing::graphql::ids::{NodeKind, encode};
 use serde::Serialize;
 use serde_json::json;
 

@@ -10,8 +10,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use course_forum::config::LikeMode;
-use course_forum::error::{AppError, AppResult};
+use course_forum::testing::config::LikeMode;
+use course_forum::testing::error::{AppError, AppResult};
 use serde::Serialize;
 
 use crate::Cli;

@@ -9,16 +9,16 @@
 
 use std::time::{Duration, Instant};
 
-use course_forum::cache::{CacheConfig, PostCache};
-use course_forum::config::LikeMode;
-use course_forum::db::stmt;
-use course_forum::error::{AppError, AppResult};
-use course_forum::kv::{self, keys::Keys};
-use course_forum::like_event::{LikeEvent, LikeTarget};
-use course_forum::likes::apply;
-use course_forum::likes::committed::AfterCommit;
-use course_forum::live::Publisher;
-use course_forum::worker::{BatchTimings, LikeWorker, WorkerConfig};
+use course_forum::testing::cache::{CacheConfig, PostCache};
+use course_forum::testing::config::LikeMode;
+use course_forum::testing::db::stmt;
+use course_forum::testing::error::{AppError, AppResult};
+use course_forum::testing::kv::{self, keys::Keys};
+use course_forum::testing::like_event::{LikeEvent, LikeTarget};
+use course_forum::testing::likes::apply;
+use course_forum::testing::likes::committed::AfterCommit;
+use course_forum::testing::live::Publisher;
+use course_forum::testing::worker::{BatchTimings, LikeWorker, WorkerConfig};
 use sea_orm::{FromQueryResult, TransactionTrait};
 use serde::Serialize;
 

@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use course_forum::config::LikeMode;
-use course_forum::db::stmt;
-use course_forum::error::{AppError, AppResult};
-use course_forum::graphql::ids::{NodeKind, encode};
+use course_forum::testing::config::LikeMode;
+use course_forum::testing::db::stmt;
+use course_forum::testing::error::{AppError, AppResult};
+use course_forum::testing::graphql::ids::{NodeKind, encode};
 use sea_orm::ConnectionTrait;
 use serde::Serialize;
 use serde_json::json;

@@ -46,30 +46,6 @@ pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<Commen
     Ok(CommentRow::find_by_statement(stmt(sql, [id.into()])).one(db).await?)
 }
 
-/// Top-level comments of a post, oldest first (served by `comments_top_level_idx`).
-pub async fn page_top_level(
-    db: &impl ConnectionTrait,
-    post_id: i64,
-    course_id: i64,
-    page: &PageRequest,
-) -> AppResult<Page<CommentRow>> {
-    let select = format!("SELECT {COMMENT_COLUMNS}, $2::bigint AS course_id FROM comments");
-    let scope = "post_id = $1 AND parent_id IS NULL AND deleted_at IS NULL";
-    page_of(db, &select, scope, [post_id, course_id], page).await
-}
-
-/// Replies under a root comment, oldest first (served by `comments_replies_idx`).
-pub async fn page_replies(
-    db: &impl ConnectionTrait,
-    root_id: i64,
-    course_id: i64,
-    page: &PageRequest,
-) -> AppResult<Page<CommentRow>> {
-    let select = format!("SELECT {COMMENT_COLUMNS}, $2::bigint AS course_id FROM comments");
-    let scope = "parent_id = $1 AND deleted_at IS NULL";
-    page_of(db, &select, scope, [root_id, course_id], page).await
-}
-
 /// Whose comments a page lists: a post's top-level comments, or a root comment's replies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Thread {
@@ -131,20 +107,6 @@ pub async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<
                FROM comments c JOIN posts p ON p.id = c.post_id \
                WHERE c.id = ANY($1) AND c.deleted_at IS NULL AND p.deleted_at IS NULL";
     Ok(CommentRow::find_by_statement(stmt(sql, [ids.to_vec().into()])).all(db).await?)
-}
-
-async fn page_of(
-    db: &impl ConnectionTrait,
-    select: &str,
-    scope: &str,
-    scope_values: [i64; 2],
-    page: &PageRequest,
-) -> AppResult<Page<CommentRow>> {
-    let sql = page_sql(select, scope, scope_values.len(), page, Order::OldestFirst);
-    let mut values: Vec<sea_orm::Value> = scope_values.iter().map(|v| (*v).into()).collect();
-    values.extend(page.values());
-    let rows = CommentRow::find_by_statement(stmt(&sql, values)).all(db).await?;
-    Ok(page.finish(rows))
 }
 
 /// A row whose presence is the answer (RETURNING id of an updated or locked row).

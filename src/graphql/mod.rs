@@ -30,8 +30,6 @@ pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subs
 
 /// Deepest selection accepted (a post page with comments, replies and their authors fits).
 pub const MAX_DEPTH: usize = 16;
-/// Highest query cost accepted (`limits::check_cost`; docs/api.md, "Error codes", Limits).
-pub const MAX_COST: usize = limits::MAX_COST;
 
 /// The schema without runtime data: for SDL export.
 pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::Mutation, subscription::Subscription> {

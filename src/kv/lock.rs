@@ -35,15 +35,6 @@ impl Locks {
         pipe.cmd("SET").arg(key).arg(token).arg("NX").arg("PX").arg(ttl.as_millis().max(1) as u64);
     }
 
-    /// Takes `key` if it is free; returns the owner token to release it with.
-    pub async fn try_acquire(&self, key: &str, ttl: Duration) -> AppResult<Option<String>> {
-        let token = Self::token();
-        let mut pipe = redis::pipe();
-        Self::acquire_in(&mut pipe, key, &token, ttl);
-        let (taken,): (Option<String>,) = pipe.query_async(&mut self.redis.clone()).await?;
-        Ok(taken.map(|_| token))
-    }
-
     /// Adds the owner's release of `key` to a pipeline (reply 1 when released, 0 when it was no
     /// longer ours). Send the pipeline with `kv::query_scripts(…, &[locks.release_script()])`.
     pub fn release_in(&self, pipe: &mut Pipeline, key: &str, token: &str) {

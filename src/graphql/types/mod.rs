@@ -12,7 +12,7 @@ mod user;
 
 pub use comment::Comment;
 pub use course::*;
-pub use notification::{Notification, NotificationKind};
+pub use notification::Notification;
 pub use post::Post;
 pub use reply::Reply;
 pub use user::User;

@@ -28,7 +28,7 @@ use std::fmt;
 use crate::error::AppError;
 
 pub use apply::apply;
-pub use parse::{IDENTITY_COLUMNS, REQUIRED_COLUMNS, RosterFile, parse};
+pub use parse::{RosterFile, parse};
 pub use plan::{ImportError, Plan, plan};
 
 /// One problem with one line of the file (1-based, as an editor shows it).

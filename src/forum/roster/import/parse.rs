@@ -35,17 +35,6 @@ pub struct RosterFile {
     pub(super) entries: Vec<Entry>,
 }
 
-impl RosterFile {
-    /// How many people-in-courses it lists (lines, less exact repeats).
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-}
-
 /// Reads and checks a roster file: the header, then every line (field count, empty fields,
 /// role, handle, lengths), then the lines against each other (a course with two titles, a
 /// person with two roles in one course or two display names, an identity given to two

@@ -35,16 +35,6 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// How many changes it makes (zero: the database already matches the file).
-    pub fn changes(&self) -> usize {
-        self.courses_created.len()
-            + self.users_created.len()
-            + self.added.len()
-            + self.removed.len()
-            + self.role_changes.len()
-            + self.identities_linked.len()
-    }
-
     /// One line of counts, the last thing the command prints.
     pub fn summary(&self) -> String {
         format!(
@@ -165,8 +155,6 @@ struct Now {
 /// Why an import did not go ahead.
 #[derive(Debug)]
 pub enum ImportError {
-    /// Lines that contradict the database: the whole file is refused.
-    Lines(Vec<LineError>),
     Failed(AppError),
 }
 
