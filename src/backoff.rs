@@ -8,24 +8,24 @@ use tokio::sync::watch;
 
 /// Doubling retry delay: `first`, `2 × first`, … up to `max`.
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     first: Duration,
     max: Duration,
     next: Duration,
 }
 
 impl Backoff {
-    pub fn new(first: Duration, max: Duration) -> Self {
+    pub(crate) fn new(first: Duration, max: Duration) -> Self {
         Self { first, max, next: first }
     }
 
     /// After a success: the next failure waits `first` again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.next = self.first;
     }
 
     /// After a failure: how long to wait now; the next failure waits twice as long.
-    pub fn failed(&mut self) -> Duration {
+    pub(crate) fn failed(&mut self) -> Duration {
         let pause = self.next;
         self.next = (self.next * 2).min(self.max);
         pause
@@ -33,7 +33,7 @@ impl Backoff {
 }
 
 /// Sleeps `pause` (nothing when zero), or less when `shutdown` changes meanwhile.
-pub async fn pause_unless_shutdown(pause: Duration, shutdown: &mut watch::Receiver<bool>) {
+pub(crate) async fn pause_unless_shutdown(pause: Duration, shutdown: &mut watch::Receiver<bool>) {
     if pause.is_zero() {
         return;
     }

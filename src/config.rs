@@ -388,17 +388,17 @@ pub struct Settings {
 
 /// The smallest `CACHE_BUDGET_BYTES` accepted: below it the shares (`cache::budget`) could not
 /// hold one large page.
-pub const MIN_CACHE_BUDGET_BYTES: u64 = 1024 * 1024;
+pub(crate) const MIN_CACHE_BUDGET_BYTES: u64 = 1024 * 1024;
 
 /// Shortest secret accepted as a cursor key (`CURSOR_KEYS`, or the key kept in Redis).
-pub const MIN_CURSOR_KEY_BYTES: usize = 16;
+pub(crate) const MIN_CURSOR_KEY_BYTES: usize = 16;
 
 /// Highest cost of a GraphQL request (`graphql::limits::MAX_COST`, which enforces it);
 /// `SUBSCRIPTION_MAX_COST` may not exceed it.
-pub const MAX_QUERY_COST: usize = 20_000;
+pub(crate) const MAX_QUERY_COST: usize = 20_000;
 
 /// Reads `CACHE_BUDGET_BYTES` (see `parse_bytes`), at least 1 MiB.
-pub fn parse_cache_budget(raw: &str) -> Result<u64, String> {
+pub(crate) fn parse_cache_budget(raw: &str) -> Result<u64, String> {
     let bytes = parse_bytes(raw)?;
     if bytes < MIN_CACHE_BUDGET_BYTES {
         return Err(format!("`{raw}` is below the smallest cache budget, 1MiB"));
@@ -408,7 +408,7 @@ pub fn parse_cache_budget(raw: &str) -> Result<u64, String> {
 
 /// Reads a byte count: plain bytes (`268435456`) or with a unit: `KiB`, `MiB`, `GiB` (powers
 /// of 1024), `KB`, `MB`, `GB` (powers of 1000), `B`.
-pub fn parse_bytes(raw: &str) -> Result<u64, String> {
+pub(crate) fn parse_bytes(raw: &str) -> Result<u64, String> {
     let text = raw.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
@@ -438,7 +438,7 @@ fn is_loopback(url: &url::Url) -> bool {
 }
 
 /// Parses durations written like `30s`, `250ms`, `1m`.
-pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(raw: &str) -> Result<Duration, String> {
     humantime::parse_duration(raw.trim()).map_err(|e| format!("`{raw}` is not a duration like 30s or 250ms ({e})"))
 }
 

@@ -26,11 +26,11 @@ use crate::error::{AppError, AppResult};
 type HmacSha256 = Hmac<sha2::Sha256>;
 
 /// Bytes of the HMAC-SHA256 kept in a cursor: 128 bits, beyond guessing.
-pub const TAG_BYTES: usize = 16;
+pub(crate) const TAG_BYTES: usize = 16;
 
 /// Longest cursor accepted, in characters: a HOT/TOP walk's last cursor (1,000 ids of up to
 /// 9 bytes each, the prefix and the tag) fits; anything longer is refused before decoding.
-pub const MAX_CURSOR_CHARS: usize = 12_100;
+pub(crate) const MAX_CURSOR_CHARS: usize = 12_100;
 
 /// The cursor keys: the first signs, all verify (rotation). Cheap to clone.
 #[derive(Clone)]
@@ -125,7 +125,7 @@ impl CursorKeys {
 /// The keys of this process: CURSOR_KEYS when set, else the prefix's one random key kept in
 /// Redis (written once with SET NX by whichever instance starts first, then read by every
 /// instance at start, so all of them sign and verify alike).
-pub async fn load_keys(
+pub(crate) async fn load_keys(
     settings: &crate::config::Settings,
     redis: &crate::kv::Redis,
     keys: &crate::kv::keys::Keys,
@@ -185,7 +185,7 @@ impl CursorType for KeyCursor {
 
 /// Most posts one HOT or TOP walk shows: past it the walk ends (`hasNextPage` false), which
 /// keeps its cursor small (about 2 KB at the end).
-pub const MAX_RANKED_WALK: usize = 1000;
+pub(crate) const MAX_RANKED_WALK: usize = 1000;
 
 /// A position in a HOT or TOP walk: every post the walk has shown. The next page is the best
 /// ranked posts not among them, read from the ranking as it is NOW. So a walk never shows a

@@ -127,6 +127,11 @@
 //! the viewer's timeline with their celebrity courses' lists, hydrates the page through
 //! `cache::PostCache`, and continues from PostgreSQL below the lists.
 
+// `pub` inside a private module is `pub(crate)` in fact; the lint makes the code say so, so an
+// item's visibility is what it reads as. The crate's public items are `testing`'s and the
+// binary's entry points below.
+#![warn(unreachable_pub)]
+
 mod auth;
 mod backoff;
 mod cache;

@@ -68,14 +68,14 @@ pub struct LikeEvent {
 
 /// The stream entry's field names.
 mod field {
-    pub const OP: &str = "op";
-    pub const TARGET: &str = "t";
-    pub const USER: &str = "u";
-    pub const COURSE: &str = "c";
+    pub(super) const OP: &str = "op";
+    pub(super) const TARGET: &str = "t";
+    pub(super) const USER: &str = "u";
+    pub(super) const COURSE: &str = "c";
     /// The W3C `traceparent` of the mutation that made the event, when traces are on
     /// (`telemetry::otel`): the worker's batch links back to it. Optional, never decoded into
     /// the event.
-    pub const TRACE: &str = "tp";
+    pub(super) const TRACE: &str = "tp";
 }
 
 const LIKE: &str = "like";

@@ -18,7 +18,7 @@ use crate::likes::{LikeTarget, sync};
 use crate::notifications;
 
 /// Members of the mass course beyond the named demo users.
-pub const MASS_COURSE_EXTRA_MEMBERS: i64 = 2_500;
+pub(crate) const MASS_COURSE_EXTRA_MEMBERS: i64 = 2_500;
 
 const COURSES: &[(&str, &str)] = &[
     ("CS101", "Introduction to Programming"),
@@ -37,13 +37,13 @@ const PEOPLE: &[(&str, &str, Role, &[&str])] = &[
 ];
 
 #[derive(Serialize)]
-pub struct DemoCourse {
+pub(crate) struct DemoCourse {
     pub id: String,
     pub title: String,
 }
 
 #[derive(Serialize)]
-pub struct DemoUser {
+pub(crate) struct DemoUser {
     pub id: String,
     pub handle: String,
     pub token: String,
@@ -52,7 +52,7 @@ pub struct DemoUser {
 
 /// What `seed --demo` prints: everything a newcomer needs to start clicking.
 #[derive(Serialize)]
-pub struct DemoSummary {
+pub(crate) struct DemoSummary {
     pub graphql: String,
     pub courses: Vec<DemoCourse>,
     pub users: Vec<DemoUser>,
@@ -69,7 +69,7 @@ struct CourseIdTitle {
     title: String,
 }
 
-pub async fn seed_demo(db: &DatabaseConnection, tokens: &TokenKeys, graphql_url: String) -> AppResult<DemoSummary> {
+pub(crate) async fn seed_demo(db: &DatabaseConnection, tokens: &TokenKeys, graphql_url: String) -> AppResult<DemoSummary> {
     let txn = db.begin().await?;
     // Serialise concurrent seeders: the second waits, then finds the data.
     txn.execute_unprepared("SELECT pg_advisory_xact_lock(4242001)").await?;

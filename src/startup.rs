@@ -139,7 +139,7 @@ impl Application {
 
 /// `course-forum worker`: the like worker, the view aggregator and the feed fan-out without the API, and the
 /// operator endpoints on `WORKER_METRICS_BIND` when set; stops like `serve` does.
-pub async fn run_worker_until_stopped(
+pub(crate) async fn run_worker_until_stopped(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> AppResult<()> {
@@ -186,29 +186,29 @@ pub async fn run_worker_until_stopped(
 
 /// The long-running jobs beside the API (the like worker, the view aggregator, …), each a
 /// future that runs until the shared shutdown value turns true. A new job is one `spawn`.
-pub struct BackgroundJobs {
+pub(crate) struct BackgroundJobs {
     shutdown: watch::Receiver<bool>,
     jobs: Vec<(&'static str, JoinHandle<()>)>,
 }
 
 impl BackgroundJobs {
-    pub fn new(shutdown: watch::Receiver<bool>) -> Self {
+    pub(crate) fn new(shutdown: watch::Receiver<bool>) -> Self {
         Self { shutdown, jobs: Vec::new() }
     }
 
     /// The shutdown value to hand to a job's `run`.
-    pub fn shutdown(&self) -> watch::Receiver<bool> {
+    pub(crate) fn shutdown(&self) -> watch::Receiver<bool> {
         self.shutdown.clone()
     }
 
-    pub fn spawn(&mut self, name: &'static str, job: impl Future<Output = ()> + Send + 'static) {
+    pub(crate) fn spawn(&mut self, name: &'static str, job: impl Future<Output = ()> + Send + 'static) {
         self.jobs.push((name, tokio::spawn(job)));
     }
 
     /// Waits for every job (they were told to stop) until `deadline`; a job still running then
     /// is aborted. For the like worker that drops its open transaction, which PostgreSQL rolls
     /// back: its entries stay pending and the next consumer replays them.
-    pub async fn stop(self, deadline: Instant) {
+    pub(crate) async fn stop(self, deadline: Instant) {
         for (name, mut job) in self.jobs {
             if tokio::time::timeout_at(deadline, &mut job).await.is_err() {
                 job.abort();
@@ -265,7 +265,7 @@ async fn start_membership_listener(state: &AppState) -> tokio::task::JoinHandle<
 /// swallow a toggle when `buffered` comes back (each direct write also drops its own set, for
 /// instances still in `buffered` during a rolling switch). The mode marker in Redis makes the
 /// drop happen once per switch, not on every start.
-pub async fn settle_like_mode_switch(state: &AppState) -> AppResult<()> {
+pub(crate) async fn settle_like_mode_switch(state: &AppState) -> AppResult<()> {
     let mode = crate::likes::mode_name(state.settings.like_mode);
     let marker = state.keys.like_mode_marker();
     let mut conn = state.redis.clone();
@@ -344,7 +344,7 @@ pub async fn build_feed_fanout(state: &AppState) -> AppResult<FanoutJob> {
 }
 
 /// Opens every client and assembles the shared state.
-pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
+pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let settings = Arc::new(settings);
     // Two pools: requests (with STATEMENT_TIMEOUT) and background jobs, so neither can take
     // the other's connections.
@@ -415,7 +415,7 @@ pub async fn connect_state(settings: Settings) -> AppResult<AppState> {
 }
 
 /// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

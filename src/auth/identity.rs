@@ -14,7 +14,7 @@ use crate::error::{AppError, AppResult};
 
 /// What a verified token says about its person.
 #[derive(Clone, Copy, Debug)]
-pub struct Claimed<'a> {
+pub(crate) struct Claimed<'a> {
     pub issuer: &'a str,
     pub subject: &'a str,
     /// The handle claim's value, as the provider sent it.
@@ -44,7 +44,7 @@ struct UserId {
 /// subject at once end with one user: each creates its user and claims (issuer, subject) in
 /// one transaction, the primary key lets only one claim win, and the loser rolls its user back
 /// and takes the winner's.
-pub async fn user_for(db: &DatabaseConnection, claimed: &Claimed<'_>) -> AppResult<i64> {
+pub(crate) async fn user_for(db: &DatabaseConnection, claimed: &Claimed<'_>) -> AppResult<i64> {
     if claimed.issuer.is_empty() || claimed.issuer.chars().count() > 500 {
         return Err(AppError::Unauthenticated("invalid token: iss must be 1 to 500 characters".into()));
     }
@@ -112,7 +112,7 @@ async fn recorded(db: &impl ConnectionTrait, claimed: &Claimed<'_>) -> AppResult
 /// The handle a claim asks for, made to fit `^[a-z0-9_]{2,32}$`: lowercased, the part before
 /// an `@` (providers often put an e-mail address there), every run of other characters one
 /// `_`, no `_` at either end. Nothing usable left: `user`.
-pub fn handle_base(claim: Option<&str>) -> String {
+pub(crate) fn handle_base(claim: Option<&str>) -> String {
     let claim = claim.unwrap_or_default().trim();
     let local = claim.split('@').next().unwrap_or_default();
     let mut handle = String::with_capacity(local.len().min(MAX_HANDLE));
@@ -143,7 +143,7 @@ pub fn handle_candidate(base: &str, issuer: &str, subject: &str, attempt: u32) -
 /// FNV-1a (64 bit) over the parts, each followed by a 0xff byte (which UTF-8 never contains) so
 /// that ("ab", "c") and ("a", "bc") differ. Not for secrets: only to spread handles, stably
 /// (std's hashers are randomly seeded per process).
-pub fn stable_hash(parts: &[&[u8]]) -> u64 {
+pub(crate) fn stable_hash(parts: &[&[u8]]) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut hash = OFFSET;
@@ -158,7 +158,7 @@ pub fn stable_hash(parts: &[&[u8]]) -> u64 {
 
 /// The name claim without control characters, trimmed, at most 100 characters; the handle
 /// when nothing is left.
-pub fn display_name(claim: Option<&str>, handle: &str) -> String {
+pub(crate) fn display_name(claim: Option<&str>, handle: &str) -> String {
     let cleaned: String = claim.unwrap_or_default().chars().filter(|c| !c.is_control()).collect();
     let name: String = cleaned.trim().chars().take(MAX_NAME).collect();
     let name = name.trim_end();

@@ -18,7 +18,7 @@ use crate::error::{AppError, AppResult};
 /// The shortest time between two fetches caused by unknown key ids. Providers rotate keys by
 /// publishing the new one before signing with it, so one fetch finds it; a minute bounds
 /// what forged key ids can cost.
-pub const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(60);
 
 /// The largest key set accepted (real ones are a few kilobytes).
 const MAX_JWKS_BYTES: usize = 1024 * 1024;
@@ -140,7 +140,7 @@ impl KeySet {
 /// The usable keys of a JWKS document (`{"keys": [...]}`). A key this server cannot use (no
 /// `kid`, an encryption key, another algorithm or curve, a malformed one) is skipped rather
 /// than failing the set: providers publish keys for other purposes beside the signing ones.
-pub fn parse(body: &[u8]) -> Result<Keys, String> {
+pub(crate) fn parse(body: &[u8]) -> Result<Keys, String> {
     #[derive(serde::Deserialize)]
     struct Document {
         keys: Vec<serde_json::Value>,

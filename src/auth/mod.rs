@@ -3,13 +3,14 @@
 //! and the `Viewer`, the authenticated user of one request or websocket connection, with their
 //! course memberships.
 
-pub mod identity;
-pub mod jwks;
+pub(crate) mod identity;
+pub(crate) mod jwks;
 mod tokens;
 mod verifier;
 
-pub use tokens::{DEV_AUDIENCE, DEV_ISSUER, TokenKeys, VerifiedToken};
-pub use verifier::Authenticator;
+pub use tokens::{DEV_AUDIENCE, DEV_ISSUER, TokenKeys};
+pub(crate) use tokens::VerifiedToken;
+pub(crate) use verifier::Authenticator;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use crate::membership::{Memberships, Roles};
 /// reading for its whole execution, so one response is consistent with itself. A websocket's
 /// viewer lives as long as the connection and serves every operation on it, so it keeps
 /// nothing: each operation asks `Memberships` again.
-pub struct Viewer {
+pub(crate) struct Viewer {
     pub user_id: i64,
     shared: Memberships,
     memberships: OnceCell<Roles>,
@@ -37,18 +38,18 @@ pub struct Viewer {
 
 impl Viewer {
     /// The viewer of one HTTP request.
-    pub fn new(user_id: i64, shared: Memberships) -> Self {
+    pub(crate) fn new(user_id: i64, shared: Memberships) -> Self {
         Self { user_id, shared, memberships: OnceCell::new(), read_every_time: false }
     }
 
     /// The viewer of a websocket connection, shared by all its operations.
-    pub fn for_connection(user_id: i64, shared: Memberships) -> Self {
+    pub(crate) fn for_connection(user_id: i64, shared: Memberships) -> Self {
         Self { user_id, shared, memberships: OnceCell::new(), read_every_time: true }
     }
 
     /// The viewer's role in every course they belong to: read once per request, or every time
     /// for a connection.
-    pub async fn memberships(&self, db: &DatabaseConnection) -> AppResult<Roles> {
+    pub(crate) async fn memberships(&self, db: &DatabaseConnection) -> AppResult<Roles> {
         if self.read_every_time {
             return self.shared.roles_of_user(db, self.user_id).await;
         }
@@ -57,7 +58,7 @@ impl Viewer {
 
     /// The memberships, if this request has them without a statement: read already, or in
     /// the instance's memory.
-    pub fn known_memberships(&self) -> Option<Roles> {
+    pub(crate) fn known_memberships(&self) -> Option<Roles> {
         if let Some(roles) = self.memberships.get() {
             return Some(roles.clone());
         }
@@ -69,7 +70,7 @@ impl Viewer {
     }
 
     /// The generation to pass to `remember_memberships` for a reading about to start.
-    pub fn reading_starts(&self) -> u64 {
+    pub(crate) fn reading_starts(&self) -> u64 {
         self.shared.generation()
     }
 
@@ -77,7 +78,7 @@ impl Viewer {
     /// instead of two, e.g. `forum::courses::find_with_roles_of_user`), started at
     /// generation `read_at`: for this request, and in the instance's memory unless a change
     /// was heard meanwhile.
-    pub fn remember_memberships(&self, memberships: HashMap<i64, Role>, read_at: u64) -> Roles {
+    pub(crate) fn remember_memberships(&self, memberships: HashMap<i64, Role>, read_at: u64) -> Roles {
         let roles = Arc::new(memberships);
         self.shared.keep(self.user_id, roles.clone(), read_at);
         if !self.read_every_time {
@@ -87,13 +88,13 @@ impl Viewer {
     }
 
     /// The viewer's role in `course_id`, or FORBIDDEN.
-    pub async fn require_member(&self, db: &DatabaseConnection, course_id: i64) -> AppResult<Role> {
+    pub(crate) async fn require_member(&self, db: &DatabaseConnection, course_id: i64) -> AppResult<Role> {
         role_in(&*self.memberships(db).await?, course_id)
     }
 }
 
 /// The role in `course_id` among `memberships`, or FORBIDDEN.
-pub fn role_in(memberships: &HashMap<i64, Role>, course_id: i64) -> AppResult<Role> {
+pub(crate) fn role_in(memberships: &HashMap<i64, Role>, course_id: i64) -> AppResult<Role> {
     memberships
         .get(&course_id)
         .copied()

@@ -40,7 +40,7 @@ pub const DEFAULT_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
 /// What one entry costs beyond its value's heap: moka's entry and its place in the
 /// concurrent map and the access-order queues, the key, the `Arc` header. An estimate
 /// (measured order of magnitude), not an exact count.
-pub const ENTRY_OVERHEAD_BYTES: u64 = 160;
+pub(crate) const ENTRY_OVERHEAD_BYTES: u64 = 160;
 
 /// The caches that share the budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -280,7 +280,7 @@ fn entry_weight<K, V>(heap: u64) -> u64 {
 }
 
 /// The heap a string owns.
-pub fn string_bytes(s: &str) -> u64 {
+pub(crate) fn string_bytes(s: &str) -> u64 {
     s.len() as u64
 }
 

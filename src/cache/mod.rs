@@ -31,9 +31,9 @@
 //! published changes) and `users` (authors, which never change), both bounded in bytes by
 //! `budget` (`CACHE_BUDGET_BYTES`, split among every in-process cache by fixed shares).
 
-pub mod budget;
-pub mod pages;
-pub mod users;
+pub(crate) mod budget;
+pub(crate) mod pages;
+pub(crate) mod users;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -54,7 +54,7 @@ use crate::like_event::{CountChange, LikeTarget};
 use crate::telemetry::names;
 
 /// Whether a reader may see a post (`PostCache::get_admitted`): their access check.
-pub type Admit<'a> = dyn Fn(&PostRow) -> futures_util::future::BoxFuture<'a, bool> + Send + Sync + 'a;
+pub(crate) type Admit<'a> = dyn Fn(&PostRow) -> futures_util::future::BoxFuture<'a, bool> + Send + Sync + 'a;
 
 /// The fields of an entry, in the order `HMGET` asks for them. The counters inside `row` are
 /// overridden by the entry's own counter fields, which commits patch one by one.

@@ -19,37 +19,37 @@ tokio::task_local! {
 
 /// How many statements one request may run, and how many it has.
 #[derive(Debug)]
-pub struct StatementBudget {
+pub(crate) struct StatementBudget {
     limit: u64,
     used: AtomicU64,
     over: Notify,
 }
 
 impl StatementBudget {
-    pub fn new(limit: u64) -> Arc<Self> {
+    pub(crate) fn new(limit: u64) -> Arc<Self> {
         Arc::new(Self { limit, used: AtomicU64::new(0), over: Notify::new() })
     }
 
-    pub fn limit(&self) -> u64 {
+    pub(crate) fn limit(&self) -> u64 {
         self.limit
     }
 
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
     }
 
     /// Runs `work` with this budget charged for its statements.
-    pub async fn scope<F: Future>(self: &Arc<Self>, work: F) -> F::Output {
+    pub(crate) async fn scope<F: Future>(self: &Arc<Self>, work: F) -> F::Output {
         CURRENT.scope(self.clone(), work).await
     }
 
     /// Spawns one of the request's DataLoader batches, charged to this budget.
-    pub fn spawn(self: &Arc<Self>, batch: BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn(self: &Arc<Self>, batch: BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()> {
         tokio::spawn(CURRENT.scope(self.clone(), batch))
     }
 
     /// Resolves once the request has run more statements than its limit.
-    pub async fn exceeded(&self) {
+    pub(crate) async fn exceeded(&self) {
         let notified = self.over.notified();
         tokio::pin!(notified);
         // Registered before the check: a charge between the two still wakes it.
@@ -68,7 +68,7 @@ impl StatementBudget {
 }
 
 /// Charges one statement to the running request's budget, if the task runs for one.
-pub fn charge_current() {
+pub(crate) fn charge_current() {
     let _ = CURRENT.try_with(|budget| budget.charge());
 }
 

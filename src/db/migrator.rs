@@ -2,7 +2,7 @@
 
 use sea_orm_migration::prelude::*;
 
-pub struct Migrator;
+pub(crate) struct Migrator;
 
 /// One plain-SQL migration, embedded at compile time.
 struct SqlMigration {

@@ -1,8 +1,8 @@
 //! PostgreSQL: connecting with bounded timeouts, running migrations, and the small helpers
 //! that turn visible SQL into statements.
 
-pub mod budget;
-pub mod migrator;
+pub(crate) mod budget;
+pub(crate) mod migrator;
 
 use std::time::Duration;
 
@@ -14,19 +14,19 @@ use crate::error::{AppError, AppResult};
 
 /// Opens the pool. Fails within `connect_timeout` with one sentence when PostgreSQL is not there
 /// (sea-orm would otherwise wait ~30 s).
-pub async fn connect(settings: &Settings) -> AppResult<DatabaseConnection> {
+pub(crate) async fn connect(settings: &Settings) -> AppResult<DatabaseConnection> {
     let url = settings.database_url()?;
     connect_url(url, settings.connect_timeout, settings.db_max_connections).await
 }
 
 /// The requests' pool: every statement under `STATEMENT_TIMEOUT`.
-pub async fn connect_api(settings: &Settings) -> AppResult<DatabaseConnection> {
+pub(crate) async fn connect_api(settings: &Settings) -> AppResult<DatabaseConnection> {
     let url = settings.database_url()?;
     connect_with(url, settings.connect_timeout, settings.db_max_connections, Some(settings.statement_timeout)).await
 }
 
 /// The background jobs' own pool (`JOBS_DB_MAX_CONNECTIONS`), apart from the requests'.
-pub async fn connect_jobs(settings: &Settings) -> AppResult<DatabaseConnection> {
+pub(crate) async fn connect_jobs(settings: &Settings) -> AppResult<DatabaseConnection> {
     let url = settings.database_url()?;
     connect_with(url, settings.connect_timeout, settings.jobs_db_max_connections, None).await
 }
@@ -72,7 +72,7 @@ fn unreachable_db(url: &str, why: &str) -> AppError {
 }
 
 /// Hides a password in a URL before it is printed.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];

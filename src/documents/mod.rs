@@ -5,8 +5,8 @@
 //!
 //! Below `graphql`, whose request hooks consult them, and `state`, which holds them.
 
-pub mod persisted;
-pub mod trusted;
+pub(crate) mod persisted;
+pub(crate) mod trusted;
 
 use sha2::{Digest, Sha256};
 

@@ -40,7 +40,7 @@ use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
 
 /// How long a persisted query stays in Redis after its last use.
-pub const PERSISTED_QUERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const PERSISTED_QUERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The window of `PERSISTED_QUERY_REGISTRATIONS_PER_HOUR`.
 const REGISTRATION_WINDOW: Duration = Duration::from_secs(3600);

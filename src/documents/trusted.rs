@@ -106,7 +106,7 @@ impl TrustedDocuments {
 }
 
 /// The refusal of a document not in the manifest.
-pub fn refusal() -> async_graphql::ServerError {
+pub(crate) fn refusal() -> async_graphql::ServerError {
     let mut error = async_graphql::ServerError::new(
         "this server runs only the documents of its trusted-documents manifest; this one is not among them",
         None,

@@ -36,7 +36,7 @@ use crate::kv::keys::Keys;
 use crate::telemetry::names;
 
 /// The sentinel of a celebrity list.
-pub const CELEBRITY_SENTINEL: &str = "_";
+pub(crate) const CELEBRITY_SENTINEL: &str = "_";
 
 /// What one step did.
 #[derive(Clone, Debug, Default)]

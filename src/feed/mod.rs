@@ -18,8 +18,8 @@
 //! has left are skipped (more are read instead, so pages stay full), and below the lists'
 //! floors the page continues from PostgreSQL, so paging reaches the oldest post.
 
-pub mod fanout;
-pub mod lists;
+pub(crate) mod fanout;
+pub(crate) mod lists;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -97,7 +97,7 @@ pub struct FeedHooks {
 }
 
 /// The timeline's sentinel for a set of fanned-out courses (sorted): `c:3,8,12`.
-pub fn timeline_sentinel(courses: &[i64]) -> String {
+pub(crate) fn timeline_sentinel(courses: &[i64]) -> String {
     let ids: Vec<String> = courses.iter().map(i64::to_string).collect();
     format!("c:{}", ids.join(","))
 }

@@ -16,7 +16,7 @@ use crate::error::{AppError, AppResult};
 use crate::forum::paging::{Order, Page, PageRequest, page_sql};
 
 #[derive(Clone, Debug, FromQueryResult)]
-pub struct CommentRow {
+pub(crate) struct CommentRow {
     pub id: i64,
     pub post_id: i64,
     /// The course of the post, carried so access checks need no further query.
@@ -33,12 +33,12 @@ pub struct CommentRow {
     pub edited_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-pub const MAX_COMMENT_CHARS: usize = 5_000;
+pub(crate) const MAX_COMMENT_CHARS: usize = 5_000;
 
 const COMMENT_COLUMNS: &str = "id, post_id, parent_id, reply_to_user_id, user_id, body, like_count, like_version, reply_count, created_at, edited_at";
 
 /// A live comment or reply on a live post.
-pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<CommentRow>> {
+pub(crate) async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<CommentRow>> {
     let sql = "SELECT c.id, c.post_id, p.course_id, c.parent_id, c.reply_to_user_id, c.user_id, c.body, \
                c.like_count, c.like_version, c.reply_count, c.created_at, c.edited_at \
                FROM comments c JOIN posts p ON p.id = c.post_id \
@@ -48,7 +48,7 @@ pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<Commen
 
 /// Whose comments a page lists: a post's top-level comments, or a root comment's replies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Thread {
+pub(crate) enum Thread {
     Post { post_id: i64, course_id: i64 },
     Replies { root_id: i64, course_id: i64 },
 }
@@ -56,7 +56,7 @@ pub enum Thread {
 /// The same page (`page`) of many threads of one kind in ONE statement: every parent's page
 /// through a LATERAL join on the same index as `page_top_level` / `page_replies`, so a list of
 /// posts with their comments costs one statement per level, not one per post.
-pub async fn pages_of_threads(
+pub(crate) async fn pages_of_threads(
     db: &impl ConnectionTrait,
     threads: &[Thread],
     page: &PageRequest,
@@ -101,7 +101,7 @@ pub async fn pages_of_threads(
 }
 
 /// Live comments (or replies) by id, with their post's course, in one statement.
-pub async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<CommentRow>> {
+pub(crate) async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<CommentRow>> {
     let sql = "SELECT c.id, c.post_id, p.course_id, c.parent_id, c.reply_to_user_id, c.user_id, c.body, \
                c.like_count, c.like_version, c.reply_count, c.created_at, c.edited_at \
                FROM comments c JOIN posts p ON p.id = c.post_id \
@@ -117,7 +117,7 @@ struct IdRow {
 
 /// Adds a top-level comment. The post's row is updated first: that both bumps the counter and
 /// locks out a concurrent delete, so a comment never lands on a post deleted meanwhile.
-pub async fn create_comment<C: ConnectionTrait + TransactionTrait>(
+pub(crate) async fn create_comment<C: ConnectionTrait + TransactionTrait>(
     db: &C,
     post_id: i64,
     course_id: i64,
@@ -133,7 +133,7 @@ pub async fn create_comment<C: ConnectionTrait + TransactionTrait>(
 
 /// Adds a reply to `target` (a root comment or a reply). It lands under the root; `reply_to`
 /// is the author of `target`.
-pub async fn create_reply<C: ConnectionTrait + TransactionTrait>(
+pub(crate) async fn create_reply<C: ConnectionTrait + TransactionTrait>(
     db: &C,
     target: &CommentRow,
     user_id: i64,
@@ -192,7 +192,7 @@ async fn insert(
     .ok_or_else(|| AppError::Internal("INSERT … RETURNING returned no row".into()))
 }
 
-pub async fn edit(db: &impl ConnectionTrait, comment: &CommentRow, body: &str) -> AppResult<CommentRow> {
+pub(crate) async fn edit(db: &impl ConnectionTrait, comment: &CommentRow, body: &str) -> AppResult<CommentRow> {
     let sql = format!(
         "UPDATE comments SET body = $2, edited_at = now() WHERE id = $1 AND deleted_at IS NULL \
          RETURNING {COMMENT_COLUMNS}, $3::bigint AS course_id"
@@ -209,7 +209,7 @@ pub async fn edit(db: &impl ConnectionTrait, comment: &CommentRow, body: &str) -
 /// Locks, in the module's order: the post's row (its `comment_count`), then in ascending id
 /// every comment row this writes (the comment, a root's live replies, a reply's root for its
 /// `reply_count`), and only then writes.
-pub async fn soft_delete<C: ConnectionTrait + TransactionTrait>(db: &C, comment: &CommentRow) -> AppResult<bool> {
+pub(crate) async fn soft_delete<C: ConnectionTrait + TransactionTrait>(db: &C, comment: &CommentRow) -> AppResult<bool> {
     let txn = db.begin().await?;
     // The post first. Every writer of the thread holds it too (creating a comment or a reply
     // bumps its counter first), so no reply can land under the root between our reading the

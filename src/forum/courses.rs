@@ -36,7 +36,7 @@ impl Role {
 }
 
 #[derive(Clone, Debug, FromQueryResult)]
-pub struct CourseRow {
+pub(crate) struct CourseRow {
     pub id: i64,
     pub code: String,
     pub title: String,
@@ -45,18 +45,18 @@ pub struct CourseRow {
 
 const COURSE_COLUMNS: &str = "SELECT id, code, title, created_at FROM courses";
 
-pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<CourseRow>> {
+pub(crate) async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<CourseRow>> {
     Ok(CourseRow::find_by_statement(stmt(&format!("{COURSE_COLUMNS} WHERE id = $1"), [id.into()])).one(db).await?)
 }
 
-pub async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<CourseRow>> {
+pub(crate) async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<CourseRow>> {
     Ok(CourseRow::find_by_statement(stmt(&format!("{COURSE_COLUMNS} WHERE id = ANY($1)"), [ids.to_vec().into()]))
         .all(db)
         .await?)
 }
 
 /// The courses a user belongs to, in id order.
-pub async fn of_user(db: &impl ConnectionTrait, user_id: i64) -> AppResult<Vec<CourseRow>> {
+pub(crate) async fn of_user(db: &impl ConnectionTrait, user_id: i64) -> AppResult<Vec<CourseRow>> {
     let sql = "SELECT c.id, c.code, c.title, c.created_at FROM course_members m \
                JOIN courses c ON c.id = m.course_id WHERE m.user_id = $1 ORDER BY c.id";
     Ok(CourseRow::find_by_statement(stmt(sql, [user_id.into()])).all(db).await?)
@@ -92,7 +92,7 @@ struct CourseAndRolesRow {
 /// A course and the user's role in every course they belong to, in ONE statement (a page
 /// needs both; two round trips cost more than the join). The same memberships as
 /// `roles_of_user`, read from the same index.
-pub async fn find_with_roles_of_user(
+pub(crate) async fn find_with_roles_of_user(
     db: &impl ConnectionTrait,
     id: i64,
     user_id: i64,
@@ -128,7 +128,7 @@ struct CourseCountRow {
 }
 
 /// Members of each of `course_ids` in one statement (courses without members are absent).
-pub async fn member_counts(db: &impl ConnectionTrait, course_ids: &[i64]) -> AppResult<HashMap<i64, i64>> {
+pub(crate) async fn member_counts(db: &impl ConnectionTrait, course_ids: &[i64]) -> AppResult<HashMap<i64, i64>> {
     let rows = CourseCountRow::find_by_statement(stmt(
         "SELECT course_id, count(*) AS n FROM course_members WHERE course_id = ANY($1) GROUP BY course_id",
         [course_ids.to_vec().into()],

@@ -2,9 +2,9 @@
 //! posts, two-level comments; `roster`, the one service that changes who belongs to a course.
 //! Visible SQL, one file per table family; no GraphQL in here.
 
-pub mod comments;
-pub mod courses;
-pub mod paging;
-pub mod posts;
-pub mod roster;
-pub mod users;
+pub(crate) mod comments;
+pub(crate) mod courses;
+pub(crate) mod paging;
+pub(crate) mod posts;
+pub(crate) mod roster;
+pub(crate) mod users;

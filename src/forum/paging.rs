@@ -4,8 +4,8 @@
 use crate::error::{AppError, AppResult};
 
 /// Default and maximum page sizes (Relay `first`/`last`).
-pub const DEFAULT_PAGE_SIZE: i32 = 20;
-pub const MAX_PAGE_SIZE: i32 = 100;
+pub(crate) const DEFAULT_PAGE_SIZE: i32 = 20;
+pub(crate) const MAX_PAGE_SIZE: i32 = 100;
 
 /// The order a connection presents its items in.
 #[derive(Clone, Copy, Debug)]
@@ -103,7 +103,7 @@ pub struct Page<T> {
 
 /// Builds `SELECT … WHERE <scope> AND <keyset> ORDER BY … LIMIT …` for a keyset page.
 /// `scope` is a condition using `$1..$scope_params`.
-pub fn page_sql(select: &str, scope: &str, scope_params: usize, page: &PageRequest, order: Order) -> String {
+pub(crate) fn page_sql(select: &str, scope: &str, scope_params: usize, page: &PageRequest, order: Order) -> String {
     let (keyset, order_by) = page.keyset_sql(order, scope_params + 1);
     format!("{select} WHERE {scope} AND {keyset} ORDER BY {order_by} LIMIT ${}", page.limit_param(scope_params))
 }

@@ -19,8 +19,8 @@
 //! another instructor". That lock does not conflict with the `FOR KEY SHARE` locks that
 //! foreign keys take, so posting in the course is never held up by it.
 
-pub mod import;
-pub mod people;
+pub(crate) mod import;
+pub(crate) mod people;
 
 use std::collections::HashMap;
 
@@ -33,7 +33,7 @@ use crate::forum::users::{self, UserRow};
 
 /// Who is changing a roster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Actor {
+pub(crate) enum Actor {
     /// A signed-in user of the API: an administrator may change any course, an instructor only
     /// the courses they teach.
     User(i64),
@@ -51,7 +51,7 @@ enum Authority {
 
 /// A person's place in a course after a roster change.
 #[derive(Clone, Debug)]
-pub struct MemberChange {
+pub(crate) struct MemberChange {
     pub course: CourseRow,
     pub user: UserRow,
     /// The role now; `None` once removed.
@@ -66,22 +66,22 @@ pub struct MemberChange {
 // ---------------------------------------------------------------------------------------------
 
 /// The longest course code and title, display name, issuer and subject the tables accept.
-pub const MAX_CODE_CHARS: usize = 32;
-pub const MAX_TITLE_CHARS: usize = 200;
-pub const MAX_DISPLAY_NAME_CHARS: usize = 100;
-pub const MAX_ISSUER_CHARS: usize = 500;
-pub const MAX_SUBJECT_CHARS: usize = 255;
+pub(crate) const MAX_CODE_CHARS: usize = 32;
+pub(crate) const MAX_TITLE_CHARS: usize = 200;
+pub(crate) const MAX_DISPLAY_NAME_CHARS: usize = 100;
+pub(crate) const MAX_ISSUER_CHARS: usize = 500;
+pub(crate) const MAX_SUBJECT_CHARS: usize = 255;
 
 /// A handle is 2 to 32 of `a-z`, `0-9` and `_` (the `users.handle` CHECK), checked here so
 /// that a bad one is reported as the caller's mistake, not as a failed statement.
-pub fn check_handle(handle: &str) -> Result<(), String> {
+pub(crate) fn check_handle(handle: &str) -> Result<(), String> {
     let ok = (2..=32).contains(&handle.len())
         && handle.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
     if ok { Ok(()) } else { Err(format!("handle `{}` must be 2 to 32 of a-z, 0-9 and _", shorten(handle))) }
 }
 
 /// Non-empty after trimming and at most `max` characters; returns the trimmed text.
-pub fn check_text<'a>(field: &str, text: &'a str, max: usize) -> Result<&'a str, String> {
+pub(crate) fn check_text<'a>(field: &str, text: &'a str, max: usize) -> Result<&'a str, String> {
     let text = text.trim();
     if text.is_empty() {
         return Err(format!("{field} must not be empty"));
@@ -106,7 +106,7 @@ struct Flag {
     v: bool,
 }
 
-pub async fn is_admin(db: &impl ConnectionTrait, user_id: i64) -> AppResult<bool> {
+pub(crate) async fn is_admin(db: &impl ConnectionTrait, user_id: i64) -> AppResult<bool> {
     let row = Flag::find_by_statement(stmt(
         "SELECT EXISTS (SELECT 1 FROM administrators WHERE user_id = $1) AS v",
         [user_id.into()],
@@ -117,7 +117,7 @@ pub async fn is_admin(db: &impl ConnectionTrait, user_id: i64) -> AppResult<bool
 }
 
 /// Makes the user an administrator; false when they were one already.
-pub async fn grant_admin(db: &impl ConnectionTrait, user_id: i64) -> AppResult<bool> {
+pub(crate) async fn grant_admin(db: &impl ConnectionTrait, user_id: i64) -> AppResult<bool> {
     let result = db
         .execute_raw(stmt(
             "INSERT INTO administrators (user_id) VALUES ($1) ON CONFLICT (user_id) DO NOTHING",
@@ -128,13 +128,13 @@ pub async fn grant_admin(db: &impl ConnectionTrait, user_id: i64) -> AppResult<b
 }
 
 /// Takes the administrator role away; false when the user did not have it.
-pub async fn revoke_admin(db: &impl ConnectionTrait, user_id: i64) -> AppResult<bool> {
+pub(crate) async fn revoke_admin(db: &impl ConnectionTrait, user_id: i64) -> AppResult<bool> {
     let result = db.execute_raw(stmt("DELETE FROM administrators WHERE user_id = $1", [user_id.into()])).await?;
     Ok(result.rows_affected() == 1)
 }
 
 /// Every administrator, in the order they were granted.
-pub async fn admins(db: &impl ConnectionTrait) -> AppResult<Vec<UserRow>> {
+pub(crate) async fn admins(db: &impl ConnectionTrait) -> AppResult<Vec<UserRow>> {
     Ok(UserRow::find_by_statement(stmt(
         "SELECT u.id, u.handle, u.display_name, u.created_at FROM administrators a \
          JOIN users u ON u.id = a.user_id ORDER BY a.granted_at, u.id",
@@ -152,7 +152,7 @@ const COURSE_RETURNING: &str = "RETURNING id, code, title, created_at";
 
 /// Creates a course. Only an administrator may; a code already taken is CONFLICT (codes are
 /// what people and LMS exports name courses by, so a second `CS101` would be ambiguous).
-pub async fn create_course(db: &impl ConnectionTrait, actor: Actor, code: &str, title: &str) -> AppResult<CourseRow> {
+pub(crate) async fn create_course(db: &impl ConnectionTrait, actor: Actor, code: &str, title: &str) -> AppResult<CourseRow> {
     let code = check_text("code", code, MAX_CODE_CHARS).map_err(AppError::BadUserInput)?;
     let title = check_text("title", title, MAX_TITLE_CHARS).map_err(AppError::BadUserInput)?;
     if let Actor::User(user_id) = actor
@@ -175,7 +175,7 @@ pub async fn create_course(db: &impl ConnectionTrait, actor: Actor, code: &str, 
 
 /// The course with this code, created with `title` if there is none; true when created.
 /// For the command line: an existing course keeps its title.
-pub async fn ensure_course(db: &impl ConnectionTrait, code: &str, title: &str) -> AppResult<(CourseRow, bool)> {
+pub(crate) async fn ensure_course(db: &impl ConnectionTrait, code: &str, title: &str) -> AppResult<(CourseRow, bool)> {
     match create_course(db, Actor::Operator, code, title).await {
         Ok(row) => Ok((row, true)),
         Err(AppError::Conflict(_)) => {
@@ -195,7 +195,7 @@ pub async fn ensure_course(db: &impl ConnectionTrait, code: &str, title: &str) -
 /// Users by handle, each created with its display name when missing (an existing user keeps
 /// the name they have). Set-wise, two statements for any number of people (the demo's mass
 /// course has thousands).
-pub struct EnsuredUsers {
+pub(crate) struct EnsuredUsers {
     /// Every handle asked for, with its user id.
     pub ids: HashMap<String, i64>,
     /// The handles that were created, in the order given.
@@ -208,7 +208,7 @@ struct IdHandle {
     handle: String,
 }
 
-pub async fn ensure_users(db: &impl ConnectionTrait, people: &[(String, String)]) -> AppResult<EnsuredUsers> {
+pub(crate) async fn ensure_users(db: &impl ConnectionTrait, people: &[(String, String)]) -> AppResult<EnsuredUsers> {
     let mut handles = Vec::with_capacity(people.len());
     let mut names = Vec::with_capacity(people.len());
     let mut seen = std::collections::HashSet::new();
@@ -258,7 +258,7 @@ pub async fn ensure_users(db: &impl ConnectionTrait, people: &[(String, String)]
 /// (`changed: false`), so a retried request is harmless; adding someone who is a member with
 /// the other role is BAD_USER_INPUT, because "add as a student" must not quietly demote an
 /// instructor: `set_role` says that on purpose.
-pub async fn add_member(
+pub(crate) async fn add_member(
     db: &impl ConnectionTrait,
     actor: Actor,
     course_id: i64,
@@ -289,7 +289,7 @@ pub async fn add_member(
 
 /// Changes a member's role; the role they have already changes nothing. Someone who is not a
 /// member is NOT_FOUND. An instructor may not demote the course's last instructor.
-pub async fn set_role(
+pub(crate) async fn set_role(
     db: &impl ConnectionTrait,
     actor: Actor,
     course_id: i64,
@@ -318,7 +318,7 @@ pub async fn set_role(
 /// them); from now on the access checks and the like worker's membership fence refuse them.
 /// Someone who is not a member is NOT_FOUND. An instructor may not remove the course's last
 /// instructor.
-pub async fn remove_member(
+pub(crate) async fn remove_member(
     db: &impl ConnectionTrait,
     actor: Actor,
     course_id: i64,
@@ -341,7 +341,7 @@ pub async fn remove_member(
 
 /// Adds whoever of `members` is not yet in the course, leaving existing members as they are;
 /// returns the user ids added. Set-wise, for the command line (the demo seed).
-pub async fn enroll(db: &impl ConnectionTrait, course_id: i64, members: &[(i64, Role)]) -> AppResult<Vec<i64>> {
+pub(crate) async fn enroll(db: &impl ConnectionTrait, course_id: i64, members: &[(i64, Role)]) -> AppResult<Vec<i64>> {
     if members.is_empty() {
         return Ok(Vec::new());
     }

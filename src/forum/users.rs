@@ -13,7 +13,7 @@ pub struct UserRow {
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
-pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<UserRow>> {
+pub(crate) async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<UserRow>> {
     Ok(UserRow::find_by_statement(stmt(
         "SELECT id, handle, display_name, created_at FROM users WHERE id = $1",
         [id.into()],
@@ -22,7 +22,7 @@ pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<UserRo
     .await?)
 }
 
-pub async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<UserRow>> {
+pub(crate) async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<UserRow>> {
     Ok(UserRow::find_by_statement(stmt(
         "SELECT id, handle, display_name, created_at FROM users WHERE id = ANY($1)",
         [ids.to_vec().into()],
@@ -31,7 +31,7 @@ pub async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<
     .await?)
 }
 
-pub async fn find_by_handle(db: &impl ConnectionTrait, handle: &str) -> AppResult<Option<UserRow>> {
+pub(crate) async fn find_by_handle(db: &impl ConnectionTrait, handle: &str) -> AppResult<Option<UserRow>> {
     Ok(UserRow::find_by_statement(stmt(
         "SELECT id, handle, display_name, created_at FROM users WHERE handle = $1",
         [handle.into()],

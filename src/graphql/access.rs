@@ -22,7 +22,7 @@ use crate::state::AppState;
 /// The course `id` names and the viewer's role in it. With the viewer's memberships in memory,
 /// a member costs no statement (the row loads only if a field asks for it); anyone else costs
 /// one, to tell NOT_FOUND from FORBIDDEN.
-pub async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(Course, Role)> {
+pub(crate) async fn course(ctx: &Context<'_>, id: i64) -> AppResult<(Course, Role)> {
     let viewer = viewer(ctx)?;
     let db = &state(ctx)?.db;
     if let Some(memberships) = viewer.known_memberships() {
@@ -70,7 +70,7 @@ fn keep_post(state: &AppState, row: &PostRow, start: Option<LoadStart>) {
     }
 }
 
-pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
+pub(crate) async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
     let (row, start) = find_post(state, viewer, id).await?;
@@ -81,7 +81,7 @@ pub async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
 
 /// As `post`, when this instance holds the post in memory (for a member, no Redis command and
 /// no statement); `None` when it does not, and the caller takes the usual way.
-pub async fn post_in_memory(ctx: &Context<'_>, id: i64) -> AppResult<Option<(PostRow, Role)>> {
+pub(crate) async fn post_in_memory(ctx: &Context<'_>, id: i64) -> AppResult<Option<(PostRow, Role)>> {
     let state = state(ctx)?;
     let Some(row) = state.course_pages.post(id) else { return Ok(None) };
     let role = viewer(ctx)?.require_member(&state.db, row.course_id).await?;
@@ -93,7 +93,7 @@ pub async fn post_in_memory(ctx: &Context<'_>, id: i64) -> AppResult<Option<(Pos
 /// `Membership::Unverified`, and the like goes ahead only on a liked-set a verified check
 /// loaded; the worker checks membership again before anything is written. (Such a post is
 /// not kept in memory: access was not proven.)
-pub async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Membership)> {
+pub(crate) async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Membership)> {
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
     let (row, start) = find_post(state, viewer, id).await?;
@@ -111,7 +111,7 @@ pub async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Mem
 }
 
 /// A comment (`NodeKind::Comment`) or reply (`NodeKind::Reply`); the kind must match the row.
-pub async fn comment(ctx: &Context<'_>, kind: NodeKind, id: i64) -> AppResult<(CommentRow, Role)> {
+pub(crate) async fn comment(ctx: &Context<'_>, kind: NodeKind, id: i64) -> AppResult<(CommentRow, Role)> {
     let viewer = viewer(ctx)?;
     let db = &state(ctx)?.db;
     let row = comments::find(db, id)
@@ -123,18 +123,18 @@ pub async fn comment(ctx: &Context<'_>, kind: NodeKind, id: i64) -> AppResult<(C
 }
 
 /// Decodes an id naming a comment or a reply and loads it.
-pub async fn any_comment(ctx: &Context<'_>, raw: &ID) -> AppResult<(CommentRow, Role)> {
+pub(crate) async fn any_comment(ctx: &Context<'_>, raw: &ID) -> AppResult<(CommentRow, Role)> {
     viewer(ctx)?;
     let (kind, id) = ids::decode_as(raw, &[NodeKind::Comment, NodeKind::Reply])?;
     comment(ctx, kind, id).await
 }
 
 /// Authors may change their own content; instructors may also delete anything in their course.
-pub fn require_author(viewer_id: i64, author_id: i64) -> AppResult<()> {
+pub(crate) fn require_author(viewer_id: i64, author_id: i64) -> AppResult<()> {
     if viewer_id == author_id { Ok(()) } else { Err(AppError::Forbidden("only the author may do this".into())) }
 }
 
-pub fn require_author_or_instructor(viewer_id: i64, author_id: i64, role: Role) -> AppResult<()> {
+pub(crate) fn require_author_or_instructor(viewer_id: i64, author_id: i64, role: Role) -> AppResult<()> {
     if viewer_id == author_id || role == Role::Instructor {
         Ok(())
     } else {

@@ -24,11 +24,11 @@ use tokio::sync::Notify;
 
 /// How long a batch collects keys before it waits for the request to park (async-graphql's
 /// own default window).
-pub const BATCH_WINDOW: Duration = Duration::from_millis(1);
+pub(crate) const BATCH_WINDOW: Duration = Duration::from_millis(1);
 
 /// Whether one request's future is being polled, or woken and about to be.
 #[derive(Debug, Default)]
-pub struct BatchGate {
+pub(crate) struct BatchGate {
     polling: AtomicBool,
     woken: AtomicBool,
     parked: Notify,
@@ -37,18 +37,18 @@ pub struct BatchGate {
 }
 
 impl BatchGate {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
 
     /// Runs the request's future under this gate.
-    pub fn run<F: Future>(self: &Arc<Self>, request: F) -> Gated<F> {
+    pub(crate) fn run<F: Future>(self: &Arc<Self>, request: F) -> Gated<F> {
         Gated { request: Box::pin(request), waker: futures_util::task::waker(self.clone()), gate: self.clone() }
     }
 
     /// A batch future that starts only after its window, once the request is parked. The
     /// DataLoader's own delay must be zero: the batch takes its keys on its first poll.
-    pub fn hold(self: &Arc<Self>, batch: BoxFuture<'static, ()>) -> BoxFuture<'static, ()> {
+    pub(crate) fn hold(self: &Arc<Self>, batch: BoxFuture<'static, ()>) -> BoxFuture<'static, ()> {
         let gate = self.clone();
         Box::pin(async move {
             tokio::time::sleep(BATCH_WINDOW).await;
@@ -84,7 +84,7 @@ impl ArcWake for BatchGate {
 }
 
 /// A request future that tells its gate when it is being polled or woken.
-pub struct Gated<F> {
+pub(crate) struct Gated<F> {
     request: Pin<Box<F>>,
     waker: Waker,
     gate: Arc<BatchGate>,

@@ -6,12 +6,12 @@ use crate::auth::Viewer;
 use crate::error::{AppError, AppResult};
 use crate::state::AppState;
 
-pub fn state<'a>(ctx: &Context<'a>) -> AppResult<&'a AppState> {
+pub(crate) fn state<'a>(ctx: &Context<'a>) -> AppResult<&'a AppState> {
     ctx.data::<AppState>().map_err(|_| AppError::Internal("AppState missing from schema data".into()))
 }
 
 /// The authenticated viewer, or UNAUTHENTICATED.
-pub fn viewer<'a>(ctx: &Context<'a>) -> AppResult<&'a Viewer> {
+pub(crate) fn viewer<'a>(ctx: &Context<'a>) -> AppResult<&'a Viewer> {
     ctx.data_opt::<Viewer>()
         .ok_or_else(|| AppError::Unauthenticated("sign in: send `Authorization: Bearer <token>`".into()))
 }

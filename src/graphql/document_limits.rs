@@ -29,7 +29,7 @@ use super::limits::MAX_ALIASES;
 
 /// The budget of one document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DocumentLimits {
+pub(crate) struct DocumentLimits {
     /// Bytes of the text.
     pub bytes: usize,
     /// Lexical tokens (names, punctuators, strings, numbers; not whitespace or comments).
@@ -45,20 +45,20 @@ pub struct DocumentLimits {
 impl DocumentLimits {
     /// For callers without a token. GraphiQL's introspection query is about 100 expanded
     /// selections and 700 tokens.
-    pub const ANONYMOUS: DocumentLimits =
+    pub(crate) const ANONYMOUS: DocumentLimits =
         DocumentLimits { bytes: 16 * 1024, tokens: 2_000, fragments: 20, selections: 1_000, directives: 50 };
     /// For signed-in callers. The demo forum's largest page is about 200 expanded selections;
     /// the cost limit (`limits::MAX_COST`) still bounds what the document reads.
-    pub const SIGNED_IN: DocumentLimits =
+    pub(crate) const SIGNED_IN: DocumentLimits =
         DocumentLimits { bytes: 64 * 1024, tokens: 15_000, fragments: 200, selections: 5_000, directives: 500 };
 
-    pub fn for_caller(signed_in: bool) -> DocumentLimits {
+    pub(crate) fn for_caller(signed_in: bool) -> DocumentLimits {
         if signed_in { Self::SIGNED_IN } else { Self::ANONYMOUS }
     }
 }
 
 /// The refusal of a document over `limit`: `found` (at least; counting stops past `max`).
-pub fn refusal(limit: &'static str, found: u64, max: u64, signed_in: bool) -> ServerError {
+pub(crate) fn refusal(limit: &'static str, found: u64, max: u64, signed_in: bool) -> ServerError {
     let whom = if signed_in { "" } else { " without signing in" };
     let mut error = ServerError::new(
         format!("this document has {found} {limit}; at most {max} are accepted{whom}: send a smaller document"),
@@ -76,7 +76,7 @@ pub fn refusal(limit: &'static str, found: u64, max: u64, signed_in: bool) -> Se
 
 /// Refuses a text over the byte or token limit, before it is parsed. Stops counting at the
 /// first token past the limit.
-pub fn check_text(text: &str, limits: &DocumentLimits, signed_in: bool) -> Result<(), ServerError> {
+pub(crate) fn check_text(text: &str, limits: &DocumentLimits, signed_in: bool) -> Result<(), ServerError> {
     if text.len() > limits.bytes {
         return Err(refusal("bytes", text.len() as u64, limits.bytes as u64, signed_in));
     }
@@ -90,7 +90,7 @@ pub fn check_text(text: &str, limits: &DocumentLimits, signed_in: bool) -> Resul
 /// GraphQL lexical tokens in `text`, counting no further than `stop`. Whitespace, commas and
 /// comments are not tokens; a string (block strings included) is one; anything the lexer would
 /// refuse counts as one token and is left for the parser to report.
-pub fn count_tokens(text: &str, stop: usize) -> usize {
+pub(crate) fn count_tokens(text: &str, stop: usize) -> usize {
     let bytes = text.as_bytes();
     let mut at = 0;
     let mut tokens = 0;
@@ -145,7 +145,7 @@ pub fn count_tokens(text: &str, stop: usize) -> usize {
 
 /// What a document comes to with every fragment spread expanded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Expanded {
+pub(crate) struct Expanded {
     pub selections: u64,
     pub directives: u64,
     pub aliases: u64,
@@ -161,7 +161,7 @@ impl Expanded {
 
 /// Refuses a parsed document over the fragment, selection, directive or alias limits, or
 /// whose fragments spread themselves. Linear in the document: each fragment is measured once.
-pub fn check_document(
+pub(crate) fn check_document(
     document: &ExecutableDocument,
     limits: &DocumentLimits,
     signed_in: bool,

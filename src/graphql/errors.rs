@@ -11,7 +11,7 @@ use async_graphql::{Response, ServerError};
 use crate::error::AppError;
 
 /// Gives every error of a response its code (`hooks::RequestHooks` calls it on every answer).
-pub fn assign_codes(response: &mut Response) {
+pub(crate) fn assign_codes(response: &mut Response) {
     response.errors.iter_mut().for_each(assign_code);
 }
 
@@ -20,7 +20,7 @@ fn app_error(err: &ServerError) -> Option<&AppError> {
 }
 
 /// Sets the code of one error (keeping one a resolver set explicitly).
-pub fn assign_code(err: &mut ServerError) {
+pub(crate) fn assign_code(err: &mut ServerError) {
     let code = match app_error(err) {
         Some(app) if let Some(service) = app.unreachable() => {
             tracing::warn!(error = %app, path = ?err.path, "a backing service is unreachable");
@@ -55,7 +55,7 @@ pub fn assign_code(err: &mut ServerError) {
 /// Runs a root field's resolver as a nullable field: every query and mutation root field is
 /// nullable, so a failure (FORBIDDEN, RATE_LIMITED, NOT_FOUND…) nulls that field alone, with its
 /// error at its path, and its siblings keep their data (docs/api.md, "Nullability").
-pub async fn nullable<T>(
+pub(crate) async fn nullable<T>(
     resolver: impl std::future::Future<Output = async_graphql::Result<T>>,
 ) -> async_graphql::Result<Option<T>> {
     resolver.await.map(Some)

@@ -37,7 +37,7 @@ use crate::state::AppState;
 use crate::telemetry::{names, otel};
 use tracing::Instrument;
 
-pub struct RequestHooks;
+pub(crate) struct RequestHooks;
 
 impl ExtensionFactory for RequestHooks {
     fn create(&self) -> Arc<dyn Extension> {

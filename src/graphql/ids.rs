@@ -57,7 +57,7 @@ pub fn decode(raw: &str) -> AppResult<(NodeKind, i64)> {
 }
 
 /// Decodes a global id that must be one of `expected` kinds.
-pub fn decode_as(raw: &ID, expected: &[NodeKind]) -> AppResult<(NodeKind, i64)> {
+pub(crate) fn decode_as(raw: &ID, expected: &[NodeKind]) -> AppResult<(NodeKind, i64)> {
     let (kind, id) = decode(raw)?;
     if expected.contains(&kind) {
         Ok((kind, id))
@@ -72,7 +72,7 @@ pub fn decode_as(raw: &ID, expected: &[NodeKind]) -> AppResult<(NodeKind, i64)> 
 }
 
 /// Decodes a global id of exactly one kind, returning the database id.
-pub fn decode_one(raw: &ID, expected: NodeKind) -> AppResult<i64> {
+pub(crate) fn decode_one(raw: &ID, expected: NodeKind) -> AppResult<i64> {
     decode_as(raw, &[expected]).map(|(_, id)| id)
 }
 

@@ -24,18 +24,18 @@ use async_graphql::{ErrorExtensionValues, ValidationResult};
 /// Highest cost accepted. A page of 20 posts with their authors and flags costs about 200;
 /// 100 posts with 100 comments each, 10,000 times their fields. (Its value is in `config`,
 /// which checks `SUBSCRIPTION_MAX_COST` against it.)
-pub const MAX_COST: usize = crate::config::MAX_QUERY_COST;
+pub(crate) const MAX_COST: usize = crate::config::MAX_QUERY_COST;
 
 /// Most aliases one document may hold, counted once per place they are resolved (a fragment's
 /// once per spread). Clients that render a page use a handful.
-pub const MAX_ALIASES: usize = 30;
+pub(crate) const MAX_ALIASES: usize = 30;
 /// Most directives on one field.
-pub const MAX_DIRECTIVES: usize = 8;
+pub(crate) const MAX_DIRECTIVES: usize = 8;
 
 /// Refuses an operation whose cost (async-graphql's complexity with `types::page_cost`) is over
 /// `MAX_COST`, with its own code and both numbers (run on the validation's result, by
 /// `hooks::RequestHooks`).
-pub fn check_cost(result: ValidationResult) -> Result<ValidationResult, Vec<ServerError>> {
+pub(crate) fn check_cost(result: ValidationResult) -> Result<ValidationResult, Vec<ServerError>> {
     if result.complexity > MAX_COST {
         let mut error = ServerError::new(
             format!(

@@ -29,11 +29,11 @@ use crate::state::AppState;
 use crate::views::{LiveViews, Views};
 
 /// Loader errors must be `Clone`; the shared error keeps its code.
-pub type LoadError = Arc<AppError>;
+pub(crate) type LoadError = Arc<AppError>;
 
 /// Users through the instance's memory (`cache::users`): only the ones never read cost a
 /// statement.
-pub struct UserLoader(DatabaseConnection, UserRows);
+pub(crate) struct UserLoader(DatabaseConnection, UserRows);
 
 impl Loader<i64> for UserLoader {
     type Value = UserRow;
@@ -50,7 +50,7 @@ impl Loader<i64> for UserLoader {
     }
 }
 
-pub struct CourseLoader(DatabaseConnection);
+pub(crate) struct CourseLoader(DatabaseConnection);
 
 impl Loader<i64> for CourseLoader {
     type Value = CourseRow;
@@ -63,7 +63,7 @@ impl Loader<i64> for CourseLoader {
 }
 
 /// "Did the viewer like this?" for every target a request shows, in one batch.
-pub struct LikedLoader {
+pub(crate) struct LikedLoader {
     likes: Likes,
     user_id: i64,
 }
@@ -80,7 +80,7 @@ impl Loader<(i64, LikeTarget)> for LikedLoader {
 }
 
 /// Member counts of every course a request shows, in one statement.
-pub struct MemberCountLoader(DatabaseConnection);
+pub(crate) struct MemberCountLoader(DatabaseConnection);
 
 impl Loader<i64> for MemberCountLoader {
     type Value = i64;
@@ -93,7 +93,7 @@ impl Loader<i64> for MemberCountLoader {
 }
 
 /// Comments and replies by id (a reply's root comment), in one statement.
-pub struct CommentLoader(DatabaseConnection);
+pub(crate) struct CommentLoader(DatabaseConnection);
 
 impl Loader<i64> for CommentLoader {
     type Value = CommentRow;
@@ -107,7 +107,7 @@ impl Loader<i64> for CommentLoader {
 
 /// Pages of comments (or replies) of every post (or root comment) at one level of a request:
 /// one statement per kind of thread and page request, however many parents the level has.
-pub struct ThreadPageLoader(DatabaseConnection);
+pub(crate) struct ThreadPageLoader(DatabaseConnection);
 
 impl Loader<(Thread, PageRequest)> for ThreadPageLoader {
     type Value = Arc<Page<CommentRow>>;
@@ -134,7 +134,7 @@ impl Loader<(Thread, PageRequest)> for ThreadPageLoader {
 /// Pages of posts of every course at one level of a request (courses reached through a list:
 /// `myCourses`, or each post's `course`): the pages the instance holds (`cache::pages`), the
 /// others in one statement per page request.
-pub struct CoursePageLoader(DatabaseConnection, CoursePages);
+pub(crate) struct CoursePageLoader(DatabaseConnection, CoursePages);
 
 impl Loader<(i64, PageRequest)> for CoursePageLoader {
     type Value = Arc<Page<PostRow>>;
@@ -168,7 +168,7 @@ impl Loader<(i64, PageRequest)> for CoursePageLoader {
 }
 
 /// Posts by id through the post cache (one pipelined read, the misses in one statement).
-pub struct PostLoader(PostCache);
+pub(crate) struct PostLoader(PostCache);
 
 impl Loader<i64> for PostLoader {
     type Value = PostRow;
@@ -180,7 +180,7 @@ impl Loader<i64> for PostLoader {
 }
 
 /// Unflushed views and unique viewers of every post a request shows, in one Redis round trip.
-pub struct ViewLoader(Views);
+pub(crate) struct ViewLoader(Views);
 
 impl Loader<i64> for ViewLoader {
     type Value = LiveViews;
@@ -195,7 +195,7 @@ impl Loader<i64> for ViewLoader {
 type Spawner = Box<dyn Fn(BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()> + Send + Sync>;
 
 /// The loaders of one request.
-pub struct Loaders {
+pub(crate) struct Loaders {
     pub users: DataLoader<UserLoader>,
     pub courses: DataLoader<CourseLoader>,
     /// Present only for an authenticated viewer. Cached for the request: a page primes it
@@ -215,7 +215,7 @@ impl Loaders {
     /// The loaders of one request. With a `budget`, their batches' statements are charged to
     /// it; with a `gate`, each batch starts only once the request is parked
     /// (`batch_gate`), so a level's keys are never split by a slow pass.
-    pub fn new(
+    pub(crate) fn new(
         app: &AppState,
         viewer: Option<i64>,
         budget: Option<&Arc<StatementBudget>>,
@@ -263,7 +263,7 @@ impl Loaders {
 
     /// Loaders for a websocket connection, which serves many operations over a long time: a
     /// cached "liked" flag would outlive the likes that change it, so nothing is cached.
-    pub fn uncached(mut self) -> Self {
+    pub(crate) fn uncached(mut self) -> Self {
         if let Some(liked) = &self.liked {
             liked.enable_all_cache(false);
         }
@@ -272,12 +272,12 @@ impl Loaders {
     }
 }
 
-pub fn loaders<'a>(ctx: &Context<'a>) -> AppResult<&'a Loaders> {
+pub(crate) fn loaders<'a>(ctx: &Context<'a>) -> AppResult<&'a Loaders> {
     ctx.data::<Loaders>().map_err(|_| AppError::Internal("Loaders missing from request data".into()))
 }
 
 /// Loads one user; a missing row is an internal inconsistency (authors are never deleted).
-pub async fn user(ctx: &Context<'_>, id: i64) -> async_graphql::Result<UserRow> {
+pub(crate) async fn user(ctx: &Context<'_>, id: i64) -> async_graphql::Result<UserRow> {
     loaders(ctx)?
         .users
         .load_one(id)
@@ -286,7 +286,7 @@ pub async fn user(ctx: &Context<'_>, id: i64) -> async_graphql::Result<UserRow> 
 }
 
 /// Whether the viewer likes `target` of `course_id` (false for anonymous viewers).
-pub async fn liked_by_me(ctx: &Context<'_>, course_id: i64, target: LikeTarget) -> async_graphql::Result<bool> {
+pub(crate) async fn liked_by_me(ctx: &Context<'_>, course_id: i64, target: LikeTarget) -> async_graphql::Result<bool> {
     match &loaders(ctx)?.liked {
         Some(loader) => Ok(loader.load_one((course_id, target)).await?.unwrap_or(false)),
         None => Ok(false),
@@ -298,7 +298,7 @@ pub async fn liked_by_me(ctx: &Context<'_>, course_id: i64, target: LikeTarget) 
 /// DataLoader itself, and a page whose resolvers are scheduled more than the loader's 1 ms
 /// apart (a busy server) splits into two commands. Call it from the resolver that returns
 /// the connection; a query that names no `likedByMe` costs nothing.
-pub async fn prime_liked(
+pub(crate) async fn prime_liked(
     ctx: &Context<'_>,
     keys: impl IntoIterator<Item = (i64, LikeTarget)>,
 ) -> async_graphql::Result<()> {
@@ -315,7 +315,7 @@ pub async fn prime_liked(
 
 /// Records what a like or unlike just made true, so that `likedByMe` later in the same request
 /// (a mutation's answer, or a second mutation of the document) shows it, not a flag cached before.
-pub async fn record_liked(ctx: &Context<'_>, course_id: i64, target: LikeTarget, liked: bool) -> AppResult<()> {
+pub(crate) async fn record_liked(ctx: &Context<'_>, course_id: i64, target: LikeTarget, liked: bool) -> AppResult<()> {
     let loaders = loaders(ctx)?;
     if let Some(loader) = loaders.liked.as_ref().filter(|_| loaders.liked_cached) {
         loader.feed_one((course_id, target), liked).await;

@@ -22,7 +22,7 @@ use async_graphql::{Request, Response, ServerError, ValidationResult};
 use crate::telemetry::names;
 
 /// The label of requests refused before GraphQL read them.
-pub const UNPARSED: &str = "unparsed";
+pub(crate) const UNPARSED: &str = "unparsed";
 const INVALID: &str = "invalid";
 const MULTIPLE: &str = "multiple";
 
@@ -30,7 +30,7 @@ const MULTIPLE: &str = "multiple";
 /// (one per request, created by `hooks::RequestHooks`; shared so that a subscription's stream
 /// can keep it).
 #[derive(Default)]
-pub struct Observed {
+pub(crate) struct Observed {
     operation_name: Mutex<Option<String>>,
     /// Root fields and type of the selected operation, once parsed (not yet validated).
     parsed: Mutex<Option<(OperationType, String)>>,
@@ -52,18 +52,18 @@ impl Observed {
     }
 
     /// The request as it arrives: its operation name selects the operation later.
-    pub fn request(&self, request: &Request) {
+    pub(crate) fn request(&self, request: &Request) {
         *lock(&self.operation_name) = request.operation_name.clone();
     }
 
     /// The document parsed: the selected operation's root fields.
-    pub fn parsed(&self, document: &ExecutableDocument) {
+    pub(crate) fn parsed(&self, document: &ExecutableDocument) {
         let operation_name = lock(&self.operation_name).clone();
         *lock(&self.parsed) = selected_root_fields(document, operation_name.as_deref());
     }
 
     /// Validation decided: the label is the root field, or `invalid`.
-    pub fn validated(&self, result: &Result<ValidationResult, Vec<ServerError>>) {
+    pub(crate) fn validated(&self, result: &Result<ValidationResult, Vec<ServerError>>) {
         let parsed = lock(&self.parsed).clone();
         let label = match (result, &parsed) {
             (Ok(_), Some((_, label))) => label.clone(),
@@ -76,7 +76,7 @@ impl Observed {
     }
 
     /// A query or mutation answered (its errors already coded).
-    pub fn answered(&self, started: Instant, response: &Response) {
+    pub(crate) fn answered(&self, started: Instant, response: &Response) {
         self.counted.store(true, Ordering::Relaxed);
         record(&self.label(), Some(started.elapsed()), &response.errors);
     }
@@ -84,7 +84,7 @@ impl Observed {
     /// One response of a subscription's stream (its errors already coded). Parsing and
     /// validation run when the stream is first polled; a subscription refused before
     /// validation is counted at its (error) response.
-    pub fn streamed(&self, response: &Response) {
+    pub(crate) fn streamed(&self, response: &Response) {
         self.count_once();
         record_errors(&self.label(), &response.errors);
     }
@@ -96,7 +96,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Records one answered request: its count, its errors by code, and (for queries and
 /// mutations) its duration.
-pub fn record(operation: &str, elapsed: Option<Duration>, errors: &[ServerError]) {
+pub(crate) fn record(operation: &str, elapsed: Option<Duration>, errors: &[ServerError]) {
     metrics::counter!(names::GRAPHQL_REQUESTS, "operation" => operation.to_owned()).increment(1);
     record_errors(operation, errors);
     if let Some(elapsed) = elapsed {

@@ -1,24 +1,24 @@
 //! The GraphQL schema, apart from its transport: types, resolvers, loaders, limits, and the
 //! mapping of every error to a machine-readable `extensions.code`.
 
-pub mod access;
-pub mod batch_gate;
-pub mod context;
-pub mod document_limits;
-pub mod errors;
-pub mod hooks;
-pub mod ids;
-pub mod limits;
-pub mod loaders;
-pub mod metrics;
-pub mod mutation;
-pub mod notifications;
-pub mod query;
-pub mod revocation;
-pub mod roster;
-pub mod socket;
-pub mod subscription;
-pub mod types;
+pub(crate) mod access;
+pub(crate) mod batch_gate;
+pub(crate) mod context;
+pub(crate) mod document_limits;
+pub(crate) mod errors;
+pub(crate) mod hooks;
+pub(crate) mod ids;
+pub(crate) mod limits;
+pub(crate) mod loaders;
+pub(crate) mod metrics;
+pub(crate) mod mutation;
+pub(crate) mod notifications;
+pub(crate) mod query;
+pub(crate) mod revocation;
+pub(crate) mod roster;
+pub(crate) mod socket;
+pub(crate) mod subscription;
+pub(crate) mod types;
 
 use async_graphql::connection::Connection;
 use async_graphql::{SDLExportOptions, Schema};
@@ -26,10 +26,10 @@ use chrono::{DateTime, Utc};
 
 use crate::state::AppState;
 
-pub type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subscription>;
+pub(crate) type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subscription>;
 
 /// Deepest selection accepted (a post page with comments, replies and their authors fits).
-pub const MAX_DEPTH: usize = 16;
+pub(crate) const MAX_DEPTH: usize = 16;
 
 /// The schema without runtime data: for SDL export.
 pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::Mutation, subscription::Subscription> {
@@ -67,7 +67,7 @@ const DATETIME_DESCRIPTION: &str = "A point in time: an RFC 3339 string in UTC, 
                                     seconds when there are any, e.g. `2026-03-01T09:30:00.123456+00:00`.";
 
 /// The schema served, with the shared state attached.
-pub fn build_schema(state: AppState) -> AppSchema {
+pub(crate) fn build_schema(state: AppState) -> AppSchema {
     schema_builder().data(state).finish()
 }
 

@@ -40,7 +40,7 @@ pub struct Mutation(
 );
 
 #[derive(Default)]
-pub struct NotificationMutations;
+pub(crate) struct NotificationMutations;
 
 #[Object]
 impl NotificationMutations {
@@ -61,7 +61,7 @@ impl NotificationMutations {
 }
 
 #[derive(Default)]
-pub struct PostMutations;
+pub(crate) struct PostMutations;
 
 #[Object]
 impl PostMutations {
@@ -172,7 +172,7 @@ impl PostMutations {
 }
 
 #[derive(Default)]
-pub struct CommentMutations;
+pub(crate) struct CommentMutations;
 
 #[Object]
 impl CommentMutations {
@@ -297,7 +297,7 @@ impl CommentMutations {
 }
 
 #[derive(Default)]
-pub struct LikeMutations;
+pub(crate) struct LikeMutations;
 
 #[Object]
 impl LikeMutations {
@@ -339,7 +339,7 @@ impl LikeMutations {
 }
 
 #[derive(Default)]
-pub struct ViewMutations;
+pub(crate) struct ViewMutations;
 
 #[Object]
 impl ViewMutations {

@@ -17,7 +17,7 @@ use crate::notifications::{self, NotificationRow};
 use crate::state::AppState;
 
 /// The viewer's notifications with the count of those unread.
-pub struct NotificationTotals {
+pub(crate) struct NotificationTotals {
     user_id: i64,
     courses: Vec<i64>,
 }
@@ -38,7 +38,7 @@ async fn courses_of_viewer(ctx: &Context<'_>) -> Result<(i64, Vec<i64>)> {
 }
 
 /// `Query.notifications`: newest first, forward only.
-pub async fn page(
+pub(crate) async fn page(
     ctx: &Context<'_>,
     first: Option<i32>,
     after: Option<String>,
@@ -55,13 +55,13 @@ pub async fn page(
 }
 
 /// A notification by id, for `node(id:)`: only its recipient sees it.
-pub async fn by_id(ctx: &Context<'_>, id: i64) -> Result<Notification> {
+pub(crate) async fn by_id(ctx: &Context<'_>, id: i64) -> Result<Notification> {
     let (user_id, courses) = courses_of_viewer(ctx).await?;
     let row = notifications::find(&state(ctx)?.db, user_id, &courses, id).await?;
     Ok(Notification(row.ok_or_else(|| AppError::not_found("notification"))?))
 }
 
-pub struct NotificationsRead {
+pub(crate) struct NotificationsRead {
     user_id: i64,
     courses: Vec<i64>,
 }
@@ -76,7 +76,7 @@ impl NotificationsRead {
 }
 
 /// `Mutation.markNotificationsRead`.
-pub async fn mark_read(ctx: &Context<'_>, up_to: i64) -> Result<NotificationsRead> {
+pub(crate) async fn mark_read(ctx: &Context<'_>, up_to: i64) -> Result<NotificationsRead> {
     let (user_id, courses) = courses_of_viewer(ctx).await?;
     notifications::mark_read(&state(ctx)?.db, user_id, up_to).await?;
     // Other tabs and devices of the same user update their count.
@@ -85,7 +85,7 @@ pub async fn mark_read(ctx: &Context<'_>, up_to: i64) -> Result<NotificationsRea
 }
 
 /// One update of the `notifications` subscription.
-pub struct NotificationUpdate {
+pub(crate) struct NotificationUpdate {
     notification: Option<NotificationRow>,
     unread_count: i64,
 }
@@ -107,7 +107,7 @@ impl NotificationUpdate {
 /// The stream behind `Subscription.notifications`: each change heard for the user becomes one
 /// update, read after its commit with the user's courses as they are at that moment. A new
 /// notification from a course the user has left is not delivered.
-pub fn updates<H: Send + Sync + 'static>(
+pub(crate) fn updates<H: Send + Sync + 'static>(
     state: &AppState,
     user_id: i64,
     held: H,

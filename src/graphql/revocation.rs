@@ -18,7 +18,7 @@ use crate::telemetry::names;
 const RECHECK_RETRY: Duration = Duration::from_millis(250);
 
 /// Who is watched, in which courses, and where to read their memberships.
-pub struct AccessScope {
+pub(crate) struct AccessScope {
     pub memberships: Memberships,
     pub db: sea_orm::DatabaseConnection,
     pub user_id: i64,
@@ -41,7 +41,7 @@ struct Running<T> {
 
 /// `items`, until the scope's user loses access to one of its courses: then one FORBIDDEN
 /// error, and the end. A change is checked before any further item is delivered.
-pub fn until_access_lost<T: Send + 'static>(
+pub(crate) fn until_access_lost<T: Send + 'static>(
     items: impl Stream<Item = T> + Send + 'static,
     watch: MembershipWatch,
     scope: AccessScope,

@@ -22,7 +22,7 @@ use crate::state::AppState;
 /// manages rosters without being a member, so roster answers never lead to a course's posts
 /// (`Course.posts`); members read those through `course(id:)`.
 #[derive(SimpleObject)]
-pub struct RosterCourse {
+pub(crate) struct RosterCourse {
     /// Global id of the course (the same as `Course.id`).
     pub id: ID,
     /// Short code, unique, e.g. `CS101`.
@@ -46,7 +46,7 @@ impl From<CourseRow> for RosterCourse {
 
 /// A person's place in a course after a roster mutation.
 #[derive(SimpleObject)]
-pub struct CourseMembership {
+pub(crate) struct CourseMembership {
     /// The course whose roster changed.
     pub course: RosterCourse,
     /// The person added, removed or given a role.
@@ -70,7 +70,7 @@ impl From<MemberChange> for CourseMembership {
 }
 
 #[derive(Default)]
-pub struct RosterMutations;
+pub(crate) struct RosterMutations;
 
 #[Object]
 impl RosterMutations {

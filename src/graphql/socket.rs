@@ -34,7 +34,7 @@ use crate::state::AppState;
 
 /// Connection data of an acknowledged websocket: what each of its executions may spend.
 #[derive(Clone, Debug)]
-pub struct SocketLimits {
+pub(crate) struct SocketLimits {
     user_id: i64,
     /// REQUEST_STATEMENT_BUDGET: a query or mutation.
     statement_budget: u64,
@@ -45,7 +45,7 @@ pub struct SocketLimits {
 }
 
 impl SocketLimits {
-    pub fn new(settings: &Settings, user_id: i64) -> Self {
+    pub(crate) fn new(settings: &Settings, user_id: i64) -> Self {
         Self {
             user_id,
             statement_budget: settings.request_statement_budget,
@@ -58,7 +58,7 @@ impl SocketLimits {
 /// Request data of a subscription started on a websocket: its executions are events, and its
 /// selection may cost at most `max_cost`.
 #[derive(Clone, Copy, Debug)]
-pub struct SubscriptionOperation {
+pub(crate) struct SubscriptionOperation {
     max_cost: usize,
 }
 
@@ -71,13 +71,13 @@ struct SocketOperation {
 /// Notes that `request` came over a websocket whose subscriptions may cost at most
 /// `max_cost`. Nothing is parsed here: the schema's extension parses the document once, after
 /// its limits on the text (`document_limits`), and then calls `mark_subscription`.
-pub fn from_socket(request: &mut Request, max_cost: usize) {
+pub(crate) fn from_socket(request: &mut Request, max_cost: usize) {
     request.data.insert(SocketOperation { max_cost });
 }
 
 /// Marks a request from a websocket as a subscription when the operation it would run is
 /// one: its executions are then events, and its selection is costed against `max_cost`.
-pub fn mark_subscription(request: &mut Request, document: &ExecutableDocument) {
+pub(crate) fn mark_subscription(request: &mut Request, document: &ExecutableDocument) {
     let Some(SocketOperation { max_cost }) =
         request.data.get(&std::any::TypeId::of::<SocketOperation>()).and_then(|d| d.downcast_ref()).copied()
     else {
@@ -104,7 +104,7 @@ fn operation_type(document: &ExecutableDocument, name: Option<&str>) -> Option<O
 /// Refuses a subscription whose selection costs more than SUBSCRIPTION_MAX_COST, before it
 /// starts, with COST_LIMIT_EXCEEDED and both numbers (as `limits::check_cost` does for
 /// MAX_COST). Anything else passes untouched.
-pub fn check_subscription_cost(
+pub(crate) fn check_subscription_cost(
     ctx: &ExtensionContext<'_>,
     result: ValidationResult,
 ) -> Result<ValidationResult, Vec<ServerError>> {
@@ -134,7 +134,7 @@ pub fn check_subscription_cost(
 /// The `execute` hook: on a websocket, runs one query, mutation or subscription event under a
 /// statement budget and deadline of its own, with loaders charged to that budget; anywhere else
 /// (HTTP puts up its own fences around the whole request), runs it as it is.
-pub async fn execute(ctx: &ExtensionContext<'_>, operation_name: Option<&str>, next: NextExecute<'_>) -> Response {
+pub(crate) async fn execute(ctx: &ExtensionContext<'_>, operation_name: Option<&str>, next: NextExecute<'_>) -> Response {
     let (Some(limits), Some(app)) = (ctx.data_opt::<SocketLimits>(), ctx.data_opt::<AppState>()) else {
         return next.run(ctx, operation_name).await;
     };

@@ -27,17 +27,17 @@ use crate::live::{Activity, ActivityKind};
 use crate::state::AppState;
 
 /// Most targets one `likeCounts` subscription may watch.
-pub const MAX_WATCHED_TARGETS: usize = 100;
+pub(crate) const MAX_WATCHED_TARGETS: usize = 100;
 
 /// Per-connection cap on open subscriptions (connection data of a websocket).
 #[derive(Clone)]
-pub struct SubscriptionBudget {
+pub(crate) struct SubscriptionBudget {
     open: Arc<AtomicUsize>,
     max: usize,
 }
 
 impl SubscriptionBudget {
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Self { open: Arc::new(AtomicUsize::new(0)), max }
     }
 
@@ -55,7 +55,7 @@ impl SubscriptionBudget {
 }
 
 /// Returned to the budget when the subscription's stream is dropped.
-pub struct BudgetPermit(Arc<AtomicUsize>);
+pub(crate) struct BudgetPermit(Arc<AtomicUsize>);
 
 impl Drop for BudgetPermit {
     fn drop(&mut self) {
@@ -270,7 +270,7 @@ fn coalesced(
 
 /// One event of `courseActivity`; the node is loaded when the client asks for it (null when
 /// it was deleted since, or for deletions).
-pub struct CourseActivity(Activity);
+pub(crate) struct CourseActivity(Activity);
 
 /// One event in a course: what happened, to what, and (for creations) the new object.
 #[Object]

@@ -18,24 +18,24 @@ const PREFLIGHT_MAX_AGE: Duration = Duration::from_secs(3600);
 
 /// The configured origins, already in the form browsers send (`config::parse_origin`).
 #[derive(Clone, Debug, Default)]
-pub struct AllowedOrigins(Arc<[String]>);
+pub(super) struct AllowedOrigins(Arc<[String]>);
 
 impl AllowedOrigins {
-    pub fn new(origins: &[String]) -> Self {
+    pub(super) fn new(origins: &[String]) -> Self {
         Self(origins.iter().cloned().collect())
     }
 
     /// True when a request carrying this `Origin` may proceed: a listed origin, or the
     /// server's own (same host and port as the request's `Host`). `Origin: null` (sandboxed
     /// frames, some redirects) is never allowed.
-    pub fn allows(&self, origin: &HeaderValue, headers: &HeaderMap) -> bool {
+    pub(super) fn allows(&self, origin: &HeaderValue, headers: &HeaderMap) -> bool {
         let Ok(origin) = origin.to_str() else { return false };
         self.0.iter().any(|allowed| allowed == origin) || same_host(origin, headers.get(header::HOST))
     }
 
     /// The CORS layer for `/graphql`: POST (and GET) with `Authorization` and `Content-Type`
     /// from allowed origins. No credentials: the API reads bearer tokens, never cookies.
-    pub fn layer(&self) -> CorsLayer {
+    pub(super) fn layer(&self) -> CorsLayer {
         let origins = self.clone();
         CorsLayer::new()
             .allow_origin(AllowOrigin::predicate(move |origin, request| origins.allows(origin, &request.headers)))

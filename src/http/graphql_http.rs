@@ -13,12 +13,12 @@ use async_graphql::parser::types::{DocumentOperations, OperationType};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-pub const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
+pub(super) const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
 const JSON: &str = "application/json";
 
 /// The media type of an answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MediaType {
+pub(super) enum MediaType {
     GraphqlResponseJson,
     Json,
 }
@@ -34,7 +34,7 @@ impl MediaType {
 
 /// The answer's media type for this `Accept` header, or the 406 to send instead. The first
 /// acceptable type the client lists wins; `*/*` and `application/*` mean `application/json`.
-pub fn negotiate(headers: &HeaderMap) -> Result<MediaType, Response> {
+pub(super) fn negotiate(headers: &HeaderMap) -> Result<MediaType, Response> {
     let Some(accept) = headers.get(header::ACCEPT) else { return Ok(MediaType::Json) };
     let accept = accept.to_str().unwrap_or_default();
     for range in accept.split(',') {
@@ -58,7 +58,7 @@ pub fn negotiate(headers: &HeaderMap) -> Result<MediaType, Response> {
 
 /// Whether a POST body may be read as a GraphQL request: `application/json` (parameters such
 /// as `charset` allowed), else the 415 to send.
-pub fn require_json(headers: &HeaderMap) -> Result<(), Response> {
+pub(super) fn require_json(headers: &HeaderMap) -> Result<(), Response> {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
     if media == JSON {
@@ -70,7 +70,7 @@ pub fn require_json(headers: &HeaderMap) -> Result<(), Response> {
 
 /// For a GET: refuses an operation that is not a query (405, `Allow: POST`). A document that
 /// does not parse, or names no operation it has, is left for execution to report.
-pub fn require_query(query: &str, operation_name: Option<&str>) -> Result<(), Response> {
+pub(super) fn require_query(query: &str, operation_name: Option<&str>) -> Result<(), Response> {
     let Ok(document) = async_graphql::parser::parse_query(query) else { return Ok(()) };
     let kind = match (&document.operations, operation_name) {
         (DocumentOperations::Single(operation), _) => Some(operation.node.ty),
@@ -98,7 +98,7 @@ pub fn require_query(query: &str, operation_name: Option<&str>) -> Result<(), Re
 
 /// A GET request from its URL parameters (`query`, `operationName`, `variables` and
 /// `extensions` as JSON), or why it cannot be read.
-pub fn request_from_url(raw: &str) -> Result<async_graphql::Request, String> {
+pub(super) fn request_from_url(raw: &str) -> Result<async_graphql::Request, String> {
     let mut query = None;
     let mut request_parts: (Option<String>, Option<String>, Option<String>) = (None, None, None);
     for (name, value) in url::form_urlencoded::parse(raw.as_bytes()) {
@@ -131,7 +131,7 @@ pub fn request_from_url(raw: &str) -> Result<async_graphql::Request, String> {
 }
 
 /// A POST body as a GraphQL request, or why it is not one (not JSON, not an object, no query).
-pub fn request_from_body(body: &[u8]) -> Result<async_graphql::Request, String> {
+pub(super) fn request_from_body(body: &[u8]) -> Result<async_graphql::Request, String> {
     let request: async_graphql::Request = serde_json::from_slice(body).map_err(|e| {
         format!("the body must be a JSON object with `query` (and optionally `variables`, `operationName`): {e}")
     })?;
@@ -143,7 +143,7 @@ pub fn request_from_body(body: &[u8]) -> Result<async_graphql::Request, String> 
 }
 
 /// A request error: nothing executed, so the answer has errors and no data.
-pub fn is_request_error(response: &GqlResponse) -> bool {
+pub(super) fn is_request_error(response: &GqlResponse) -> bool {
     response.data == async_graphql::Value::Null
         && !response.errors.is_empty()
         && response.errors.iter().all(|error| error.path.is_empty())
@@ -163,7 +163,7 @@ fn request_error_status(response: &GqlResponse) -> StatusCode {
 }
 
 /// The HTTP answer of a GraphQL response in `media`.
-pub fn respond(media: MediaType, response: GqlResponse) -> Response {
+pub(super) fn respond(media: MediaType, response: GqlResponse) -> Response {
     let request_error = is_request_error(&response);
     let status = match media {
         MediaType::GraphqlResponseJson if request_error => request_error_status(&response),
@@ -180,12 +180,12 @@ pub fn respond(media: MediaType, response: GqlResponse) -> Response {
 }
 
 /// How long a shared cache may keep a GET answer that no viewer shaped.
-pub const PUBLIC_MAX_AGE_SECS: u64 = 60;
+pub(super) const PUBLIC_MAX_AGE_SECS: u64 = 60;
 
 /// The caching headers of a GET answer: `public, max-age` only when `shareable` (the caller
 /// sent no token and nothing failed), else `private, no-store`; and `Vary` on the headers that
 /// change the answer, so a cache never serves one caller's answer to another.
-pub fn for_get(mut answer: Response, shareable: bool) -> Response {
+pub(super) fn for_get(mut answer: Response, shareable: bool) -> Response {
     let cache_control = if shareable {
         HeaderValue::from_str(&format!("public, max-age={PUBLIC_MAX_AGE_SECS}"))
             .unwrap_or(HeaderValue::from_static("private, no-store"))

@@ -35,7 +35,7 @@ mod ws_limits;
 
 /// What the HTTP layer knows of the process it serves in.
 #[derive(Clone)]
-pub struct Lifecycle {
+pub(crate) struct Lifecycle {
     /// Turns true when the process begins to shut down: open websockets are then closed with
     /// 1001 (going away), so clients reconnect elsewhere.
     pub shutdown: watch::Receiver<bool>,
@@ -60,7 +60,7 @@ struct OpsState {
     lifecycle: Lifecycle,
 }
 
-pub fn router(app: AppState, schema: AppSchema, lifecycle: Lifecycle) -> Router {
+pub(crate) fn router(app: AppState, schema: AppSchema, lifecycle: Lifecycle) -> Router {
     let body_limit = app.settings.max_body_bytes;
     let playground = playground::routes(&app.settings);
     let origins = cors::AllowedOrigins::new(&app.settings.cors_allowed_origins);
@@ -83,7 +83,7 @@ pub fn router(app: AppState, schema: AppSchema, lifecycle: Lifecycle) -> Router 
 
 /// Only the operator endpoints (`/healthz`, `/readyz`, `/metrics`): what `course-forum worker`
 /// serves on `WORKER_METRICS_BIND`, so a worker running apart is watched like a server.
-pub fn ops_router(app: AppState, lifecycle: Lifecycle) -> Router {
+pub(crate) fn ops_router(app: AppState, lifecycle: Lifecycle) -> Router {
     ops_routes(app, lifecycle).layer(middleware::from_fn(request_span))
 }
 

@@ -22,7 +22,7 @@ Set <code>PLAYGROUND_DIR</code> if the build lives elsewhere.</p>\
 <p>The API itself works without it: <code>POST /graphql</code>, subscriptions at <code>/graphql/ws</code>.</p>";
 
 /// `/demo`, `/demo/users.json` and `/graphiql/*`; `/` is [`graphiql_index`], routed with the API.
-pub fn routes<S: Clone + Send + Sync + 'static>(settings: &Settings) -> Router<S> {
+pub(super) fn routes<S: Clone + Send + Sync + 'static>(settings: &Settings) -> Router<S> {
     let dir = settings.playground_dir.clone();
     let demo_users = settings.demo_users_file.clone();
     let not_built = get(|| async { (StatusCode::NOT_FOUND, Html(NOT_BUILT)) });
@@ -33,7 +33,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>(settings: &Settings) -> Router<S
 }
 
 /// GraphiQL's page, or a short page saying how to build it.
-pub async fn graphiql_index(dir: &Path) -> Response {
+pub(super) async fn graphiql_index(dir: &Path) -> Response {
     match tokio::fs::read_to_string(dir.join("graphiql").join("index.html")).await {
         Ok(html) => ([(header::CACHE_CONTROL, "no-cache")], Html(html)).into_response(),
         Err(_) => Html(NOT_BUILT).into_response(),

@@ -65,7 +65,7 @@ const KEEPALIVE_TIMEOUT: u16 = 3008;
 /// RFC 6455: the endpoint is going away (server shutdown).
 const GOING_AWAY: u16 = 1001;
 
-pub async fn upgrade(
+pub(super) async fn upgrade(
     State(state): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,

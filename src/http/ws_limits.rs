@@ -11,32 +11,32 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 /// Open-socket counters of this instance, shared by every connection.
-pub struct SocketCaps {
+pub(super) struct SocketCaps {
     users: Arc<Counter<i64>>,
     addresses: Arc<Counter<IpAddr>>,
 }
 
 impl SocketCaps {
     /// `0` turns a cap off.
-    pub fn new(max_per_user: usize, max_per_address: usize) -> Self {
+    pub(super) fn new(max_per_user: usize, max_per_address: usize) -> Self {
         Self { users: Counter::new(max_per_user), addresses: Counter::new(max_per_address) }
     }
 
     /// A slot for one more socket from `address`, or None when it already holds the most.
-    pub fn address(&self, address: IpAddr) -> Option<Slot<IpAddr>> {
+    pub(super) fn address(&self, address: IpAddr) -> Option<Slot<IpAddr>> {
         self.addresses.take(address)
     }
 
     /// A slot for one more socket of `user_id`, or None when the user already holds the most.
-    pub fn user(&self, user_id: i64) -> Option<Slot<i64>> {
+    pub(super) fn user(&self, user_id: i64) -> Option<Slot<i64>> {
         self.users.take(user_id)
     }
 
-    pub fn max_per_user(&self) -> usize {
+    pub(super) fn max_per_user(&self) -> usize {
         self.users.max
     }
 
-    pub fn max_per_address(&self) -> usize {
+    pub(super) fn max_per_address(&self) -> usize {
         self.addresses.max
     }
 }
@@ -66,7 +66,7 @@ impl<K: Hash + Eq + Copy> Counter<K> {
 }
 
 /// One open socket counted against its user or address; dropping it frees the slot.
-pub struct Slot<K: Hash + Eq + Copy> {
+pub(super) struct Slot<K: Hash + Eq + Copy> {
     counter: Arc<Counter<K>>,
     key: K,
 }
@@ -86,7 +86,7 @@ impl<K: Hash + Eq + Copy> Drop for Slot<K> {
 
 /// A token bucket over one connection's operations: up to `per_minute` at once, then one
 /// every `60 s / per_minute`. Checked as each message is read, before it executes.
-pub struct OperationRate {
+pub(super) struct OperationRate {
     capacity: f64,
     per_second: f64,
     tokens: f64,
@@ -95,7 +95,7 @@ pub struct OperationRate {
 
 impl OperationRate {
     /// None when `per_minute` is 0 (no limit).
-    pub fn new(per_minute: u32) -> Option<Self> {
+    pub(super) fn new(per_minute: u32) -> Option<Self> {
         (per_minute > 0).then(|| {
             let capacity = f64::from(per_minute);
             Self { capacity, per_second: capacity / 60.0, tokens: capacity, refilled_at: Instant::now() }
@@ -103,7 +103,7 @@ impl OperationRate {
     }
 
     /// Takes one operation's token; false when the connection is over its rate.
-    pub fn allow(&mut self) -> bool {
+    pub(super) fn allow(&mut self) -> bool {
         self.allow_at(Instant::now())
     }
 

@@ -19,7 +19,7 @@ use crate::error::{AppError, AppResult};
 
 /// Opens a cluster connection from seed nodes (`redis://host:port` each), failing within
 /// `timeout` with one sentence.
-pub async fn connect(nodes: &[String], timeout: Duration) -> AppResult<ClusterConnection> {
+pub(crate) async fn connect(nodes: &[String], timeout: Duration) -> AppResult<ClusterConnection> {
     let list = nodes.join(",");
     let client = ClusterClientBuilder::new(nodes.to_vec())
         .connection_timeout(timeout)
@@ -43,7 +43,7 @@ pub async fn connect(nodes: &[String], timeout: Duration) -> AppResult<ClusterCo
 /// name it first; scripts (`EVALSHA sha numkeys key…`) after the digest and the count;
 /// container commands (`XINFO GROUPS key`, `XGROUP CREATE key …`, `OBJECT`, `MEMORY`) after
 /// their subcommand; stream reads after `STREAMS`.
-pub fn slot_of(cmd: &Cmd) -> Option<Slot> {
+pub(crate) fn slot_of(cmd: &Cmd) -> Option<Slot> {
     let mut args = cmd.args_iter().map(|arg| match arg {
         Arg::Simple(bytes) => Some(bytes),
         _ => None,
@@ -77,7 +77,7 @@ pub fn slot_of(cmd: &Cmd) -> Option<Slot> {
 /// returns every command's reply in the pipeline's order (as one node would). A command without
 /// a key goes with its neighbours: MULTI with the command after it, anything else (EXEC) with
 /// the command before it, so a MULTI … EXEC written into the pipeline stays whole on its slot.
-pub async fn send_split(conn: &ClusterConnection, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
+pub(crate) async fn send_split(conn: &ClusterConnection, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
     let commands: Vec<&Cmd> = pipeline.cmd_iter().collect();
     let slots = neighbour_slots(&commands);
     let mut order: Vec<Option<Slot>> = Vec::new();
@@ -174,20 +174,20 @@ async fn send_to_slot(mut conn: ClusterConnection, slot: Option<Slot>, sub: Pipe
 
 /// A master node's address, as `CLUSTER NODES` lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeAddress {
+pub(crate) struct NodeAddress {
     pub host: String,
     pub port: u16,
 }
 
 impl NodeAddress {
     /// Routes a command to this node.
-    pub fn route(&self) -> RoutingInfo {
+    pub(crate) fn route(&self) -> RoutingInfo {
         RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: self.host.clone(), port: self.port })
     }
 }
 
 /// The masters that serve at least one slot.
-pub async fn masters(conn: &ClusterConnection) -> AppResult<Vec<NodeAddress>> {
+pub(crate) async fn masters(conn: &ClusterConnection) -> AppResult<Vec<NodeAddress>> {
     let mut conn = conn.clone();
     let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await?;
     Ok(parse_masters(&nodes))

@@ -55,7 +55,7 @@ pub const LIKE_GROUP: &str = "like-writers";
 
 /// How many generation buckets each shard's liked-set loads are spread over: a worker's
 /// apply makes only the loads of its bucket retry.
-pub const LOAD_GENERATION_BUCKETS: u32 = 1024;
+pub(crate) const LOAD_GENERATION_BUCKETS: u32 = 1024;
 
 /// Builds key names under one prefix.
 #[derive(Clone, Debug)]

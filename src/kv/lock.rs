@@ -15,38 +15,38 @@ use super::Redis;
 use crate::error::AppResult;
 
 #[derive(Clone)]
-pub struct Locks {
+pub(crate) struct Locks {
     redis: Redis,
     release: Arc<Script>,
 }
 
 impl Locks {
-    pub fn new(redis: Redis) -> Self {
+    pub(crate) fn new(redis: Redis) -> Self {
         Self { redis, release: Arc::new(Script::new(include_str!("../../lua/lease_release.lua"))) }
     }
 
     /// A fresh owner token.
-    pub fn token() -> String {
+    pub(crate) fn token() -> String {
         uuid::Uuid::new_v4().simple().to_string()
     }
 
     /// Adds the attempt to take `key` to a pipeline; its reply is `OK` when taken, nil when held.
-    pub fn acquire_in(pipe: &mut Pipeline, key: &str, token: &str, ttl: Duration) {
+    pub(crate) fn acquire_in(pipe: &mut Pipeline, key: &str, token: &str, ttl: Duration) {
         pipe.cmd("SET").arg(key).arg(token).arg("NX").arg("PX").arg(ttl.as_millis().max(1) as u64);
     }
 
     /// Adds the owner's release of `key` to a pipeline (reply 1 when released, 0 when it was no
     /// longer ours). Send the pipeline with `kv::query_scripts(…, &[locks.release_script()])`.
-    pub fn release_in(&self, pipe: &mut Pipeline, key: &str, token: &str) {
+    pub(crate) fn release_in(&self, pipe: &mut Pipeline, key: &str, token: &str) {
         pipe.invoke_script(self.release.key(key).arg(token));
     }
 
-    pub fn release_script(&self) -> &Script {
+    pub(crate) fn release_script(&self) -> &Script {
         &self.release
     }
 
     /// Releases `key` if `token` still owns it.
-    pub async fn release(&self, key: &str, token: &str) -> AppResult<bool> {
+    pub(crate) async fn release(&self, key: &str, token: &str) -> AppResult<bool> {
         let released: i64 = self.release.key(key).arg(token).invoke_async(&mut self.redis.clone()).await?;
         Ok(released == 1)
     }

@@ -2,11 +2,11 @@
 //! (`Redis`, to one node or to a Redis Cluster: `cluster`), Pub/Sub in either (`pubsub`), the
 //! key layout (`keys`), and the Lua scripts of `lua/`, each loaded once and run by EVALSHA.
 
-pub mod cluster;
-pub mod keys;
-pub mod lock;
-pub mod pubsub;
-pub mod ratelimit;
+pub(crate) mod cluster;
+pub(crate) mod keys;
+pub(crate) mod lock;
+pub(crate) mod pubsub;
+pub(crate) mod ratelimit;
 
 use std::time::Duration;
 
@@ -139,7 +139,7 @@ fn command_span(cmd: &Cmd) -> tracing::Span {
 
 /// A Lua script made of files of `lua/` in order: a prelude that defines shared functions
 /// (`lua/fixed_window.lua`) and the script's own file. Loaded once, run by EVALSHA.
-pub fn script(parts: &[&str]) -> redis::Script {
+pub(crate) fn script(parts: &[&str]) -> redis::Script {
     redis::Script::new(&parts.concat())
 }
 
@@ -174,14 +174,14 @@ pub async fn connect_to(target: &RedisTarget, timeout: Duration, role: &'static 
 
 /// Opens a connection to a Redis Cluster from its seed nodes (`redis://host:port` each),
 /// failing within `timeout` with one sentence. `role` as in `connect`.
-pub async fn connect_cluster(nodes: &[String], timeout: Duration, role: &'static str) -> AppResult<Redis> {
+pub(crate) async fn connect_cluster(nodes: &[String], timeout: Duration, role: &'static str) -> AppResult<Redis> {
     let conn = cluster::connect(nodes, timeout).await?;
     Ok(Redis { inner: Connection::Cluster(conn), commands: Arc::new(AtomicU64::new(0)), role })
 }
 
 /// Buffered likes live in Redis until the worker commits them: a policy that may evict any
 /// key (`allkeys-*`) could evict the stream and lose likes. Refuse to start on one.
-pub async fn refuse_evicting_policy(redis: &Redis) -> AppResult<()> {
+pub(crate) async fn refuse_evicting_policy(redis: &Redis) -> AppResult<()> {
     let mut conn = redis.clone();
     let reply: redis::RedisResult<Vec<String>> =
         redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut conn).await;
@@ -201,7 +201,7 @@ pub async fn refuse_evicting_policy(redis: &Redis) -> AppResult<()> {
 /// loaded and the pipeline is sent once more. Commands that did run the first time run again, so
 /// a pipeline sent through here must be safe to repeat (every caller's is: ZADDs, stores checked
 /// against a generation, releases checked against an owner token).
-pub async fn query_scripts<T: FromRedisValue>(redis: &Redis, pipe: &Pipeline, scripts: &[&Script]) -> AppResult<T> {
+pub(crate) async fn query_scripts<T: FromRedisValue>(redis: &Redis, pipe: &Pipeline, scripts: &[&Script]) -> AppResult<T> {
     let mut conn = redis.clone();
     match pipe.query_async(&mut conn).await {
         Err(err) if err.code() == Some("NOSCRIPT") => {
@@ -213,7 +213,7 @@ pub async fn query_scripts<T: FromRedisValue>(redis: &Redis, pipe: &Pipeline, sc
 }
 
 /// Loads scripts into Redis's script cache (at start-up, so the first pipelines find them).
-pub async fn load_scripts(redis: &Redis, scripts: &[&Script]) -> AppResult<()> {
+pub(crate) async fn load_scripts(redis: &Redis, scripts: &[&Script]) -> AppResult<()> {
     let mut conn = redis.clone();
     for script in scripts {
         let _: String = script.load_async(&mut conn).await?;

@@ -11,14 +11,14 @@ use super::Redis;
 use crate::config::RedisTarget;
 
 /// Publishes `payload` on `channel`; returns how many subscribers the node reached.
-pub async fn publish(redis: &Redis, channel: &str, payload: &str) -> RedisResult<i64> {
+pub(crate) async fn publish(redis: &Redis, channel: &str, payload: &str) -> RedisResult<i64> {
     let command = if redis.cluster().is_some() { "SPUBLISH" } else { "PUBLISH" };
     redis::cmd(command).arg(channel).arg(payload).query_async(&mut redis.clone()).await
 }
 
 /// One subscription to one channel. `next` yields its messages until the connection under it
 /// is lost; then the caller subscribes again.
-pub struct Subscription {
+pub(crate) struct Subscription {
     messages: BoxStream<'static, String>,
     /// The cluster connection the subscription lives on (dropping it ends the subscription).
     _cluster: Option<redis::cluster_async::ClusterConnection>,
@@ -26,7 +26,7 @@ pub struct Subscription {
 
 impl Subscription {
     /// The next message, or None once the subscription is lost.
-    pub async fn next(&mut self) -> Option<String> {
+    pub(crate) async fn next(&mut self) -> Option<String> {
         self.messages.next().await
     }
 }
@@ -34,7 +34,7 @@ impl Subscription {
 /// Subscribes to `channel` where `target` says Redis is. On a cluster, the subscription ends
 /// when the node holding it disconnects: that node may be a killed master, which the client
 /// would keep redialling, while a new subscription finds where the slot is served now.
-pub async fn subscribe(target: &RedisTarget, channel: &str) -> RedisResult<Subscription> {
+pub(crate) async fn subscribe(target: &RedisTarget, channel: &str) -> RedisResult<Subscription> {
     match target {
         RedisTarget::Node(url) => {
             let mut pubsub = redis::Client::open(url.as_str())?.get_async_pubsub().await?;

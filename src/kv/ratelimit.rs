@@ -99,7 +99,7 @@ impl WriteKind {
 }
 
 /// Every window of a write limit is one minute: the settings say "per minute".
-pub const WRITE_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const WRITE_WINDOW: Duration = Duration::from_secs(60);
 
 /// The per-user limits on content writes. A mutation checks its limit after authentication
 /// and its cheap argument checks, before any database work: a refused write has read and

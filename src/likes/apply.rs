@@ -15,7 +15,7 @@ use crate::db::stmt;
 use crate::error::AppResult;
 
 /// Keeps only the last op of each (target, user, course), in order of last appearance.
-pub fn collapse(events: impl IntoIterator<Item = LikeEvent>) -> Vec<LikeEvent> {
+pub(crate) fn collapse(events: impl IntoIterator<Item = LikeEvent>) -> Vec<LikeEvent> {
     let mut last: HashMap<(LikeTarget, i64, i64), (usize, LikeEvent)> = HashMap::new();
     for (position, event) in events.into_iter().enumerate() {
         last.insert((event.target, event.user_id, event.course_id), (position, event));

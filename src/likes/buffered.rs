@@ -26,7 +26,7 @@ use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
 
 /// The sentinel member every loaded set holds.
-pub const SENTINEL: &str = "_";
+pub(crate) const SENTINEL: &str = "_";
 
 /// How many times a load reads PostgreSQL again because an apply moved its generation: each
 /// retry means a batch of the same bucket committed within one short read, so a few suffice.

@@ -12,11 +12,11 @@
 //! live, in the course, and the user is a member. The database's primary key on
 //! (target, user) is the last line against double likes at every level.
 
-pub mod apply;
-pub mod buffered;
-pub mod committed;
-pub mod recount;
-pub mod sync;
+pub(crate) mod apply;
+pub(crate) mod buffered;
+pub(crate) mod committed;
+pub(crate) mod recount;
+pub(crate) mod sync;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -34,7 +34,8 @@ use crate::kv::ratelimit::RateLimiter;
 use crate::telemetry::names;
 use committed::AfterCommit;
 
-pub use crate::like_event::{CountChange, LikeEvent, LikeTarget};
+pub use crate::like_event::LikeTarget;
+pub(crate) use crate::like_event::{CountChange, LikeEvent};
 
 /// The tables a like touches for one kind of target: the like rows, their key column, and the
 /// table holding the counter. Level 1 and the recount build their SQL from it.
@@ -46,15 +47,15 @@ pub(crate) struct LikeTables {
 }
 
 impl LikeTables {
-    pub const POST: LikeTables =
+    pub(crate) const POST: LikeTables =
         LikeTables { likes: "post_likes", key: "post_id", target: "posts", make: LikeTarget::Post };
-    pub const COMMENT: LikeTables =
+    pub(crate) const COMMENT: LikeTables =
         LikeTables { likes: "comment_likes", key: "comment_id", target: "comments", make: LikeTarget::Comment };
 
     /// `SELECT id` of target `$1` when it is live and user `$2` is a member of its course: what
     /// every synchronous like insert selects from, so a like row is written only for a member
     /// (the like tables have no foreign key to users; see migration 0005).
-    pub fn live_target_of_member_sql(&self) -> String {
+    pub(crate) fn live_target_of_member_sql(&self) -> String {
         let course = if self.target == "comments" { "JOIN posts p ON p.id = t.post_id" } else { "" };
         let course_id = if self.target == "comments" { "p.course_id" } else { "t.course_id" };
         format!(
@@ -255,7 +256,7 @@ impl Likes {
 }
 
 /// `LIKE_MODE`'s value, as metrics and `/readyz` name it.
-pub fn mode_name(mode: LikeMode) -> &'static str {
+pub(crate) fn mode_name(mode: LikeMode) -> &'static str {
     match mode {
         LikeMode::Sync => "sync",
         LikeMode::Recount => "recount",
@@ -282,7 +283,7 @@ fn adjusted(current: ShownCount, liked: bool, changed: bool) -> ShownCount {
 }
 
 /// The subset of `targets` with a like row of `user_id`, in one statement.
-pub async fn liked_in_database(
+pub(crate) async fn liked_in_database(
     db: &DatabaseConnection,
     user_id: i64,
     targets: &[LikeTarget],

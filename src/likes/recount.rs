@@ -153,7 +153,7 @@ struct Recounted {
 ///
 /// Skipping rows whose counter already agrees is safe for the same reason: under the lock,
 /// `like_count` is the latest committed value and stays so until we commit.
-pub async fn recount(
+pub(crate) async fn recount(
     db: &DatabaseConnection,
     targets: &[LikeTarget],
     hooks: &RecountHooks,
@@ -205,7 +205,7 @@ pub async fn reconcile_all(db: &DatabaseConnection, chunk: i64) -> AppResult<Vec
 }
 
 /// `reconcile_all` whose chunks pass `hooks` (tests).
-pub async fn reconcile_all_with(
+pub(crate) async fn reconcile_all_with(
     db: &DatabaseConnection,
     chunk: i64,
     hooks: &RecountHooks,

@@ -248,7 +248,7 @@ impl HubGuard {
 /// Whatever was published while no subscription stood is gone, so after every resubscription
 /// the committed counts of every watched target are read once from PostgreSQL (`resync`): a
 /// screen never stays on a number older than the gap.
-pub async fn run_relay(
+pub(crate) async fn run_relay(
     target: RedisTarget,
     channel: String,
     hub: Arc<Hub>,

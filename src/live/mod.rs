@@ -5,7 +5,7 @@
 //! published before its transaction committed, so a subscriber never sees a number that
 //! could still roll back.
 
-pub mod hub;
+pub(crate) mod hub;
 
 use crate::kv::Redis;
 use sea_orm::{ConnectionTrait, FromQueryResult};
@@ -21,7 +21,7 @@ pub use crate::live_message::{Activity, ActivityKind, LiveMessage};
 
 /// The committed like counts of `targets` (deleted ones left out), in one statement: what the
 /// relay reads again after a gap in its subscription.
-pub async fn committed_counts(db: &impl ConnectionTrait, targets: &[LikeTarget]) -> AppResult<Vec<CountChange>> {
+pub(crate) async fn committed_counts(db: &impl ConnectionTrait, targets: &[LikeTarget]) -> AppResult<Vec<CountChange>> {
     #[derive(FromQueryResult)]
     struct Row {
         is_post: bool,

@@ -14,7 +14,7 @@ use crate::hooks::Gate;
 use crate::telemetry::names;
 
 /// The channel the trigger notifies.
-pub const CHANNEL: &str = "course_members_changed";
+pub(crate) const CHANNEL: &str = "course_members_changed";
 
 /// Points where a test can hold the listener (`crate::hooks::Gate`).
 #[derive(Default)]
@@ -27,7 +27,7 @@ pub struct ListenerHooks {
 /// Listens for as long as the task runs (it is aborted at shutdown), reconnecting with backoff
 /// whenever the connection is lost. Memory is trusted only between a successful LISTEN and the
 /// next failure.
-pub async fn run(db: DatabaseConnection, memberships: Memberships) {
+pub(crate) async fn run(db: DatabaseConnection, memberships: Memberships) {
     let hooks = memberships.listener_hooks();
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
     let mut first = true;

@@ -20,7 +20,7 @@
 //! `watch(user)` gives an open subscription a way to hear of its user's changes, so it can end
 //! with FORBIDDEN when access is lost (`graphql::subscription`).
 
-pub mod listener;
+pub(crate) mod listener;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +35,7 @@ use crate::error::AppResult;
 use crate::forum::courses::{self, Role};
 
 /// A user's role in each course they belong to.
-pub type Roles = Arc<HashMap<i64, Role>>;
+pub(crate) type Roles = Arc<HashMap<i64, Role>>;
 
 /// Every instance's view of course membership (cheap to clone).
 #[derive(Clone)]

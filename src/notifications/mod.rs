@@ -29,13 +29,13 @@ use crate::db::stmt;
 use crate::error::{AppError, AppResult};
 
 /// Most distinct people one post (title and body together), comment or reply may mention.
-pub const MAX_MENTIONS: usize = 10;
+pub(crate) const MAX_MENTIONS: usize = 10;
 
 /// The `@handle`s a text mentions, lowercased, distinct, in order of first appearance. A
 /// mention is `@` not preceded by a handle character (so `a@b.org` is not one), then 2 to 32
 /// handle characters not followed by another. One pass over the text, and a hash set for the
 /// distinct ones: linear in the text.
-pub fn mentions(text: &str) -> Vec<String> {
+pub(crate) fn mentions(text: &str) -> Vec<String> {
     let mut distinct = Distinct::default();
     for handle in MentionScan::new(text) {
         distinct.add(handle);
@@ -46,7 +46,7 @@ pub fn mentions(text: &str) -> Vec<String> {
 /// The mentions of `texts` taken together, refused with BAD_USER_INPUT past `MAX_MENTIONS`
 /// (before anything is written). The scan stops at the first mention past the limit, so a
 /// refusal costs the prefix of the text read up to it, and the whole check is linear.
-pub fn checked_mentions(texts: &[&str]) -> AppResult<Vec<String>> {
+pub(crate) fn checked_mentions(texts: &[&str]) -> AppResult<Vec<String>> {
     distinct_mentions(texts, MAX_MENTIONS).map_err(|_| {
         AppError::bad_input(format!("a text may mention at most {MAX_MENTIONS} people; this one mentions more"))
     })
@@ -134,7 +134,7 @@ impl<'a> Iterator for MentionScan<'a> {
 
 /// What a notification is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cause {
+pub(crate) struct Cause {
     pub course_id: i64,
     pub post_id: i64,
     /// The comment or reply; None for a post.
@@ -148,12 +148,12 @@ pub struct Cause {
 
 impl Cause {
     /// A post: it can only mention.
-    pub fn post(row: &crate::forum::posts::PostRow) -> Self {
+    pub(crate) fn post(row: &crate::forum::posts::PostRow) -> Self {
         Self { course_id: row.course_id, post_id: row.id, comment_id: None, actor_id: row.user_id, answers: None }
     }
 
     /// A comment or reply, answering `answers` (the post's author, or the answered author).
-    pub fn comment(row: &crate::forum::comments::CommentRow, answers: i64) -> Self {
+    pub(crate) fn comment(row: &crate::forum::comments::CommentRow, answers: i64) -> Self {
         Self {
             course_id: row.course_id,
             post_id: row.post_id,
@@ -166,7 +166,7 @@ impl Cause {
 
 /// One notification just written: its id and recipient.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromQueryResult)]
-pub struct Notified {
+pub(crate) struct Notified {
     pub id: i64,
     pub recipient_id: i64,
 }
@@ -175,7 +175,7 @@ pub struct Notified {
 /// who is a member of the course) in ONE statement, inside the caller's transaction, and trims
 /// each recipient to their newest `kept`. Returns the rows written (none for a cause already
 /// notified).
-pub async fn record(
+pub(crate) async fn record(
     txn: &impl ConnectionTrait,
     cause: Cause,
     handles: &[String],
@@ -229,7 +229,7 @@ struct Recipient {
 
 /// Deletes every notification a post caused, its comments' and replies' included. Returns
 /// their recipients (to tell them their unread count changed).
-pub async fn withdraw_post(db: &impl ConnectionTrait, post_id: i64) -> AppResult<Vec<i64>> {
+pub(crate) async fn withdraw_post(db: &impl ConnectionTrait, post_id: i64) -> AppResult<Vec<i64>> {
     let rows = Recipient::find_by_statement(stmt(
         "DELETE FROM notifications WHERE post_id = $1 RETURNING recipient_id",
         [post_id.into()],
@@ -241,7 +241,7 @@ pub async fn withdraw_post(db: &impl ConnectionTrait, post_id: i64) -> AppResult
 
 /// Deletes every notification a comment or reply caused, and those of the replies under a
 /// comment (deleted with it). Returns their recipients.
-pub async fn withdraw_comment(db: &impl ConnectionTrait, comment_id: i64) -> AppResult<Vec<i64>> {
+pub(crate) async fn withdraw_comment(db: &impl ConnectionTrait, comment_id: i64) -> AppResult<Vec<i64>> {
     let rows = Recipient::find_by_statement(stmt(
         "DELETE FROM notifications WHERE comment_id IN (SELECT id FROM comments WHERE id = $1 OR parent_id = $1) \
          RETURNING recipient_id",
@@ -261,7 +261,7 @@ fn distinct(rows: Vec<Recipient>) -> Vec<i64> {
 
 /// A notification as its recipient sees it.
 #[derive(Clone, Debug, FromQueryResult)]
-pub struct NotificationRow {
+pub(crate) struct NotificationRow {
     pub id: i64,
     pub kind: String,
     pub course_id: i64,
@@ -284,7 +284,7 @@ const READ_UP_TO: &str = "COALESCE((SELECT read_up_to FROM notification_reads WH
 
 /// Up to `limit` visible notifications older than `before` (an id), newest first, and whether
 /// there are more.
-pub async fn page(
+pub(crate) async fn page(
     db: &impl ConnectionTrait,
     user_id: i64,
     courses: &[i64],
@@ -308,7 +308,7 @@ pub async fn page(
 }
 
 /// One visible notification of the user, if it is one.
-pub async fn find(
+pub(crate) async fn find(
     db: &impl ConnectionTrait,
     user_id: i64,
     courses: &[i64],
@@ -330,7 +330,7 @@ struct Count {
 }
 
 /// How many visible notifications the user has not read.
-pub async fn unread_count(db: &impl ConnectionTrait, user_id: i64, courses: &[i64]) -> AppResult<i64> {
+pub(crate) async fn unread_count(db: &impl ConnectionTrait, user_id: i64, courses: &[i64]) -> AppResult<i64> {
     let sql = format!("SELECT count(*) AS count {VISIBLE} AND n.id > {READ_UP_TO}");
     let row = Count::find_by_statement(stmt(&sql, [user_id.into(), courses.to_vec().into()])).one(db).await?;
     Ok(row.map_or(0, |r| r.count))
@@ -338,7 +338,7 @@ pub async fn unread_count(db: &impl ConnectionTrait, user_id: i64, courses: &[i6
 
 /// Marks every notification of the user up to `up_to` (one of theirs) read. Never moves the
 /// mark back. NOT_FOUND when `up_to` is not one of their notifications.
-pub async fn mark_read(db: &impl ConnectionTrait, user_id: i64, up_to: i64) -> AppResult<()> {
+pub(crate) async fn mark_read(db: &impl ConnectionTrait, user_id: i64, up_to: i64) -> AppResult<()> {
     let marked = db
         .execute_raw(stmt(
             "INSERT INTO notification_reads (user_id, read_up_to) \

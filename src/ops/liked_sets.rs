@@ -18,11 +18,11 @@ use crate::likes::buffered::SENTINEL;
 
 /// Sets audited at most per run: the audit is a sample bounded in time, not a full scan of a
 /// large deployment.
-pub const AUDITED_AT_MOST: usize = 10_000;
+pub(crate) const AUDITED_AT_MOST: usize = 10_000;
 
 /// What the audit found.
 #[derive(Debug, Default)]
-pub struct Audit {
+pub(crate) struct Audit {
     /// Loaded sets compared with PostgreSQL.
     pub compared: usize,
     /// Sets skipped because events of their (user, course) are pending.
@@ -36,7 +36,7 @@ pub struct Audit {
 type Pair = (i64, i64);
 
 /// Audits up to `AUDITED_AT_MOST` loaded liked-sets.
-pub async fn audit(db: &DatabaseConnection, redis: &Redis, keys: &Keys) -> AppResult<Audit> {
+pub(crate) async fn audit(db: &DatabaseConnection, redis: &Redis, keys: &Keys) -> AppResult<Audit> {
     let pairs = loaded_sets(redis, keys).await?;
     let mut audit = Audit::default();
     let first = compare(db, redis, keys, &pairs, &mut audit).await?;

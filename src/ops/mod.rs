@@ -12,10 +12,10 @@
 //! happen (`telemetry::names` lists them); this module only reads state that lives in Redis,
 //! so any process can report it, including a `serve` that runs no worker.
 
-pub mod check;
-pub mod liked_sets;
-pub mod ready;
-pub mod streams;
+pub(crate) mod check;
+pub(crate) mod liked_sets;
+pub(crate) mod ready;
+pub(crate) mod streams;
 
 use std::time::Duration;
 
@@ -29,7 +29,7 @@ const SCRAPE_REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 /// Sets the gauges that describe Redis state: per-shard stream entries, pending, lag and
 /// oldest age; dead letters waiting; Redis evictions and memory. Failures are logged and
 /// leave the previous values (a scrape never fails because Redis is slow).
-pub async fn refresh_gauges(redis: &Redis, keys: &Keys) {
+pub(crate) async fn refresh_gauges(redis: &Redis, keys: &Keys) {
     let refreshed = tokio::time::timeout(SCRAPE_REDIS_TIMEOUT, async {
         let status = streams::status(redis, keys).await?;
         for shard in &status.shards {

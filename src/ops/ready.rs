@@ -16,10 +16,10 @@ use crate::config::LikeMode;
 use crate::state::AppState;
 
 /// How long each probe may take before it counts as a failure.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Serialize)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     pub ready: bool,
     pub postgres: Probe,
     pub redis: Probe,
@@ -30,7 +30,7 @@ pub struct Readiness {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Probe {
+pub(crate) struct Probe {
     pub ok: bool,
     pub millis: u64,
     /// Why it failed, in a few words (the detail is in the log).
@@ -39,7 +39,7 @@ pub struct Probe {
 }
 
 #[derive(Debug, Serialize)]
-pub struct WorkerState {
+pub(crate) struct WorkerState {
     pub mode: &'static str,
     /// This process runs the like worker (`WORKER_IN_SERVE`).
     pub in_process: bool,
@@ -50,7 +50,7 @@ pub struct WorkerState {
 }
 
 #[derive(Debug, Serialize)]
-pub struct ShardLease {
+pub(crate) struct ShardLease {
     pub shard: u32,
     pub holder: Option<String>,
     /// The holder is this process's worker.
@@ -62,7 +62,7 @@ pub struct ShardLease {
 }
 
 /// Probes PostgreSQL and Redis concurrently, each bounded by `PROBE_TIMEOUT`.
-pub async fn readiness(state: &AppState, consumer: Option<&str>) -> Readiness {
+pub(crate) async fn readiness(state: &AppState, consumer: Option<&str>) -> Readiness {
     let postgres = probe("PostgreSQL", async {
         state.db.execute_unprepared("SELECT 1").await.map(|_| ()).map_err(|e| e.to_string())
     });

@@ -17,7 +17,7 @@ use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 use crate::config::LogFormat;
 
-pub mod otel;
+pub(crate) mod otel;
 
 /// The log filter unless `RUST_LOG` gives one. sqlx logs every statement at INFO, and sea-orm's
 /// statement spans are INFO too (they are for `otel`), so both are held to `warn`.
@@ -32,7 +32,7 @@ pub fn init(format: LogFormat) {
 /// Installs the global subscriber for a long-running process (`serve`, `worker`): logs, and
 /// OpenTelemetry traces when the OTEL_* variables ask for them (`otel`). The returned export is
 /// shut down after the process stops, which flushes the last spans.
-pub fn init_service(format: LogFormat) -> Result<Option<otel::TraceExport>, crate::error::AppError> {
+pub(crate) fn init_service(format: LogFormat) -> Result<Option<otel::TraceExport>, crate::error::AppError> {
     match otel::from_env().map_err(crate::error::AppError::Config)? {
         Some((export, layer)) => {
             install(format, Some(layer));
@@ -63,61 +63,61 @@ where
 }
 
 /// Metric names, one constant each, so a call site cannot misspell one.
-pub mod names {
-    pub const GRAPHQL_REQUESTS: &str = "graphql_requests_total";
-    pub const GRAPHQL_ERRORS: &str = "graphql_errors_total";
-    pub const GRAPHQL_DURATION: &str = "graphql_request_duration_seconds";
-    pub const GRAPHQL_PARSE_DURATION: &str = "graphql_parse_duration_seconds";
-    pub const GRAPHQL_VALIDATION_DURATION: &str = "graphql_validation_duration_seconds";
-    pub const DOCUMENT_REFUSALS: &str = "graphql_document_refusals_total";
-    pub const PERSISTED_QUERY_REGISTRATIONS: &str = "persisted_query_registrations_total";
-    pub const LIKE_TOGGLES: &str = "like_toggles_total";
-    pub const LIKE_BATCHES: &str = "like_batches_total";
-    pub const LIKE_BATCH_ENTRIES: &str = "like_batch_entries";
-    pub const LIKE_BATCH_DURATION: &str = "like_batch_duration_seconds";
-    pub const LIKE_EVENTS_APPLIED: &str = "like_events_applied_total";
-    pub const LIKE_EVENTS_REFUSED: &str = "like_events_refused_total";
-    pub const LIKE_DEAD_LETTERS: &str = "like_dead_letters_total";
-    pub const LIKE_STREAM_ENTRIES: &str = "like_stream_entries";
-    pub const LIKE_STREAM_PENDING: &str = "like_stream_pending_entries";
-    pub const LIKE_STREAM_LAG: &str = "like_stream_lag_entries";
-    pub const LIKE_STREAM_OLDEST_AGE: &str = "like_stream_oldest_age_seconds";
-    pub const LIKE_DEAD_LETTER_ENTRIES: &str = "like_dead_letter_entries";
-    pub const CACHE_REQUESTS: &str = "cache_requests_total";
-    pub const CACHE_LOADS: &str = "cache_loads_total";
-    pub const CACHE_STORES_REFUSED: &str = "cache_stores_refused_total";
-    pub const CACHE_BYPASSES: &str = "cache_bypasses_total";
-    pub const CACHE_INVALIDATION_FAILURES: &str = "cache_invalidation_failures_total";
-    pub const FEED_TIMELINE_REBUILDS: &str = "feed_timeline_rebuilds_total";
-    pub const FEED_DATABASE_READS: &str = "feed_database_reads_total";
-    pub const FEED_FANOUT_POSTS: &str = "feed_fanout_posts_total";
-    pub const FEED_FANOUT_PUSHES: &str = "feed_fanout_pushes_total";
-    pub const FEED_FANOUT_BATCH_DURATION: &str = "feed_fanout_batch_seconds";
-    pub const FEED_FANOUT_DELAY: &str = "feed_fanout_delay_seconds";
-    pub const LIVE_SUBSCRIPTIONS_OPEN: &str = "live_subscriptions_open";
-    pub const WEBSOCKET_CONNECTIONS_OPEN: &str = "websocket_connections_open";
-    pub const WEBSOCKET_REFUSALS: &str = "websocket_refusals_total";
-    pub const LIVE_MESSAGES_PUBLISHED: &str = "live_messages_published_total";
-    pub const LIVE_PUBLISH_FAILURES: &str = "live_publish_failures_total";
-    pub const LIVE_MESSAGES_RECEIVED: &str = "live_messages_received_total";
-    pub const LIVE_UPDATES_DELIVERED: &str = "live_updates_delivered_total";
-    pub const LIVE_UPDATES_COALESCED: &str = "live_updates_coalesced_total";
-    pub const VIEW_FLUSHES: &str = "view_flushes_total";
-    pub const VIEW_FLUSH_DURATION: &str = "view_flush_duration_seconds";
-    pub const VIEWS_FLUSHED: &str = "views_flushed_total";
-    pub const REDIS_COMMANDS: &str = "redis_commands_total";
-    pub const SQL_STATEMENTS: &str = "sql_statements_total";
-    pub const REDIS_EVICTED_KEYS: &str = "redis_evicted_keys_total";
-    pub const REDIS_USED_MEMORY: &str = "redis_used_memory_bytes";
-    pub const MEMBERSHIP_CACHE_LOOKUPS: &str = "membership_cache_lookups_total";
-    pub const MEMBERSHIP_NOTIFICATIONS: &str = "membership_notifications_total";
-    pub const MEMBERSHIP_LISTENER_CONNECTED: &str = "membership_listener_connected";
-    pub const SUBSCRIPTIONS_REVOKED: &str = "subscriptions_revoked_total";
-    pub const WRITE_LIMIT_REFUSALS: &str = "write_limit_refusals_total";
-    pub const CACHE_USED_BYTES: &str = "cache_used_bytes";
-    pub const CACHE_ENTRIES: &str = "cache_entries";
-    pub const CACHE_CAPACITY_BYTES: &str = "cache_capacity_bytes";
-    pub const CACHE_EVICTIONS: &str = "cache_evictions_total";
+pub(crate) mod names {
+    pub(crate) const GRAPHQL_REQUESTS: &str = "graphql_requests_total";
+    pub(crate) const GRAPHQL_ERRORS: &str = "graphql_errors_total";
+    pub(crate) const GRAPHQL_DURATION: &str = "graphql_request_duration_seconds";
+    pub(crate) const GRAPHQL_PARSE_DURATION: &str = "graphql_parse_duration_seconds";
+    pub(crate) const GRAPHQL_VALIDATION_DURATION: &str = "graphql_validation_duration_seconds";
+    pub(crate) const DOCUMENT_REFUSALS: &str = "graphql_document_refusals_total";
+    pub(crate) const PERSISTED_QUERY_REGISTRATIONS: &str = "persisted_query_registrations_total";
+    pub(crate) const LIKE_TOGGLES: &str = "like_toggles_total";
+    pub(crate) const LIKE_BATCHES: &str = "like_batches_total";
+    pub(crate) const LIKE_BATCH_ENTRIES: &str = "like_batch_entries";
+    pub(crate) const LIKE_BATCH_DURATION: &str = "like_batch_duration_seconds";
+    pub(crate) const LIKE_EVENTS_APPLIED: &str = "like_events_applied_total";
+    pub(crate) const LIKE_EVENTS_REFUSED: &str = "like_events_refused_total";
+    pub(crate) const LIKE_DEAD_LETTERS: &str = "like_dead_letters_total";
+    pub(crate) const LIKE_STREAM_ENTRIES: &str = "like_stream_entries";
+    pub(crate) const LIKE_STREAM_PENDING: &str = "like_stream_pending_entries";
+    pub(crate) const LIKE_STREAM_LAG: &str = "like_stream_lag_entries";
+    pub(crate) const LIKE_STREAM_OLDEST_AGE: &str = "like_stream_oldest_age_seconds";
+    pub(crate) const LIKE_DEAD_LETTER_ENTRIES: &str = "like_dead_letter_entries";
+    pub(crate) const CACHE_REQUESTS: &str = "cache_requests_total";
+    pub(crate) const CACHE_LOADS: &str = "cache_loads_total";
+    pub(crate) const CACHE_STORES_REFUSED: &str = "cache_stores_refused_total";
+    pub(crate) const CACHE_BYPASSES: &str = "cache_bypasses_total";
+    pub(crate) const CACHE_INVALIDATION_FAILURES: &str = "cache_invalidation_failures_total";
+    pub(crate) const FEED_TIMELINE_REBUILDS: &str = "feed_timeline_rebuilds_total";
+    pub(crate) const FEED_DATABASE_READS: &str = "feed_database_reads_total";
+    pub(crate) const FEED_FANOUT_POSTS: &str = "feed_fanout_posts_total";
+    pub(crate) const FEED_FANOUT_PUSHES: &str = "feed_fanout_pushes_total";
+    pub(crate) const FEED_FANOUT_BATCH_DURATION: &str = "feed_fanout_batch_seconds";
+    pub(crate) const FEED_FANOUT_DELAY: &str = "feed_fanout_delay_seconds";
+    pub(crate) const LIVE_SUBSCRIPTIONS_OPEN: &str = "live_subscriptions_open";
+    pub(crate) const WEBSOCKET_CONNECTIONS_OPEN: &str = "websocket_connections_open";
+    pub(crate) const WEBSOCKET_REFUSALS: &str = "websocket_refusals_total";
+    pub(crate) const LIVE_MESSAGES_PUBLISHED: &str = "live_messages_published_total";
+    pub(crate) const LIVE_PUBLISH_FAILURES: &str = "live_publish_failures_total";
+    pub(crate) const LIVE_MESSAGES_RECEIVED: &str = "live_messages_received_total";
+    pub(crate) const LIVE_UPDATES_DELIVERED: &str = "live_updates_delivered_total";
+    pub(crate) const LIVE_UPDATES_COALESCED: &str = "live_updates_coalesced_total";
+    pub(crate) const VIEW_FLUSHES: &str = "view_flushes_total";
+    pub(crate) const VIEW_FLUSH_DURATION: &str = "view_flush_duration_seconds";
+    pub(crate) const VIEWS_FLUSHED: &str = "views_flushed_total";
+    pub(crate) const REDIS_COMMANDS: &str = "redis_commands_total";
+    pub(crate) const SQL_STATEMENTS: &str = "sql_statements_total";
+    pub(crate) const REDIS_EVICTED_KEYS: &str = "redis_evicted_keys_total";
+    pub(crate) const REDIS_USED_MEMORY: &str = "redis_used_memory_bytes";
+    pub(crate) const MEMBERSHIP_CACHE_LOOKUPS: &str = "membership_cache_lookups_total";
+    pub(crate) const MEMBERSHIP_NOTIFICATIONS: &str = "membership_notifications_total";
+    pub(crate) const MEMBERSHIP_LISTENER_CONNECTED: &str = "membership_listener_connected";
+    pub(crate) const SUBSCRIPTIONS_REVOKED: &str = "subscriptions_revoked_total";
+    pub(crate) const WRITE_LIMIT_REFUSALS: &str = "write_limit_refusals_total";
+    pub(crate) const CACHE_USED_BYTES: &str = "cache_used_bytes";
+    pub(crate) const CACHE_ENTRIES: &str = "cache_entries";
+    pub(crate) const CACHE_CAPACITY_BYTES: &str = "cache_capacity_bytes";
+    pub(crate) const CACHE_EVICTIONS: &str = "cache_evictions_total";
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,7 +269,7 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The process's metrics recorder, installed on first use. One per process: several
 /// applications in one process (tests with a peer instance) share it, as they share the process.
-pub fn metrics() -> &'static PrometheusHandle {
+pub(crate) fn metrics() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         let builder = PrometheusBuilder::new()

@@ -36,19 +36,19 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 const DEFAULT_SERVICE_NAME: &str = "course-forum";
 
 /// Whether spans are exported (and so whether trace contexts are worth carrying).
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
 /// The exporter of a process whose traces are on; flushes what is buffered when shut down.
-pub struct TraceExport {
+pub(crate) struct TraceExport {
     provider: SdkTracerProvider,
 }
 
 impl TraceExport {
     /// Exports what the batch processor still holds, within its timeout. Called once the
     /// server or worker has stopped, so the last requests' spans are not lost.
-    pub fn shutdown(self) {
+    pub(crate) fn shutdown(self) {
         if let Err(err) = self.provider.force_flush() {
             tracing::warn!(error = %err, "could not export the last spans");
         }
@@ -101,7 +101,7 @@ fn check_settings(endpoint_var: &str, endpoint: &str) -> Result<(), String> {
 /// Builds the exporter and the layer that feeds it, when the environment asks for traces.
 /// `Ok(None)` when it does not; `Err` with a sentence naming the setting when it asks for
 /// something this build cannot do.
-pub fn from_env<S>() -> Result<Option<(TraceExport, impl Layer<S>)>, String>
+pub(crate) fn from_env<S>() -> Result<Option<(TraceExport, impl Layer<S>)>, String>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
@@ -212,13 +212,13 @@ impl TraceRef {
 
 /// The `traceparent` of the current span, when traces are on and it is sampled: what the
 /// like-stream entry and the Pub/Sub payload carry.
-pub fn current_traceparent() -> Option<String> {
+pub(crate) fn current_traceparent() -> Option<String> {
     TraceRef::current().map(|trace| trace.traceparent())
 }
 
 /// A Pub/Sub payload with the publisher's trace context in front: `<traceparent> <json>`. JSON
 /// starts with `{`, so a payload without a context is read as before.
-pub fn frame_payload(json: String) -> String {
+pub(crate) fn frame_payload(json: String) -> String {
     match current_traceparent() {
         Some(traceparent) => format!("{traceparent} {json}"),
         None => json,
@@ -226,7 +226,7 @@ pub fn frame_payload(json: String) -> String {
 }
 
 /// Splits a Pub/Sub payload into its trace context (if any) and its JSON.
-pub fn unframe_payload(payload: &str) -> (Option<TraceRef>, &str) {
+pub(crate) fn unframe_payload(payload: &str) -> (Option<TraceRef>, &str) {
     if payload.starts_with('{') {
         return (None, payload);
     }
@@ -238,7 +238,7 @@ pub fn unframe_payload(payload: &str) -> (Option<TraceRef>, &str) {
 
 /// An HTTP request's `traceparent` header, when traces are on: the caller's trace that this
 /// request continues.
-pub fn from_headers(headers: &axum::http::HeaderMap) -> Option<TraceRef> {
+pub(crate) fn from_headers(headers: &axum::http::HeaderMap) -> Option<TraceRef> {
     if !enabled() {
         return None;
     }

@@ -39,7 +39,7 @@
 //! the ticket lives in the post's slot). If that ZREM is lost (Redis failing between the two),
 //! the slot frees itself when the ticket expires. A `TOO_SHORT` ticket keeps its slot.
 
-pub mod aggregator;
+pub(crate) mod aggregator;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -78,12 +78,12 @@ pub enum ViewOutcome {
 
 /// The client address of a request, as the HTTP layer determined it (request data).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClientIp(pub IpAddr);
+pub(crate) struct ClientIp(pub IpAddr);
 
 /// The client of a connection: the peer, or — only when the peer is the trusted proxy — the
 /// last `X-Forwarded-For` entry (the one that proxy appended; earlier entries are whatever
 /// the client claimed). A malformed header falls back to the peer.
-pub fn client_ip(peer: SocketAddr, headers: &HeaderMap, trusted_proxy: Option<IpAddr>) -> IpAddr {
+pub(crate) fn client_ip(peer: SocketAddr, headers: &HeaderMap, trusted_proxy: Option<IpAddr>) -> IpAddr {
     let peer_ip = peer.ip().to_canonical();
     if trusted_proxy.map(|p| p.to_canonical()) != Some(peer_ip) {
         return peer_ip;

@@ -11,7 +11,7 @@ use redis::Script;
 use crate::error::AppResult;
 
 #[derive(Clone)]
-pub struct Lease {
+pub(crate) struct Lease {
     redis: Redis,
     owner: String,
     ttl: Duration,
@@ -21,7 +21,7 @@ pub struct Lease {
 
 /// What `hold` found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Holding {
+pub(crate) enum Holding {
     /// We held it already and extended it.
     Renewed,
     /// It was free and is ours now (the previous owner's pending entries must be claimed).
@@ -31,7 +31,7 @@ pub enum Holding {
 }
 
 impl Lease {
-    pub fn new(redis: Redis, owner: String, ttl: Duration) -> Self {
+    pub(crate) fn new(redis: Redis, owner: String, ttl: Duration) -> Self {
         Self {
             redis,
             owner,
@@ -41,12 +41,12 @@ impl Lease {
         }
     }
 
-    pub fn owner(&self) -> &str {
+    pub(crate) fn owner(&self) -> &str {
         &self.owner
     }
 
     /// Renews the lease at `key` if ours, else tries to take it.
-    pub async fn hold(&self, key: &str) -> AppResult<Holding> {
+    pub(crate) async fn hold(&self, key: &str) -> AppResult<Holding> {
         let mut conn = self.redis.clone();
         let ttl_ms = self.ttl.as_millis() as u64;
         let renewed: i64 = self.renew.key(key).arg(&self.owner).arg(ttl_ms).invoke_async(&mut conn).await?;
@@ -59,7 +59,7 @@ impl Lease {
     }
 
     /// Gives the lease up, only if we own it.
-    pub async fn release(&self, key: &str) -> AppResult<bool> {
+    pub(crate) async fn release(&self, key: &str) -> AppResult<bool> {
         let mut conn = self.redis.clone();
         let released: i64 = self.release.key(key).arg(&self.owner).invoke_async(&mut conn).await?;
         Ok(released == 1)

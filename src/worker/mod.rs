@@ -34,7 +34,7 @@
 mod apply;
 mod drain;
 mod fencing;
-pub mod lease;
+pub(crate) mod lease;
 mod read;
 mod run;
 

@@ -21,11 +21,11 @@ use crate::error::{AppError, AppResult};
 
 /// The advisory lock held by whatever links identities from the command line (`roster import`,
 /// `admin grant`), so two of them never plan against the same unlinked user at once.
-pub const LINK_LOCK: i64 = 4242015;
+pub(crate) const LINK_LOCK: i64 = 4242015;
 
 /// A user as these rules see them.
 #[derive(Clone, Debug, FromQueryResult)]
-pub struct Known {
+pub(crate) struct Known {
     pub id: i64,
     pub handle: String,
     /// Provisioned by their own first sign-in (`provisioned_by = 'sign_in'`).
@@ -38,22 +38,22 @@ const KNOWN: &str = "SELECT u.id, u.handle, u.provisioned_by = 'sign_in' AS self
      (SELECT min(i.issuer) FROM user_identities i WHERE i.user_id = u.id) AS linked_issuer FROM users u";
 
 /// The users with these handles.
-pub async fn by_handles(db: &impl ConnectionTrait, handles: &[String]) -> AppResult<Vec<Known>> {
+pub(crate) async fn by_handles(db: &impl ConnectionTrait, handles: &[String]) -> AppResult<Vec<Known>> {
     Ok(Known::find_by_statement(stmt(&format!("{KNOWN} WHERE u.handle = ANY($1)"), [handles.to_vec().into()]))
         .all(db)
         .await?)
 }
 
-pub async fn by_handle(db: &impl ConnectionTrait, handle: &str) -> AppResult<Option<Known>> {
+pub(crate) async fn by_handle(db: &impl ConnectionTrait, handle: &str) -> AppResult<Option<Known>> {
     Ok(Known::find_by_statement(stmt(&format!("{KNOWN} WHERE u.handle = $1"), [handle.into()])).one(db).await?)
 }
 
-pub async fn by_id(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<Known>> {
+pub(crate) async fn by_id(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<Known>> {
     Ok(Known::find_by_statement(stmt(&format!("{KNOWN} WHERE u.id = $1"), [id.into()])).one(db).await?)
 }
 
 /// The user (issuer, subject) is linked to.
-pub async fn by_identity(db: &impl ConnectionTrait, issuer: &str, subject: &str) -> AppResult<Option<Known>> {
+pub(crate) async fn by_identity(db: &impl ConnectionTrait, issuer: &str, subject: &str) -> AppResult<Option<Known>> {
     Ok(Known::find_by_statement(stmt(
         &format!("{KNOWN} JOIN user_identities f ON f.user_id = u.id WHERE f.issuer = $1 AND f.subject = $2"),
         [issuer.into(), subject.into()],
@@ -64,7 +64,7 @@ pub async fn by_identity(db: &impl ConnectionTrait, issuer: &str, subject: &str)
 
 /// Why a user may not be named or linked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Found by handle, but their handle is their own choice.
     SelfProvisioned { handle: String, issuer: Option<String> },
     /// Found by handle to receive an identity, but linked to another already.
@@ -91,7 +91,7 @@ impl std::fmt::Display for Refusal {
 
 /// May this user, found by `handle`, be taken as the person a line or grant names by that
 /// handle alone? Only if the operator made them.
-pub fn may_name_by_handle(user: &Known) -> Result<(), Refusal> {
+pub(crate) fn may_name_by_handle(user: &Known) -> Result<(), Refusal> {
     if user.self_provisioned {
         return Err(Refusal::SelfProvisioned { handle: user.handle.clone(), issuer: user.linked_issuer.clone() });
     }
@@ -100,7 +100,7 @@ pub fn may_name_by_handle(user: &Known) -> Result<(), Refusal> {
 
 /// May an identity be linked to this user, found by handle? Only if the operator made them and
 /// they have no identity yet.
-pub fn may_link(user: &Known) -> Result<(), Refusal> {
+pub(crate) fn may_link(user: &Known) -> Result<(), Refusal> {
     may_name_by_handle(user)?;
     if let Some(issuer) = &user.linked_issuer {
         return Err(Refusal::LinkedElsewhere { handle: user.handle.clone(), issuer: issuer.clone() });
@@ -112,7 +112,7 @@ pub fn may_link(user: &Known) -> Result<(), Refusal> {
 /// has no identity: the rule checked again by the statement itself, so that nothing that
 /// changed since the caller's check can slip through. CONFLICT (and the caller rolls back) if
 /// any link was not made.
-pub async fn link_all(db: &impl ConnectionTrait, links: &[(String, String, i64)]) -> AppResult<()> {
+pub(crate) async fn link_all(db: &impl ConnectionTrait, links: &[(String, String, i64)]) -> AppResult<()> {
     if links.is_empty() {
         return Ok(());
     }

@@ -5,7 +5,7 @@ use super::post::{post_of, thread_page};
 use super::*;
 
 /// A top-level comment: its row as read, or (from a live like update) its id and count.
-pub struct Comment(Known<CommentRow>);
+pub(crate) struct Comment(Known<CommentRow>);
 
 impl From<CommentRow> for Comment {
     fn from(row: CommentRow) -> Self {
@@ -15,7 +15,7 @@ impl From<CommentRow> for Comment {
 
 impl Comment {
     /// A comment as a `likeCounts` update delivers it.
-    pub fn live(id: i64, likes: LiveLikes) -> Self {
+    pub(crate) fn live(id: i64, likes: LiveLikes) -> Self {
         Comment(Known::live(id, likes))
     }
 

@@ -6,7 +6,7 @@ use super::*;
 /// A course: its id always; its row (code, title, createdAt) as read, or loaded on first ask
 /// through the request's `CourseLoader`, so a page that shows only a course's posts never
 /// reads it.
-pub struct Course {
+pub(crate) struct Course {
     pub course_id: i64,
     row: Option<CourseRow>,
     /// Reached through a list (one of many courses at its level): its posts are loaded with
@@ -16,18 +16,18 @@ pub struct Course {
 }
 
 impl Course {
-    pub fn from_row(row: CourseRow) -> Self {
+    pub(crate) fn from_row(row: CourseRow) -> Self {
         Self { course_id: row.id, row: Some(row), in_list: false }
     }
 
     /// A course known to exist without reading it (the viewer is one of its members, and
     /// `course_members` references `courses`).
-    pub fn known(course_id: i64) -> Self {
+    pub(crate) fn known(course_id: i64) -> Self {
         Self { course_id, row: None, in_list: false }
     }
 
     /// Marks a course resolved as one item of a list (see `in_list`).
-    pub fn in_list(self) -> Self {
+    pub(crate) fn in_list(self) -> Self {
         Self { in_list: true, ..self }
     }
 

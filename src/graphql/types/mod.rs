@@ -10,12 +10,12 @@ mod post;
 mod reply;
 mod user;
 
-pub use comment::Comment;
-pub use course::*;
-pub use notification::Notification;
-pub use post::Post;
-pub use reply::Reply;
-pub use user::User;
+pub(crate) use comment::Comment;
+pub(crate) use course::*;
+pub(crate) use notification::Notification;
+pub(crate) use post::Post;
+pub(crate) use reply::Reply;
+pub(crate) use user::User;
 
 use std::future::Future;
 
@@ -37,7 +37,7 @@ use crate::forum::users::UserRow;
 use crate::likes::LikeTarget;
 
 /// Query cost of a connection field: its page size times what each node asks for.
-pub fn page_cost(first: Option<i32>, last: Option<i32>, child_complexity: usize) -> usize {
+pub(crate) fn page_cost(first: Option<i32>, last: Option<i32>, child_complexity: usize) -> usize {
     let n = first.or(last).unwrap_or(crate::forum::paging::DEFAULT_PAGE_SIZE).clamp(1, 100) as usize;
     1 + n * child_complexity
 }
@@ -76,7 +76,7 @@ pub(crate) fn connection<R, N: async_graphql::OutputType>(
     ty = "ID",
     desc = "Opaque global id, unique across all types; pass it back as is (`node(id:)`, mutation arguments)."
 ))]
-pub enum Node {
+pub(crate) enum Node {
     User(User),
     Course(Course),
     Post(Post),
@@ -96,13 +96,13 @@ pub enum Node {
     field(name = "created_at", ty = "DateTime<Utc>", desc = "When it was written."),
     field(name = "edited_at", ty = "Option<DateTime<Utc>>", desc = "When its author last edited it; null if never.")
 )]
-pub enum AnyComment {
+pub(crate) enum AnyComment {
     Comment(Comment),
     Reply(Reply),
 }
 
 impl AnyComment {
-    pub fn from_row(row: CommentRow) -> Self {
+    pub(crate) fn from_row(row: CommentRow) -> Self {
         if row.parent_id.is_some() { AnyComment::Reply(row.into()) } else { AnyComment::Comment(row.into()) }
     }
 }
@@ -125,7 +125,7 @@ impl AnyComment {
         desc = "When the transaction that set `likeCount` committed, by the publishing server's clock: on a `likeCounts` update; null when read by a query."
     )
 )]
-pub enum Likeable {
+pub(crate) enum Likeable {
     Post(Post),
     Comment(Comment),
     Reply(Reply),
@@ -133,7 +133,7 @@ pub enum Likeable {
 
 /// A committed like count, as a live update carries it.
 #[derive(Clone, Copy, Debug)]
-pub struct LiveLikes {
+pub(crate) struct LiveLikes {
     pub like_count: i32,
     pub like_version: i64,
     pub committed_at: Option<DateTime<Utc>>,
@@ -144,7 +144,7 @@ pub struct LiveLikes {
 /// like count, with the row read through the request's loaders on first ask. So a subscriber
 /// that selects `id`, `likeCount` and `likeVersion` costs no read per update; one that selects
 /// more pays one read per object (access was checked when it subscribed, and is watched since).
-pub struct Known<R> {
+pub(crate) struct Known<R> {
     id: i64,
     row: tokio::sync::OnceCell<R>,
     live: Option<LiveLikes>,
@@ -184,7 +184,7 @@ impl<R> Known<R> {
 
 /// A started view: complete it with `completePostView` after `minDwellMs`.
 #[derive(SimpleObject)]
-pub struct ViewTicket {
+pub(crate) struct ViewTicket {
     /// Opaque; single use; valid for the caller only.
     pub ticket: String,
     /// How long, in milliseconds from the start as the server measured it, the view must last
@@ -194,7 +194,7 @@ pub struct ViewTicket {
 
 /// Whether a completed view counted.
 #[derive(SimpleObject)]
-pub struct ViewResult {
+pub(crate) struct ViewResult {
     /// True when this view was counted (it shows in `Post.viewCount` and `uniqueViewers`).
     pub counted: bool,
     /// Why not, when `counted` is false.
@@ -203,7 +203,7 @@ pub struct ViewResult {
 
 /// What a delete mutation returns.
 #[derive(SimpleObject)]
-pub struct DeletePayload {
+pub(crate) struct DeletePayload {
     /// The global id of what was deleted (evict it from client caches).
     pub deleted_id: ID,
     /// The post a deleted comment or reply was on, read after the delete: its `commentCount` is

@@ -18,7 +18,7 @@ pub enum NotificationKind {
     LikeMilestone,
 }
 
-pub struct Notification(pub NotificationRow);
+pub(crate) struct Notification(pub NotificationRow);
 
 /// Something that happened to you: a reply to what you wrote, a mention of your handle, or
 /// something of yours passing 10, 100 or 1,000 likes.

@@ -5,7 +5,7 @@ use super::*;
 
 /// A post: its row as read, or (built from a live like update) its id and committed like
 /// count, with the row read on first ask (see `Known`).
-pub struct Post(Known<PostRow>);
+pub(crate) struct Post(Known<PostRow>);
 
 impl From<PostRow> for Post {
     fn from(row: PostRow) -> Self {
@@ -15,12 +15,12 @@ impl From<PostRow> for Post {
 
 impl Post {
     /// A post known only by id (its access was checked another way), read on first ask.
-    pub fn by_id(id: i64) -> Self {
+    pub(crate) fn by_id(id: i64) -> Self {
         Post(Known { id, row: tokio::sync::OnceCell::new(), live: None })
     }
 
     /// A post as a `likeCounts` update delivers it.
-    pub fn live(id: i64, likes: LiveLikes) -> Self {
+    pub(crate) fn live(id: i64, likes: LiveLikes) -> Self {
         Post(Known::live(id, likes))
     }
 

@@ -6,7 +6,7 @@ use super::post::post_of;
 use super::*;
 
 /// A reply: its row as read, or (from a live like update) its id and count.
-pub struct Reply(Known<CommentRow>);
+pub(crate) struct Reply(Known<CommentRow>);
 
 impl From<CommentRow> for Reply {
     fn from(row: CommentRow) -> Self {
@@ -16,7 +16,7 @@ impl From<CommentRow> for Reply {
 
 impl Reply {
     /// A reply as a `likeCounts` update delivers it.
-    pub fn live(id: i64, likes: LiveLikes) -> Self {
+    pub(crate) fn live(id: i64, likes: LiveLikes) -> Self {
         Reply(Known::live(id, likes))
     }
 

@@ -3,7 +3,7 @@
 #[allow(unused_imports)]
 use super::*;
 
-pub struct User(pub UserRow);
+pub(crate) struct User(pub UserRow);
 
 /// A person with an account. Anyone signed in may read any user (through `node(id:)`, or as an
 /// author).

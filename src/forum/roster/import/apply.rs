@@ -14,7 +14,7 @@ use crate::forum::roster::{ensure_course, ensure_users};
 /// Writes the plan in the caller's transaction (call right after `plan`, in the same one), a
 /// few set-wise statements whatever the file's size. Returns the users whose memberships
 /// changed.
-pub async fn apply(db: &impl ConnectionTrait, plan: &Plan) -> AppResult<Vec<i64>> {
+pub(crate) async fn apply(db: &impl ConnectionTrait, plan: &Plan) -> AppResult<Vec<i64>> {
     let mut course_ids = plan.course_ids.clone();
     for (code, title) in &plan.courses_created {
         let (course, _) = ensure_course(db, code, title).await?;

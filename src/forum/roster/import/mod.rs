@@ -27,13 +27,13 @@ use std::fmt;
 
 use crate::error::AppError;
 
-pub use apply::apply;
-pub use parse::{RosterFile, parse};
-pub use plan::{ImportError, Plan, plan};
+pub(crate) use apply::apply;
+pub(crate) use parse::{RosterFile, parse};
+pub(crate) use plan::{ImportError, Plan, plan};
 
 /// One problem with one line of the file (1-based, as an editor shows it).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LineError {
+pub(crate) struct LineError {
     pub line: u64,
     pub message: String,
 }
@@ -45,7 +45,7 @@ impl fmt::Display for LineError {
 }
 
 /// Every bad line, as one error: BAD_USER_INPUT, a line per problem.
-pub fn bad_file(name: &str, mut errors: Vec<LineError>) -> AppError {
+pub(crate) fn bad_file(name: &str, mut errors: Vec<LineError>) -> AppError {
     errors.sort_by_key(|e| e.line);
     let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
     AppError::BadUserInput(format!("{name}: {} problem(s), nothing was applied:\n{}", errors.len(), lines.join("\n")))

@@ -12,10 +12,10 @@ use crate::forum::roster::{
 };
 
 /// The columns every roster file has, in any order.
-pub const REQUIRED_COLUMNS: [&str; 5] = ["course_code", "course_title", "handle", "display_name", "role"];
+pub(super) const REQUIRED_COLUMNS: [&str; 5] = ["course_code", "course_title", "handle", "display_name", "role"];
 /// Columns a file may add, both or neither: the person's identity at an external issuer
 /// (OIDC `iss` and `sub`), so that signing in there later finds their courses.
-pub const IDENTITY_COLUMNS: [&str; 2] = ["issuer", "subject"];
+pub(super) const IDENTITY_COLUMNS: [&str; 2] = ["issuer", "subject"];
 
 /// One valid line.
 #[derive(Clone, Debug)]
@@ -31,7 +31,7 @@ pub(super) struct Entry {
 
 /// A file whose every line is valid and agrees with every other.
 #[derive(Debug, Default)]
-pub struct RosterFile {
+pub(crate) struct RosterFile {
     pub(super) entries: Vec<Entry>,
 }
 
@@ -39,7 +39,7 @@ pub struct RosterFile {
 /// role, handle, lengths), then the lines against each other (a course with two titles, a
 /// person with two roles in one course or two display names, an identity given to two
 /// people). Returns every problem found.
-pub fn parse(input: impl Read) -> Result<RosterFile, Vec<LineError>> {
+pub(crate) fn parse(input: impl Read) -> Result<RosterFile, Vec<LineError>> {
     let mut reader =
         csv::ReaderBuilder::new().has_headers(false).flexible(true).trim(csv::Trim::All).from_reader(input);
     let mut records = reader.records();
@@ -336,7 +336,7 @@ mod tests {
             "{HEADER}CS101,Intro,alice,Alice N,student\nCS101,Intro,alice,Alice N,Student\n\"CS102\",\"Intro, part 2\",bob,Bob,instructor\n"
         );
         let file = parse(text.as_bytes()).expect("valid");
-        assert_eq!(file.len(), 2);
+        assert_eq!(file.entries.len(), 2);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::forum::roster::people::{self, Known};
 
 /// What applying a file changes, in a stable order (courses and handles sorted).
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// (code, title)
     pub courses_created: Vec<(String, String)>,
     /// (handle, display name)
@@ -36,7 +36,7 @@ pub struct Plan {
 
 impl Plan {
     /// One line of counts, the last thing the command prints.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         format!(
             "courses created: {}, users created: {}, members added: {}, members removed: {}, role changes: {}, identities linked: {}, lines skipped: {}",
             self.courses_created.len(),
@@ -105,7 +105,7 @@ struct IdentityNow {
 /// two imports cannot deadlock), and an advisory lock that makes concurrent imports (and
 /// `admin grant`s) wait for each other (each would otherwise plan the creation of the same new
 /// course, or link the same user).
-pub async fn plan(db: &impl ConnectionTrait, file: &RosterFile) -> Result<Plan, ImportError> {
+pub(crate) async fn plan(db: &impl ConnectionTrait, file: &RosterFile) -> Result<Plan, ImportError> {
     db.execute_unprepared(&format!("SELECT pg_advisory_xact_lock({})", people::LINK_LOCK))
         .await
         .map_err(AppError::from)?;
@@ -154,7 +154,7 @@ struct Now {
 
 /// Why an import did not go ahead.
 #[derive(Debug)]
-pub enum ImportError {
+pub(crate) enum ImportError {
     Failed(AppError),
 }
 
@@ -415,6 +415,12 @@ mod tests {
         );
         assert_eq!(plan.removed, vec![("CS101".to_owned(), "zed".to_owned(), Role::Student)]);
         assert_eq!(plan.role_changes, vec![("CS101".to_owned(), "alice".to_owned(), Role::Student, Role::Instructor)]);
-        assert_eq!(plan.changes(), 6);
+        let changes = plan.courses_created.len()
+            + plan.users_created.len()
+            + plan.added.len()
+            + plan.removed.len()
+            + plan.role_changes.len()
+            + plan.identities_linked.len();
+        assert_eq!(changes, 6);
     }
 }
