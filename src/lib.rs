@@ -2,83 +2,80 @@
 //!
 //! # Layout
 //!
-//! - `cli`       — subcommands: `serve`, `worker`, `migrate`, `seed --demo`, `token`,
-//!                 `export-schema`, `reconcile`, `reset-*-cache`, `check`, `roster import`, `admin`.
-//! - `config`    — settings from flags and env, validated once with one clear sentence, and
-//!                 the fixed limits they are checked against.
-//! - `startup`   — connect, assemble `AppState`, bind, serve until a shutdown future resolves;
-//!                 shutdown of the server, websockets and `BackgroundJobs` in bounded time.
-//! - `state`     — the one context every handler and resolver receives.
-//! - `http`      — axum routes: `POST /graphql` (and GET), subscriptions at `/graphql/ws`,
-//!                 GraphiQL at `/`, `/healthz`, `/readyz`, `/metrics`; authentication, CORS and
-//!                 websocket bounds; request ids.
-//! - `auth`      — bearer tokens (the server's HS256 ones, and RS256/ES256 ones from an identity
-//!                 provider's JWKS, whose first sign-in provisions the user) and the per-request
-//!                 `Viewer` with its memberships.
-//! - `membership` — course membership as a live fact: kept in memory per instance, told of
-//!                 every change by a LISTEN on the `course_members` trigger's notifications;
-//!                 open subscriptions watch it to end when access is lost.
-//! - `graphql`   — the schema apart from transport: types, queries, mutations, loaders,
-//!                 global ids, access checks, error codes, cost limits, when a request's
-//!                 loader batches start (`graphql::batch_gate`).
-//! - `documents` — GraphQL documents before they run: automatic persisted queries and the
-//!                 parsed documents kept by hash (`documents::persisted`), the trusted
-//!                 documents' manifest (`documents::trusted`).
-//! - `cursor`    — connection cursors: opaque positions signed with the cursor keys
-//!                 (`CursorKeys`), checked before any SQL.
-//! - `forum`     — rows and visible SQL for courses, users, posts, comments; keyset paging;
-//!                 rosters (`forum::roster`; `forum::roster::import`: parse, plan, apply).
-//! - `like_event` — the vocabulary every step of a like shares: `LikeTarget`, the typed
-//!                 `LikeEvent` and its one codec (stream fields, pending record, dead letter),
-//!                 `CountChange`. A leaf: `likes`, `worker`, `cache`, `live` import it.
-//! - `likes`     — like/unlike and "liked by me" at three levels: `sync` (one statement),
-//!                 `recount` (row now, counter by a job under the rows' locks), `buffered`
-//!                 (Redis liked-sets + pending records + stream); `likes::apply` is the worker's
-//!                 one-transaction batch SQL; `likes::committed` the one after-commit step.
-//! - `worker`    — the one active consumer per like-stream shard (lease, fencing epoch, claim,
-//!                 batch, ack, dead letters), or the recount job; steppable by hand
-//!                 (`process_one_batch`); the drain that makes a mode switch safe. One file per
-//!                 concept: `worker::fencing`, `worker::read`, `worker::apply`, `worker::drain`,
-//!                 `worker::run`.
-//! - `views`     — post views bots cannot inflate: tickets with server-measured dwell, caps per
-//!                 user and IP, random counter shards, unique viewers (HyperLogLog), and the
-//!                 exactly-once aggregator (`views::aggregator`, one SQL statement per flush).
-//! - `feed`      — the home feed: the fan-out job (`feed::fanout`: transactional outbox →
-//!                 members' timelines, or one list per celebrity course), timelines rebuilt
-//!                 from PostgreSQL once under a lock, `homeFeed` pages merged from them.
-//! - `notifications` — replies and `@handle` mentions: written in the cause's transaction,
-//!                 exactly once per (recipient, cause), withdrawn with the cause, shown only
-//!                 from the viewer's courses, capped per user, pushed live through `live`.
-//! - `live`      — after-commit live updates: one Redis Pub/Sub channel (sharded on a cluster)
-//!                 published to by whoever commits, relayed by every process to its websocket
-//!                 subscribers, re-read from PostgreSQL after a gap in the subscription.
+//! - `cli` — subcommands: `serve`, `worker`, `migrate`, `seed --demo`, `token`, `export-schema`,
+//!   `reconcile`, `reset-*-cache`, `check`, `roster import`, `admin`.
+//! - `config` — settings from flags and env, validated once with one clear sentence, and the fixed
+//!   limits they are checked against.
+//! - `startup` — connect, assemble `AppState`, bind, serve until a shutdown future resolves;
+//!   shutdown of the server, websockets and `BackgroundJobs` in bounded time.
+//! - `state` — the one context every handler and resolver receives.
+//! - `http` — axum routes: `POST /graphql` (and GET), subscriptions at `/graphql/ws`, GraphiQL at
+//!   `/`, `/healthz`, `/readyz`, `/metrics`; authentication, CORS and websocket bounds; request
+//!   ids.
+//! - `auth` — bearer tokens (the server's HS256 ones, and RS256/ES256 ones from an identity
+//!   provider's JWKS, whose first sign-in provisions the user) and the per-request `Viewer` with
+//!   its memberships.
+//! - `membership` — course membership as a live fact: kept in memory per instance, told of every
+//!   change by a LISTEN on the `course_members` trigger's notifications; open subscriptions watch
+//!   it to end when access is lost.
+//! - `graphql` — the schema apart from transport: types, queries, mutations, loaders, global ids,
+//!   access checks, error codes, cost limits, when a request's loader batches start
+//!   (`graphql::batch_gate`).
+//! - `documents` — GraphQL documents before they run: automatic persisted queries and the parsed
+//!   documents kept by hash (`documents::persisted`), the trusted documents' manifest
+//!   (`documents::trusted`).
+//! - `cursor` — connection cursors: opaque positions signed with the cursor keys (`CursorKeys`),
+//!   checked before any SQL.
+//! - `forum` — rows and visible SQL for courses, users, posts, comments; keyset paging; rosters
+//!   (`forum::roster`; `forum::roster::import`: parse, plan, apply).
+//! - `like_event` — the vocabulary every step of a like shares: `LikeTarget`, the typed `LikeEvent`
+//!   and its one codec (stream fields, pending record, dead letter), `CountChange`. A leaf:
+//!   `likes`, `worker`, `cache`, `live` import it.
+//! - `likes` — like/unlike and "liked by me" at three levels: `sync` (one statement), `recount`
+//!   (row now, counter by a job under the rows' locks), `buffered` (Redis liked-sets + pending
+//!   records + stream); `likes::apply` is the worker's one-transaction batch SQL;
+//!   `likes::committed` the one after-commit step.
+//! - `worker` — the one active consumer per like-stream shard (lease, fencing epoch, claim, batch,
+//!   ack, dead letters), or the recount job; steppable by hand (`process_one_batch`); the drain
+//!   that makes a mode switch safe. One file per concept: `worker::fencing`, `worker::read`,
+//!   `worker::apply`, `worker::drain`, `worker::run`.
+//! - `views` — post views bots cannot inflate: tickets with server-measured dwell, caps per user
+//!   and IP, random counter shards, unique viewers (HyperLogLog), and the exactly-once aggregator
+//!   (`views::aggregator`, one SQL statement per flush).
+//! - `feed` — the home feed: the fan-out job (`feed::fanout`: transactional outbox → members'
+//!   timelines, or one list per celebrity course), timelines rebuilt from PostgreSQL once under a
+//!   lock, `homeFeed` pages merged from them.
+//! - `notifications` — replies and `@handle` mentions: written in the cause's transaction, exactly
+//!   once per (recipient, cause), withdrawn with the cause, shown only from the viewer's courses,
+//!   capped per user, pushed live through `live`.
+//! - `live` — after-commit live updates: one Redis Pub/Sub channel (sharded on a cluster) published
+//!   to by whoever commits, relayed by every process to its websocket subscribers, re-read from
+//!   PostgreSQL after a gap in the subscription.
 //! - `live_message` — what a live update says: `LiveMessage` (the wire format) and a course's
-//!                 `Activity`. A leaf: `live` publishes and relays it, `cache::pages` applies it.
-//! - `cache`     — the stampede-proof post cache (logical expiration, lock + brief wait, TTL
-//!                 jitter, "missing" markers, invalidation by generation) behind `post(id)`,
-//!                 access checks and feed hydration.
-//! - `kv`        — Redis, one node or a Redis Cluster (`kv::cluster`: pipelines split per slot,
-//!                 SCAN per master): connection, Pub/Sub (`kv::pubsub`), key layout (`kv::keys`,
-//!                 the key table), owner-token locks (`kv::lock`), per-user rate limits of likes
-//!                 and writes (`kv::ratelimit`).
-//! - `db`        — PostgreSQL pools with bounded timeouts (requests under STATEMENT_TIMEOUT,
-//!                 background jobs apart); the per-request statement budget (`db::budget`);
-//!                 migrations from `migrations/`.
-//! - `seed`      — the demo forum, its people and courses written through `forum::roster`.
-//! - `error`     — the one error type and its machine-readable codes.
-//! - `backoff`   — retry pacing of the background loops (doubling delay, shutdown-aware pause).
-//! - `hooks`     — test hooks: a `Gate` that holds a running step at a chosen point.
-//! - `telemetry` — tracing subscriber (text or JSON); OpenTelemetry traces over OTLP and the
-//!                 trace context a like carries across processes (`telemetry::otel`); the
-//!                 metrics recorder and its catalog.
-//! - `tls`       — the rustls provider (`ring`) behind outgoing HTTPS.
-//! - `testing`   — the one public surface beside the binary's entry points: the items the
-//!                 integration tests and `bench` drive, listed one by one; every other module
-//!                 is private and its items `pub(crate)` at most.
-//! - `ops`       — what operators ask: stream lag, pending and leases read from Redis, the
-//!                 `/readyz` report, the invariants of `course-forum check`.
-//! - `layering`  — (tests only) the crate's shape, read from its sources: no module imports
-//!                 back up (no cycles between modules), and this map is the crate.
+//!   `Activity`. A leaf: `live` publishes and relays it, `cache::pages` applies it.
+//! - `cache` — the stampede-proof post cache (logical expiration, lock + brief wait, TTL jitter,
+//!   "missing" markers, invalidation by generation) behind `post(id)`, access checks and feed
+//!   hydration.
+//! - `kv` — Redis, one node or a Redis Cluster (`kv::cluster`: pipelines split per slot, SCAN per
+//!   master): connection, Pub/Sub (`kv::pubsub`), key layout (`kv::keys`, the key table),
+//!   owner-token locks (`kv::lock`), per-user rate limits of likes and writes (`kv::ratelimit`).
+//! - `db` — PostgreSQL pools with bounded timeouts (requests under STATEMENT_TIMEOUT, background
+//!   jobs apart); the per-request statement budget (`db::budget`); migrations from `migrations/`.
+//! - `seed` — the demo forum, its people and courses written through `forum::roster`.
+//! - `error` — the one error type and its machine-readable codes.
+//! - `backoff` — retry pacing of the background loops (doubling delay, shutdown-aware pause).
+//! - `hooks` — test hooks: a `Gate` that holds a running step at a chosen point.
+//! - `telemetry` — tracing subscriber (text or JSON); OpenTelemetry traces over OTLP and the trace
+//!   context a like carries across processes (`telemetry::otel`); the metrics recorder and its
+//!   catalog.
+//! - `tls` — the rustls provider (`ring`) behind outgoing HTTPS.
+//! - `testing` — the one public surface beside the binary's entry points: the items the integration
+//!   tests and `bench` drive, listed one by one; every other module is private and its items
+//!   `pub(crate)` at most.
+//! - `ops` — what operators ask: stream lag, pending and leases read from Redis, the `/readyz`
+//!   report, the invariants of `course-forum check`.
+//! - `layering` — (tests only) the crate's shape, read from its sources: no module imports back up
+//!   (no cycles between modules), and this map is the crate.
 //!
 //! Imports go one way: no two modules import each other, directly or around a circle, at the
 //! top level or among the files of one module. Vocabulary that two modules share lives in a

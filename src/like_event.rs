@@ -113,7 +113,9 @@ impl LikeEvent {
     }
 
     /// The trace context a stream entry carries, if any (see `field::TRACE`).
-    pub fn trace_of<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> Option<crate::telemetry::otel::TraceRef> {
+    pub fn trace_of<'a>(
+        pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Option<crate::telemetry::otel::TraceRef> {
         pairs
             .into_iter()
             .find(|(name, _)| *name == field::TRACE.as_bytes())

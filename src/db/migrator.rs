@@ -16,6 +16,9 @@ impl MigrationName for SqlMigration {
     }
 }
 
+// `&SchemaManager` as sea-orm-migration's trait declares it: with async_trait, naming its
+// lifetime (`SchemaManager<'_>`) no longer matches the trait's signature (E0195).
+#[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
 impl MigrationTrait for SqlMigration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {

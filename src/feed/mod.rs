@@ -167,7 +167,7 @@ impl Feed {
             match self.newest(user_id, &courses, page.cursor, want).await {
                 Err(AppError::Redis(err)) => {
                     tracing::warn!(error = %err, "feed lists unavailable; this page comes from PostgreSQL");
-                    self.from_database(&courses, page.cursor, want, "redis_error").await?
+                    self.read_from_database(&courses, page.cursor, want, "redis_error").await?
                 }
                 other => other?,
             }
@@ -180,7 +180,7 @@ impl Feed {
         // Enough per list that one round usually fills the page even with a few deleted posts.
         let count = (want * 2).max(20);
         let Some(sources) = self.sources(user_id, courses, after, count).await? else {
-            return self.from_database(courses, after, want, "timeline_busy").await;
+            return self.read_from_database(courses, after, want, "timeline_busy").await;
         };
         let members: HashSet<i64> = courses.iter().copied().collect();
         let mut out = Vec::with_capacity(want);
@@ -209,7 +209,9 @@ impl Feed {
             let next_below = below.map_or(certain_from, |b| b.min(certain_from));
             if next_below <= floor {
                 // Every list is read down to its floor: older posts live only in PostgreSQL.
-                out.extend(self.from_database(courses, Some(next_below), want - out.len(), "older_than_lists").await?);
+                out.extend(
+                    self.read_from_database(courses, Some(next_below), want - out.len(), "older_than_lists").await?,
+                );
                 return Ok(out);
             }
             below = Some(next_below);
@@ -217,7 +219,7 @@ impl Feed {
                 Some(next) => windows = next,
                 // A list vanished between two reads (expired or evicted): finish from PostgreSQL.
                 None => {
-                    out.extend(self.from_database(courses, below, want - out.len(), "list_vanished").await?);
+                    out.extend(self.read_from_database(courses, below, want - out.len(), "list_vanished").await?);
                     return Ok(out);
                 }
             }
@@ -339,7 +341,7 @@ impl Feed {
     }
 
     /// Keyset over PostgreSQL: up to `want` live posts of `courses` below `below`.
-    async fn from_database(
+    async fn read_from_database(
         &self,
         courses: &[i64],
         below: Option<i64>,

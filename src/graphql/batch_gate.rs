@@ -130,15 +130,15 @@ mod tests {
         let flag = started.clone();
         let batch = gate.hold(Box::pin(async move { flag.store(true, Ordering::SeqCst) }));
         let (seen, flag) = (seen_during_pass.clone(), started.clone());
-        // One long pass: 20 ms of work without yielding, as a resolver walk over a big level.
-        let request = gate.run(async move {
+        // One long pass: 20 ms of work without yielding, as a resolver walk over a big level;
+        // then the request parks on the batch, as a resolver does on its loader.
+        gate.run(async move {
             let handle = tokio::spawn(batch);
             std::thread::sleep(Duration::from_millis(20));
             seen.store(flag.load(Ordering::SeqCst), Ordering::SeqCst);
-            handle
-        });
-        let handle = request.await;
-        handle.await.expect("batch task");
+            handle.await.expect("batch task");
+        })
+        .await;
         assert!(!seen_during_pass.load(Ordering::SeqCst), "the batch started during the pass");
         assert!(started.load(Ordering::SeqCst), "and it ran once the request parked");
     }

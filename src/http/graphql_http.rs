@@ -32,9 +32,28 @@ impl MediaType {
     }
 }
 
+/// A request refused before any GraphQL runs: its status and why, answered as text (`plain`;
+/// a 405 also says `Allow: POST`, the only method refusal here being a GET). Returned as an
+/// `Err` that stays small; it becomes a `Response` when sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Refusal {
+    status: StatusCode,
+    why: &'static str,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let mut response = plain(self.status, self.why);
+        if self.status == StatusCode::METHOD_NOT_ALLOWED {
+            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        }
+        response
+    }
+}
+
 /// The answer's media type for this `Accept` header, or the 406 to send instead. The first
 /// acceptable type the client lists wins; `*/*` and `application/*` mean `application/json`.
-pub(super) fn negotiate(headers: &HeaderMap) -> Result<MediaType, Response> {
+pub(super) fn negotiate(headers: &HeaderMap) -> Result<MediaType, Refusal> {
     let Some(accept) = headers.get(header::ACCEPT) else { return Ok(MediaType::Json) };
     let accept = accept.to_str().unwrap_or_default();
     for range in accept.split(',') {
@@ -50,27 +69,30 @@ pub(super) fn negotiate(headers: &HeaderMap) -> Result<MediaType, Response> {
             _ => {}
         }
     }
-    Err(plain(
-        StatusCode::NOT_ACCEPTABLE,
-        "this endpoint answers application/graphql-response+json or application/json",
-    ))
+    Err(Refusal {
+        status: StatusCode::NOT_ACCEPTABLE,
+        why: "this endpoint answers application/graphql-response+json or application/json",
+    })
 }
 
 /// Whether a POST body may be read as a GraphQL request: `application/json` (parameters such
 /// as `charset` allowed), else the 415 to send.
-pub(super) fn require_json(headers: &HeaderMap) -> Result<(), Response> {
+pub(super) fn require_json(headers: &HeaderMap) -> Result<(), Refusal> {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
     if media == JSON {
         Ok(())
     } else {
-        Err(plain(StatusCode::UNSUPPORTED_MEDIA_TYPE, "POST /graphql takes Content-Type: application/json"))
+        Err(Refusal {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            why: "POST /graphql takes Content-Type: application/json",
+        })
     }
 }
 
 /// For a GET: refuses an operation that is not a query (405, `Allow: POST`). A document that
 /// does not parse, or names no operation it has, is left for execution to report.
-pub(super) fn require_query(query: &str, operation_name: Option<&str>) -> Result<(), Response> {
+pub(super) fn require_query(query: &str, operation_name: Option<&str>) -> Result<(), Refusal> {
     let Ok(document) = async_graphql::parser::parse_query(query) else { return Ok(()) };
     let kind = match (&document.operations, operation_name) {
         (DocumentOperations::Single(operation), _) => Some(operation.node.ty),
@@ -84,14 +106,10 @@ pub(super) fn require_query(query: &str, operation_name: Option<&str>) -> Result
         (DocumentOperations::Multiple(_), None) => None,
     };
     match kind {
-        Some(OperationType::Mutation) | Some(OperationType::Subscription) => {
-            let mut response = plain(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "GET /graphql runs queries only; send mutations with POST (subscriptions: /graphql/ws)",
-            );
-            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
-            Err(response)
-        }
+        Some(OperationType::Mutation) | Some(OperationType::Subscription) => Err(Refusal {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            why: "GET /graphql runs queries only; send mutations with POST (subscriptions: /graphql/ws)",
+        }),
         _ => Ok(()),
     }
 }

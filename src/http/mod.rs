@@ -179,7 +179,7 @@ async fn graphql_get(
 async fn get_answer(state: &HttpState, peer: std::net::SocketAddr, headers: &HeaderMap, raw: &str) -> (Response, bool) {
     let media = match graphql_http::negotiate(headers) {
         Ok(media) => media,
-        Err(refused) => return (refused, false),
+        Err(refused) => return (refused.into_response(), false),
     };
     let mut request = match graphql_http::request_from_url(raw) {
         Ok(request) => request,
@@ -191,7 +191,7 @@ async fn get_answer(state: &HttpState, peer: std::net::SocketAddr, headers: &Hea
     };
     // On the resolved text: a persisted mutation is still POST-only.
     if let Err(refused) = graphql_http::require_query(&request.query, request.operation_name.as_deref()) {
-        return (refused, false);
+        return (refused.into_response(), false);
     }
     let response = execute(state, peer, headers, request, persisted).await;
     let shareable = !headers.contains_key(header::AUTHORIZATION) && response.errors.is_empty();
@@ -217,10 +217,10 @@ async fn graphql_post(
 ) -> Response {
     let media = match graphql_http::negotiate(&headers) {
         Ok(media) => media,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     if let Err(refused) = graphql_http::require_json(&headers) {
-        return refused;
+        return refused.into_response();
     }
     let mut request = match graphql_http::request_from_body(&body) {
         Ok(request) => request,

@@ -47,7 +47,8 @@ pub struct VersionedCount {
 }
 
 impl VersionedCount {
-    const UNKNOWN: VersionedCount = VersionedCount { version: i64::MIN, like_count: 0, committed_at_us: 0, trace: None, seq: 0 };
+    const UNKNOWN: VersionedCount =
+        VersionedCount { version: i64::MIN, like_count: 0, committed_at_us: 0, trace: None, seq: 0 };
 }
 
 /// This process's live counters (also exported: `telemetry::names::LIVE_*`).
@@ -307,7 +308,8 @@ fn dispatch(hub: &Hub, pages: &CoursePages, payload: &str) {
     let (trace, json) = otel::unframe_payload(payload);
     let span = match trace {
         Some(publisher) => {
-            let span = tracing::info_span!("live.relay", otel.kind = "consumer", watched_targets = hub.watched_targets());
+            let span =
+                tracing::info_span!("live.relay", otel.kind = "consumer", watched_targets = hub.watched_targets());
             publisher.adopt(&span);
             span
         }

@@ -45,6 +45,8 @@ impl LikeWorker {
     /// Pipelined (`process_pipelined`), a batch of well-formed entries leaves its retire running
     /// for the next step, and a full batch read fresh from the stream (not a replay: nothing
     /// older can be pending behind it) reads the next one during its transaction.
+    // What `run::step`, its one caller, read and carried for this batch; a struct for one call
+    // would only move the list.
     #[allow(clippy::too_many_arguments)]
     #[tracing::instrument(name = "like_batch", skip(self, stream, entries, read_time, retiring), fields(batch_id = %uuid::Uuid::now_v7(), entries = entries.len()))]
     pub(super) async fn apply_batch(

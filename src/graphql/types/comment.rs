@@ -1,7 +1,6 @@
 //! `Comment`: a top-level comment, its likes and its replies.
 
 use super::post::{post_of, thread_page};
-#[allow(unused_imports)]
 use super::*;
 
 /// A top-level comment: its row as read, or (from a live like update) its id and count.

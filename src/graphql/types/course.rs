@@ -1,6 +1,5 @@
 //! `Course`: a course, its members and its posts in each order.
 
-#[allow(unused_imports)]
 use super::*;
 
 /// A course: its id always; its row (code, title, createdAt) as read, or loaded on first ask
@@ -73,6 +72,7 @@ impl Course {
     /// best ranked of the others as the ranking is now, so a walk never shows a post twice nor
     /// skips one while likes move them; a walk ends after 1,000 posts.
     #[graphql(complexity = "page_cost(first, last, child_complexity)")]
+    // Each argument after `ctx` is one of the field's GraphQL arguments (the schema's shape).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn posts(
         &self,

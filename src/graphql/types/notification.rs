@@ -3,7 +3,6 @@
 
 use async_graphql::Enum;
 
-#[allow(unused_imports)]
 use super::*;
 use crate::notifications::NotificationRow;
 

@@ -1,6 +1,5 @@
 //! `Post`: a post, its likes, views and top-level comments.
 
-#[allow(unused_imports)]
 use super::*;
 
 /// A post: its row as read, or (built from a live like update) its id and committed like

@@ -2,7 +2,6 @@
 
 use super::comment::comment_row;
 use super::post::post_of;
-#[allow(unused_imports)]
 use super::*;
 
 /// A reply: its row as read, or (from a live like update) its id and count.

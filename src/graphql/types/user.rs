@@ -1,6 +1,5 @@
 //! `User`: a person, as other members see them.
 
-#[allow(unused_imports)]
 use super::*;
 
 pub(crate) struct User(pub UserRow);

@@ -241,6 +241,16 @@ struct Resolved {
     skipped: Vec<LineError>,
 }
 
+/// Who one person of the file turned out to be.
+struct Found {
+    /// The existing user's id; none for a user to create.
+    user: Option<i64>,
+    /// The handle they have, or get when created.
+    handle: String,
+    /// Whether the line's issuer and subject are to be linked to them.
+    link: bool,
+}
+
 /// One person as the file names them: every line they are on, their identity (`parse` made
 /// sure their lines agree on it), their display name.
 struct Named<'a> {
@@ -277,40 +287,40 @@ impl Resolved {
         for handle in order {
             let person = &named[handle];
             let first_line = person.lines[0];
-            // (the user, if they exist; the handle they have or get; link the identity?)
-            let found: Result<(Option<(i64, String)>, String, bool), String> = match person.identity {
+            let found: Result<Found, String> = match person.identity {
                 Some((issuer, subject)) => match by_identity.get(&(issuer.as_str(), subject.as_str())) {
-                    Some(&(id, has)) => Ok((Some((id, has.to_owned())), has.to_owned(), false)),
+                    Some(&(id, has)) => Ok(Found { user: Some(id), handle: has.to_owned(), link: false }),
                     None => match by_handle.get(handle) {
-                        None => Ok((None, handle.to_owned(), true)),
+                        None => Ok(Found { user: None, handle: handle.to_owned(), link: true }),
                         Some(user) => people::may_link(user)
-                            .map(|()| (Some((user.id, user.handle.clone())), user.handle.clone(), true))
+                            .map(|()| Found { user: Some(user.id), handle: user.handle.clone(), link: true })
                             .map_err(|refusal| format!("{refusal}; issuer/subject `{issuer}`/`{subject}` not linked")),
                     },
                 },
                 None => match by_handle.get(handle) {
-                    None => Ok((None, handle.to_owned(), false)),
+                    None => Ok(Found { user: None, handle: handle.to_owned(), link: false }),
                     Some(user) => people::may_name_by_handle(user)
-                        .map(|()| (Some((user.id, user.handle.clone())), user.handle.clone(), false))
+                        .map(|()| Found { user: Some(user.id), handle: user.handle.clone(), link: false })
                         .map_err(|refusal| refusal.to_string()),
                 },
             };
-            let found = found.and_then(|(user, has, link)| match &user {
-                Some((id, _)) => match found_by.get(id) {
+            let found = found.and_then(|found| match found.user {
+                Some(id) => match found_by.get(&id) {
                     Some((other, line)) => Err(format!(
-                        "@{handle} is @{has}, whom line {line} names already (as @{other}); list each person once"
+                        "@{handle} is @{has}, whom line {line} names already (as @{other}); list each person once",
+                        has = found.handle
                     )),
                     None => {
-                        found_by.insert(*id, (handle, first_line));
-                        Ok((user, has, link))
+                        found_by.insert(id, (handle, first_line));
+                        Ok(found)
                     }
                 },
-                None => Ok((user, has, link)),
+                None => Ok(found),
             });
             match found {
-                Ok((user, has, link)) => {
+                Ok(Found { user, handle: has, link }) => {
                     match user {
-                        Some((id, _)) => {
+                        Some(id) => {
                             resolved.user_ids.insert(has.clone(), id);
                         }
                         None => resolved.created.push((has.clone(), person.name.to_owned())),
