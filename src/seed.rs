@@ -69,7 +69,11 @@ struct CourseIdTitle {
     title: String,
 }
 
-pub(crate) async fn seed_demo(db: &DatabaseConnection, tokens: &TokenKeys, graphql_url: String) -> AppResult<DemoSummary> {
+pub(crate) async fn seed_demo(
+    db: &DatabaseConnection,
+    tokens: &TokenKeys,
+    graphql_url: String,
+) -> AppResult<DemoSummary> {
     let txn = db.begin().await?;
     // Serialise concurrent seeders: the second waits, then finds the data.
     txn.execute_unprepared("SELECT pg_advisory_xact_lock(4242001)").await?;

@@ -8,8 +8,8 @@ pub(crate) mod jwks;
 mod tokens;
 mod verifier;
 
-pub use tokens::{DEV_AUDIENCE, DEV_ISSUER, TokenKeys};
 pub(crate) use tokens::VerifiedToken;
+pub use tokens::{DEV_AUDIENCE, DEV_ISSUER, TokenKeys};
 pub(crate) use verifier::Authenticator;
 
 use std::collections::HashMap;

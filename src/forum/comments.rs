@@ -209,7 +209,10 @@ pub(crate) async fn edit(db: &impl ConnectionTrait, comment: &CommentRow, body: 
 /// Locks, in the module's order: the post's row (its `comment_count`), then in ascending id
 /// every comment row this writes (the comment, a root's live replies, a reply's root for its
 /// `reply_count`), and only then writes.
-pub(crate) async fn soft_delete<C: ConnectionTrait + TransactionTrait>(db: &C, comment: &CommentRow) -> AppResult<bool> {
+pub(crate) async fn soft_delete<C: ConnectionTrait + TransactionTrait>(
+    db: &C,
+    comment: &CommentRow,
+) -> AppResult<bool> {
     let txn = db.begin().await?;
     // The post first. Every writer of the thread holds it too (creating a comment or a reply
     // bumps its counter first), so no reply can land under the root between our reading the

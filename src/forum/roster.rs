@@ -152,7 +152,12 @@ const COURSE_RETURNING: &str = "RETURNING id, code, title, created_at";
 
 /// Creates a course. Only an administrator may; a code already taken is CONFLICT (codes are
 /// what people and LMS exports name courses by, so a second `CS101` would be ambiguous).
-pub(crate) async fn create_course(db: &impl ConnectionTrait, actor: Actor, code: &str, title: &str) -> AppResult<CourseRow> {
+pub(crate) async fn create_course(
+    db: &impl ConnectionTrait,
+    actor: Actor,
+    code: &str,
+    title: &str,
+) -> AppResult<CourseRow> {
     let code = check_text("code", code, MAX_CODE_CHARS).map_err(AppError::BadUserInput)?;
     let title = check_text("title", title, MAX_TITLE_CHARS).map_err(AppError::BadUserInput)?;
     if let Actor::User(user_id) = actor

@@ -134,7 +134,11 @@ pub(crate) fn check_subscription_cost(
 /// The `execute` hook: on a websocket, runs one query, mutation or subscription event under a
 /// statement budget and deadline of its own, with loaders charged to that budget; anywhere else
 /// (HTTP puts up its own fences around the whole request), runs it as it is.
-pub(crate) async fn execute(ctx: &ExtensionContext<'_>, operation_name: Option<&str>, next: NextExecute<'_>) -> Response {
+pub(crate) async fn execute(
+    ctx: &ExtensionContext<'_>,
+    operation_name: Option<&str>,
+    next: NextExecute<'_>,
+) -> Response {
     let (Some(limits), Some(app)) = (ctx.data_opt::<SocketLimits>(), ctx.data_opt::<AppState>()) else {
         return next.run(ctx, operation_name).await;
     };
