@@ -5,7 +5,9 @@
 //!
 //! One binary instead of one per file: the crate and its dependencies are linked once rather
 //! than fifty times. Under cargo-nextest (what `script/test` runs) every test still runs in a
-//! process of its own.
+//! process of its own; under plain `cargo test` they share one process, and the few tests that
+//! read figures of the whole process (`/metrics`, one recorder per process) first run
+//! themselves alone in a new process (`common::ran_alone_elsewhere`).
 
 // First: `common` defines `in_each_like_mode!`, which the suites after it use.
 #[macro_use]

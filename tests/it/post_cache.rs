@@ -321,6 +321,10 @@ async fn entries_loaded_together_expire_apart() {
 
 #[tokio::test]
 async fn metrics_show_cache_and_feed_activity() {
+    // It reads /metrics, which counts for the whole process.
+    if crate::common::ran_alone_elsewhere().await {
+        return;
+    }
     let app = TestApp::spawn_with(redis_layer_only).await;
     let world = World::create(&app).await;
     let token = app.token(world.alice);

@@ -17,6 +17,10 @@ async fn me_and_my_courses_answer_for_the_token_holder() {
 
 #[tokio::test]
 async fn metrics_count_the_sql_statements_and_redis_commands_a_request_sends() {
+    // It reads /metrics, which counts for the whole process.
+    if crate::common::ran_alone_elsewhere().await {
+        return;
+    }
     let app = TestApp::spawn_with(|s| s.like_mode = course_forum::config::LikeMode::Buffered).await;
     let world = World::create(&app).await;
     let token = app.token(world.alice);

@@ -33,6 +33,10 @@ async fn refusals(app: &TestApp, reason: &str) -> u64 {
 
 #[tokio::test]
 async fn a_socket_without_connection_init_is_closed_with_4408() {
+    // It reads /metrics, which counts for the whole process.
+    if crate::common::ran_alone_elsewhere().await {
+        return;
+    }
     let app = TestApp::spawn_with(|s| s.ws_init_timeout = Duration::from_millis(300)).await;
     for protocol in ["graphql-transport-ws", "graphql-ws"] {
         let opened = Instant::now();
@@ -87,6 +91,10 @@ async fn legacy_sockets_get_keep_alive_messages_and_need_not_answer() {
 
 #[tokio::test]
 async fn a_user_holds_at_most_the_cap_and_a_closed_socket_frees_a_slot() {
+    // It reads /metrics, which counts for the whole process.
+    if crate::common::ran_alone_elsewhere().await {
+        return;
+    }
     let app = TestApp::spawn_with(|s| s.ws_max_per_user = 2).await;
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
@@ -120,6 +128,10 @@ async fn open_and_watch(app: &TestApp) -> (GqlSocket, Option<(u16, String)>) {
 
 #[tokio::test]
 async fn an_address_holds_at_most_the_cap_and_a_closed_socket_frees_a_slot() {
+    // It reads /metrics, which counts for the whole process.
+    if crate::common::ran_alone_elsewhere().await {
+        return;
+    }
     // Long enough that the sockets waiting without connection_init are not closed for that.
     let app = TestApp::spawn_with(|s| {
         s.ws_max_per_address = 2;
@@ -149,6 +161,10 @@ async fn an_address_holds_at_most_the_cap_and_a_closed_socket_frees_a_slot() {
 
 #[tokio::test]
 async fn a_connection_over_its_operation_rate_is_closed_with_4429() {
+    // It reads /metrics, which counts for the whole process.
+    if crate::common::ran_alone_elsewhere().await {
+        return;
+    }
     let app = TestApp::spawn_with(|s| s.ws_operations_per_minute = 3).await;
     let world = World::create(&app).await;
     let mut socket = GqlSocket::connect(app.addr, Some(&app.token(world.alice))).await.expect("connected");
@@ -384,6 +400,10 @@ async fn each_subscription_event_runs_under_a_statement_budget_of_its_own() {
 /// nothing for a whole interval is closed with 3008, as on graphql-transport-ws.
 #[tokio::test]
 async fn a_legacy_peer_that_stops_answering_is_dropped() {
+    // It reads /metrics, which counts for the whole process.
+    if crate::common::ran_alone_elsewhere().await {
+        return;
+    }
     let app = TestApp::spawn_with(|s| s.ws_keepalive = Duration::from_millis(200)).await;
     let world = World::create(&app).await;
     let mut socket =
@@ -404,6 +424,10 @@ async fn a_legacy_peer_that_stops_answering_is_dropped() {
 /// frames on graphql-transport-ws) is closed with 4429 once over WS_MESSAGES_PER_MINUTE.
 #[tokio::test]
 async fn a_connection_flooding_pings_is_closed_with_4429() {
+    // It reads /metrics, which counts for the whole process.
+    if crate::common::ran_alone_elsewhere().await {
+        return;
+    }
     let app = TestApp::spawn_with(|s| s.ws_messages_per_minute = 20).await;
     let world = World::create(&app).await;
     for protocol in ["graphql-ws", "graphql-transport-ws"] {

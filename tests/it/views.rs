@@ -374,6 +374,10 @@ async fn a_crash_after_commit_before_cleanup_is_skipped_on_replay() {
 
 #[tokio::test]
 async fn a_flush_of_many_posts_is_one_statement() {
+    // It reads /metrics, which counts for the whole process.
+    if crate::common::ran_alone_elsewhere().await {
+        return;
+    }
     let app = TestApp::spawn_with(uncapped).await;
     let w = World::create(&app).await;
     let posts = posts_of(&app, &w, 40).await;

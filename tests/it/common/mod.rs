@@ -504,6 +504,43 @@ pub fn error_code(response: &Json) -> Option<String> {
 /// Shares one app across tasks.
 pub type SharedApp = Arc<TestApp>;
 
+/// For a test that reads figures of the whole process (the one metrics recorder that `/metrics`
+/// renders): makes sure the test has its process to itself, and says whether it already ran.
+///
+/// Under cargo-nextest every test runs in a process of its own: false, the test goes on. Under
+/// plain `cargo test` every test of the binary shares one process, and another test's requests
+/// and jobs would move the same counters: this runs the test alone in a new process of this
+/// binary (`<test> --exact`), fails if it failed there, and returns true; the caller returns.
+///
+/// ```ignore
+/// if common::ran_alone_elsewhere().await {
+///     return;
+/// }
+/// ```
+pub async fn ran_alone_elsewhere() -> bool {
+    const ALONE: &str = "COURSE_FORUM_TEST_ALONE";
+    if std::env::var("NEXTEST_EXECUTION_MODE").as_deref() == Ok("process-per-test") || std::env::var_os(ALONE).is_some()
+    {
+        return false;
+    }
+    // libtest runs each test on a thread named after it.
+    let name = std::thread::current().name().map(str::to_owned).expect("a test thread named after its test");
+    let exe = std::env::current_exe().expect("the test binary");
+    let output = tokio::process::Command::new(exe)
+        .args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+        .env(ALONE, "1")
+        .output()
+        .await
+        .expect("run the test in a process of its own");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    // Shown with `--nocapture`, or when the test fails.
+    eprint!("{stderr}");
+    print!("{stdout}");
+    assert!(output.status.success(), "{name}, alone in a process of its own, failed ({})", output.status);
+    assert!(stdout.contains("1 passed"), "{name} did not run alone in a process of its own");
+    true
+}
+
 /// `posts` posts by alice in `world.course`, each with 3 comments (`p<n> c<m>`), each with 2
 /// replies (`p<n> c<m> r<k>`); returns the post ids, oldest first.
 pub async fn threads(app: &TestApp, world: &World, posts: usize) -> Vec<i64> {
