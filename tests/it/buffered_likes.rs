@@ -15,17 +15,6 @@ async fn buffered_app() -> TestApp {
     TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await
 }
 
-async fn create_post(app: &TestApp, user: i64, course: i64, title: &str) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(&app.token(user)),
-            "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"b\") { id } }",
-            json!({ "c": gid("Course", course), "t": title }),
-        )
-        .await;
-    raw_id(data["createPost"]["id"].as_str().expect("id"))
-}
-
 async fn set_post_like(app: &TestApp, user: i64, post: i64, liked: bool) -> Value {
     let field = if liked { "likePost" } else { "unlikePost" };
     let query = format!("mutation($p: ID!) {{ {field}(postId: $p) {{ likeCount likedByMe }} }}");
@@ -58,9 +47,9 @@ async fn the_seed_story_end_to_end() {
     let carol = app.create_user("carol").await;
     app.enroll(world.course, carol, "student").await;
     let worker = app.worker().await;
-    let p1 = create_post(&app, world.instructor, world.course, "announcement").await;
-    let p2 = create_post(&app, world.instructor, world.course, "second").await;
-    let foreign = create_post(&app, world.outsider, world.other_course, "not yours").await;
+    let p1 = app.create_post_as(world.instructor, world.course, "announcement").await;
+    let p2 = app.create_post_as(world.instructor, world.course, "second").await;
+    let foreign = app.create_post_as(world.outsider, world.other_course, "not yours").await;
 
     // A like answers from Redis at once; the database sees it only after the worker.
     assert_eq!(set_post_like(&app, world.alice, p1, true).await, json!({ "likeCount": 1, "likedByMe": true }));
@@ -143,7 +132,7 @@ async fn a_page_of_twenty_posts_costs_exactly_one_smismember() {
     let world = World::create(&app).await;
     let mut posts = Vec::new();
     for n in 0..20 {
-        posts.push(create_post(&app, world.bob, world.course, &format!("p{n}")).await);
+        posts.push(app.create_post_as(world.bob, world.course, &format!("p{n}")).await);
     }
     for post in posts.iter().step_by(3) {
         set_post_like(&app, world.alice, *post, true).await;
@@ -170,8 +159,8 @@ async fn liked_by_me_stays_right_after_every_liked_set_is_dropped() {
     let app = buffered_app().await;
     let world = World::create(&app).await;
     let worker = app.worker().await;
-    let liked_post = create_post(&app, world.bob, world.course, "liked").await;
-    let other_post = create_post(&app, world.bob, world.course, "not liked").await;
+    let liked_post = app.create_post_as(world.bob, world.course, "liked").await;
+    let other_post = app.create_post_as(world.bob, world.course, "not liked").await;
     set_post_like(&app, world.alice, liked_post, true).await;
     worker.drain().await.expect("drain");
 
@@ -203,7 +192,7 @@ async fn a_poison_event_is_dead_lettered_and_later_events_still_apply() {
     .await;
     let world = World::create(&app).await;
     let worker = app.worker().await;
-    let post = create_post(&app, world.bob, world.course, "target").await;
+    let post = app.create_post_as(world.bob, world.course, "target").await;
     // A member whose like PostgreSQL refuses on its own: a trigger the test installs raises for
     // that user's row, as a constraint or a bug in a later migration would. The fences cannot
     // drop it (the event is valid); only the poison path can get it out of the way.
@@ -273,7 +262,7 @@ type Value2 = redis::Value;
 async fn postgres_unreachable_during_a_batch_loses_nothing() {
     let app = buffered_app().await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course, "hot").await;
+    let post = app.create_post_as(world.bob, world.course, "hot").await;
     let proxy = common::proxy::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
     let url = format!("postgres://postgres@{}/{}", proxy.addr, app.database);
     let db = course_forum::db::connect_url(&url, Duration::from_secs(2), 2).await.expect("db via proxy");
@@ -331,7 +320,7 @@ async fn the_server_runs_its_own_worker_by_default() {
     })
     .await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course, "served").await;
+    let post = app.create_post_as(world.bob, world.course, "served").await;
     set_post_like(&app, world.alice, post, true).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while post_rows_and_counter(&app, post).await != (1, 1) {
@@ -360,7 +349,7 @@ async fn the_toggle_script_enforces_the_rate_limit_and_a_refused_toggle_changes_
     })
     .await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course, "limited").await;
+    let post = app.create_post_as(world.bob, world.course, "limited").await;
     // Three toggles on a cold liked-set (the first loads it): like, unlike, like.
     for liked in [true, false, true] {
         set_post_like(&app, world.alice, post, liked).await;
@@ -388,7 +377,7 @@ async fn a_like_by_a_user_who_left_before_it_applied_is_refused_and_the_set_relo
     let app = buffered_app().await;
     let world = World::create(&app).await;
     let worker = app.worker().await;
-    let post = create_post(&app, world.bob, world.course, "target").await;
+    let post = app.create_post_as(world.bob, world.course, "target").await;
     // Acknowledged while alice was a member; she leaves before the worker applies it.
     assert_eq!(set_post_like(&app, world.alice, post, true).await["likedByMe"], true);
     set_post_like(&app, world.bob, post, true).await;
@@ -434,7 +423,7 @@ async fn a_like_by_a_user_who_left_before_it_applied_is_refused_and_the_set_relo
 async fn the_synchronous_writes_insert_a_like_only_for_a_member() {
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course, "target").await;
+    let post = app.create_post_as(world.bob, world.course, "target").await;
     // The outsider belongs to another course: whatever reaches the SQL, no row is written.
     let target = LikeTarget::Post(post);
     let outcome = course_forum::likes::sync::set(&app.db, world.outsider, target, true).await.expect("sync");

@@ -10,17 +10,6 @@ use crate::common::{TestApp, World, error_code, gid, raw_id};
 
 const POST_FIELDS: &str = "id title body commentCount likeCount likedByMe editedAt createdAt";
 
-async fn create_post(app: &TestApp, token: &str, course: i64, title: &str) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(token),
-            "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"post body\") { id } }",
-            json!({ "c": gid("Course", course), "t": title }),
-        )
-        .await;
-    raw_id(data["createPost"]["id"].as_str().expect("post id"))
-}
-
 /// Creates a top-level comment; returns the whole `Comment` JSON.
 async fn create_comment(app: &TestApp, token: &str, post: i64, body: &str) -> Json {
     let data = app
@@ -145,7 +134,7 @@ async fn create_comment_bumps_the_post_comment_count() {
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
-    let post_id = create_post(&app, &alice, world.course, "q").await;
+    let post_id = app.create_post(&alice, world.course, "q").await;
     assert_eq!(comment_count(&app, &alice, post_id).await, 0);
 
     let first = create_comment(&app, &bob, post_id, "  first!  ").await;
@@ -178,7 +167,7 @@ async fn reply_to_a_comment_lands_under_it_and_answers_its_author() {
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
-    let post_id = create_post(&app, &alice, world.course, "q").await;
+    let post_id = app.create_post(&alice, world.course, "q").await;
     let root = create_comment(&app, &bob, post_id, "root").await;
     let root_id = id_of(&root);
 
@@ -207,7 +196,7 @@ async fn reply_to_a_reply_attaches_to_the_root_and_answers_the_reply_author() {
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
     let prof = app.token(world.instructor);
-    let post_id = create_post(&app, &alice, world.course, "q").await;
+    let post_id = app.create_post(&alice, world.course, "q").await;
     let root_id = id_of(&create_comment(&app, &bob, post_id, "root").await);
     let first = create_reply(&app, &alice, &gid("Comment", root_id), "reply 1").await;
     let first_id = id_of(&first);
@@ -261,8 +250,8 @@ async fn deleted_post_is_hidden_and_refuses_interaction() {
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
-    let post_id = create_post(&app, &alice, world.course, "doomed").await;
-    let kept = create_post(&app, &alice, world.course, "kept").await;
+    let post_id = app.create_post(&alice, world.course, "doomed").await;
+    let kept = app.create_post(&alice, world.course, "kept").await;
     let comment_id = id_of(&create_comment(&app, &bob, post_id, "c").await);
     let reply_id = id_of(&create_reply(&app, &alice, &gid("Comment", comment_id), "r").await);
     app.gql_ok(
@@ -321,7 +310,7 @@ async fn deleting_a_root_comment_hides_it_and_its_replies() {
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
-    let post_id = create_post(&app, &alice, world.course, "q").await;
+    let post_id = app.create_post(&alice, world.course, "q").await;
     let root_id = id_of(&create_comment(&app, &bob, post_id, "root").await);
     let other_id = id_of(&create_comment(&app, &alice, post_id, "other").await);
     let r1 = id_of(&create_reply(&app, &alice, &gid("Comment", root_id), "r1").await);
@@ -379,7 +368,7 @@ async fn deleting_a_root_after_one_of_its_replies_counts_only_live_replies() {
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
-    let post_id = create_post(&app, &alice, world.course, "q").await;
+    let post_id = app.create_post(&alice, world.course, "q").await;
     let root_id = id_of(&create_comment(&app, &bob, post_id, "root").await);
     let r1 = id_of(&create_reply(&app, &alice, &gid("Comment", root_id), "r1").await);
     create_reply(&app, &alice, &gid("Reply", r1), "r2").await;
@@ -404,7 +393,7 @@ async fn deleting_a_reply_decrements_the_root_and_the_post_by_one() {
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
-    let post_id = create_post(&app, &alice, world.course, "q").await;
+    let post_id = app.create_post(&alice, world.course, "q").await;
     let root_id = id_of(&create_comment(&app, &bob, post_id, "root").await);
     let r1 = id_of(&create_reply(&app, &alice, &gid("Comment", root_id), "r1").await);
     let r2 = id_of(&create_reply(&app, &bob, &gid("Reply", r1), "r2").await);
@@ -458,7 +447,7 @@ async fn edit_post_is_for_its_author_only() {
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
     let prof = app.token(world.instructor);
-    let post_id = create_post(&app, &alice, world.course, "original").await;
+    let post_id = app.create_post(&alice, world.course, "original").await;
     let before = post(&app, &alice, post_id).await;
     assert!(before["editedAt"].is_null());
 
@@ -478,7 +467,7 @@ async fn edit_post_is_for_its_author_only() {
     let data = app.gql_ok(Some(&alice), edit, json!({ "p": gid("Post", post_id), "t": "  better title " })).await;
     let edited = &data["editPost"];
     assert_eq!(edited["title"], "better title");
-    assert_eq!(edited["body"], "post body");
+    assert_eq!(edited["body"], "body", "as create_post wrote it");
     let edited_at = edited["editedAt"].as_str().expect("editedAt set");
     assert!(edited_at >= edited["createdAt"].as_str().unwrap(), "{edited}");
     let data = app.gql_ok(Some(&alice), edit, json!({ "p": gid("Post", post_id), "b": "new body" })).await;
@@ -501,7 +490,7 @@ async fn edit_comment_is_for_its_author_only() {
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
     let prof = app.token(world.instructor);
-    let post_id = create_post(&app, &alice, world.course, "q").await;
+    let post_id = app.create_post(&alice, world.course, "q").await;
     let root_id = id_of(&create_comment(&app, &bob, post_id, "root").await);
     let reply_id = id_of(&create_reply(&app, &alice, &gid("Comment", root_id), "reply").await);
 
@@ -575,8 +564,8 @@ async fn instructors_may_delete_student_content_other_students_may_not() {
     let bob = app.token(world.bob);
     let prof = app.token(world.instructor);
     let outsider = app.token(world.outsider);
-    let post_id = create_post(&app, &alice, world.course, "alice's").await;
-    let second_post = create_post(&app, &alice, world.course, "alice's too").await;
+    let post_id = app.create_post(&alice, world.course, "alice's").await;
+    let second_post = app.create_post(&alice, world.course, "alice's too").await;
     let root_id = id_of(&create_comment(&app, &alice, post_id, "root").await);
     let reply_id = id_of(&create_reply(&app, &alice, &gid("Comment", root_id), "reply").await);
 
@@ -620,7 +609,7 @@ async fn post_likes_are_idempotent_and_never_negative() {
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
     let prof = app.token(world.instructor);
-    let post_id = create_post(&app, &alice, world.course, "likeable").await;
+    let post_id = app.create_post(&alice, world.course, "likeable").await;
     let vars = json!({ "p": gid("Post", post_id) });
     let like = "mutation($p: ID!) { likePost(postId: $p) { id likeCount likedByMe } }";
     let unlike = "mutation($p: ID!) { unlikePost(postId: $p) { id likeCount likedByMe } }";
@@ -681,7 +670,7 @@ async fn comment_likes_are_idempotent_on_comments_and_replies() {
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
-    let post_id = create_post(&app, &alice, world.course, "q").await;
+    let post_id = app.create_post(&alice, world.course, "q").await;
     let root_id = id_of(&create_comment(&app, &bob, post_id, "root").await);
     let reply_id = id_of(&create_reply(&app, &alice, &gid("Comment", root_id), "reply").await);
 
@@ -792,7 +781,7 @@ async fn racing_replies_and_deletes_keep_counters_equal_to_live_rows() {
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
-    let post_id = create_post(&app, &alice, world.course, "q").await;
+    let post_id = app.create_post(&alice, world.course, "q").await;
     let doomed = id_of(&create_comment(&app, &bob, post_id, "doomed").await);
     let kept = id_of(&create_comment(&app, &bob, post_id, "kept").await);
     let doomed_reply = id_of(&create_reply(&app, &alice, &gid("Comment", doomed), "r").await);
@@ -873,7 +862,7 @@ async fn a_delete_returns_the_parents_with_their_new_counts() {
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
-    let post = create_post(&app, &alice, world.course, "thread").await;
+    let post = app.create_post(&alice, world.course, "thread").await;
     let first = create_comment(&app, &alice, post, "first").await;
     let second = create_comment(&app, &alice, post, "second").await;
     let reply = create_reply(&app, &alice, first["id"].as_str().expect("id"), "a reply").await;

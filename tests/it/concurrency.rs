@@ -11,17 +11,6 @@ use crate::common::{self, TestApp, World, gid};
 const LIKE_POST: &str = "mutation($id: ID!) { likePost(postId: $id) { likeCount likedByMe } }";
 const UNLIKE_POST: &str = "mutation($id: ID!) { unlikePost(postId: $id) { likeCount likedByMe } }";
 
-async fn create_post(app: &TestApp, token: &str, course: i64, title: &str) -> String {
-    let data = app
-        .gql_ok(
-            Some(token),
-            "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"body\") { id } }",
-            json!({ "c": gid("Course", course), "t": title }),
-        )
-        .await;
-    data["createPost"]["id"].as_str().expect("post id").to_owned()
-}
-
 /// Sends one mutation on a fresh connection (a new client has an empty pool).
 async fn send_alone(url: String, token: String, query: &'static str, id: String) -> serde_json::Value {
     let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client");
@@ -42,7 +31,7 @@ async fn fifty_concurrent_likes_by_one_user_make_one_row() {
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
     let token = app.token(world.alice);
-    let post = create_post(&app, &token, world.course, "race me").await;
+    let post = gid("Post", app.create_post(&token, world.course, "race me").await);
 
     let barrier = Arc::new(Barrier::new(50));
     let tasks: Vec<_> = (0..50)
@@ -74,7 +63,7 @@ async fn two_hundred_concurrent_toggles_keep_every_counter_equal_to_its_rows() {
     let author = app.token(world.alice);
     let mut posts = Vec::new();
     for n in 0..3 {
-        posts.push(create_post(&app, &author, world.course, &format!("hot post {n}")).await);
+        posts.push(gid("Post", app.create_post(&author, world.course, &format!("hot post {n}")).await));
     }
     let mut tokens = Vec::new();
     for n in 0..20 {

@@ -93,18 +93,6 @@ async fn relay_heard(app: &TestApp, n: u64) {
     }
 }
 
-async fn create_post(app: &TestApp, addr: std::net::SocketAddr, user: i64, course: i64, title: &str) -> i64 {
-    let response = app
-        .gql_at(
-            addr,
-            Some(&app.token(user)),
-            "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"b\") { id } }",
-            json!({ "c": gid("Course", course), "t": title }),
-        )
-        .await;
-    raw_id(response["data"]["createPost"]["id"].as_str().unwrap_or_else(|| panic!("createPost: {response}")))
-}
-
 async fn mutate(app: &TestApp, addr: std::net::SocketAddr, user: i64, query: &str, variables: Json) -> Json {
     let response = app.gql_at(addr, Some(&app.token(user)), query, variables).await;
     assert!(response.get("errors").is_none(), "mutation failed: {response}");
@@ -150,7 +138,7 @@ async fn a_warm_page_costs_no_statement_and_a_cold_one_costs_one() {
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
     for i in 0..3 {
-        create_post(&app, app.addr, world.alice, world.course, &format!("post {i}")).await;
+        app.create_post_at(app.addr, &app.token(world.alice), world.course, &format!("post {i}")).await;
     }
     // The first read loads the page and its authors; memberships are in memory already.
     let statements = app.state.sql_statements.get();
@@ -172,7 +160,7 @@ async fn a_warm_page_costs_no_statement_and_a_cold_one_costs_one() {
 async fn with_the_cache_off_every_page_reads_the_database() {
     let app = TestApp::spawn_with(|s| s.course_page_cache_ttl = Duration::ZERO).await;
     let world = World::create(&app).await;
-    create_post(&app, app.addr, world.alice, world.course, "post").await;
+    app.create_post_at(app.addr, &app.token(world.alice), world.course, "post").await;
     page_at(&app, app.addr, world.bob, world.course).await;
     let statements = app.state.sql_statements.get();
     page_at(&app, app.addr, world.bob, world.course).await;
@@ -188,7 +176,7 @@ async fn every_write_reaches_warm_pages_on_the_writer_at_once_and_on_a_peer_soon
     let world = World::create(&app).await;
     let peer = app.spawn_peer(|_| {}).await;
     let (a, b) = (app.addr, peer.addr);
-    let first = create_post(&app, a, world.alice, world.course, "first").await;
+    let first = app.create_post_at(a, &app.token(world.alice), world.course, "first").await;
     let warm = async || {
         page_at(&app, a, world.bob, world.course).await;
         page_at(&app, b, world.bob, world.course).await;
@@ -197,7 +185,7 @@ async fn every_write_reaches_warm_pages_on_the_writer_at_once_and_on_a_peer_soon
 
     // A post created on the peer.
     warm().await;
-    let second = create_post(&app, b, world.alice, world.course, "second").await;
+    let second = app.create_post_at(b, &app.token(world.alice), world.course, "second").await;
     let shows_second = |shown: &Shown| shown.first().map(|p| p.0) == Some(second);
     assert!(shows_second(&page_at(&app, b, world.bob, world.course).await), "the writer reads its own post");
     eventually("a post created on the peer", async || page_at(&app, a, world.bob, world.course).await, shows_second)
@@ -254,7 +242,7 @@ async fn committed_likes_are_patched_in_without_a_read(mode: LikeMode) {
     let app = TestApp::spawn_with(|s| s.like_mode = mode).await;
     let world = World::create(&app).await;
     let peer = app.spawn_peer(|s| s.like_mode = mode).await;
-    let post = create_post(&app, app.addr, world.alice, world.course, "liked").await;
+    let post = app.create_post_at(app.addr, &app.token(world.alice), world.course, "liked").await;
     page_at(&app, app.addr, world.bob, world.course).await;
     page_at(&app, peer.addr, world.bob, world.course).await;
 
@@ -300,7 +288,7 @@ async fn flushed_views_reach_warm_pages() {
     .await;
     let world = World::create(&app).await;
     let peer = app.spawn_peer(|_| {}).await;
-    let post = create_post(&app, app.addr, world.alice, world.course, "viewed").await;
+    let post = app.create_post_at(app.addr, &app.token(world.alice), world.course, "viewed").await;
     page_at(&app, peer.addr, world.bob, world.course).await;
     let ip = "192.0.2.1".parse().expect("ip");
     for _ in 0..3 {
@@ -321,7 +309,7 @@ async fn an_unpublished_change_shows_after_the_ttl() {
     // Long enough that the second read below comes well inside it on a loaded machine.
     let app = TestApp::spawn_with(|s| s.course_page_cache_ttl = Duration::from_millis(3000)).await;
     let world = World::create(&app).await;
-    let post = create_post(&app, app.addr, world.alice, world.course, "before").await;
+    let post = app.create_post_at(app.addr, &app.token(world.alice), world.course, "before").await;
     relay_heard(&app, 1).await;
     page_at(&app, app.addr, world.bob, world.course).await;
     let changed_at = Instant::now();
@@ -430,7 +418,7 @@ async fn random_writes_on_two_instances_while_both_read_leave_both_pages_exact()
     let users = [world.alice, world.bob, world.instructor];
     let mut posts = Vec::new();
     for i in 0..4 {
-        posts.push(create_post(&app, app.addr, world.alice, world.course, &format!("seed {i}")).await);
+        posts.push(app.create_post_at(app.addr, &app.token(world.alice), world.course, &format!("seed {i}")).await);
     }
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -464,7 +452,8 @@ async fn random_writes_on_two_instances_while_both_read_leave_both_pages_exact()
         let addr = addrs[rng.random_range(0..2)];
         let post = posts[rng.random_range(0..posts.len())];
         match rng.random_range(0..6) {
-            0 => posts.push(create_post(&app, addr, world.alice, world.course, &format!("new {step}")).await),
+            0 => posts
+                .push(app.create_post_at(addr, &app.token(world.alice), world.course, &format!("new {step}")).await),
             1 => edit(&app, addr, world.alice, post, &format!("edit {step}")).await,
             2 => {
                 comment(&app, addr, users[rng.random_range(0..3)], post).await;
@@ -523,7 +512,7 @@ async fn a_post_read_by_id_is_kept_in_memory_and_follows_changes_made_elsewhere(
     let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await;
     let world = World::create(&app).await;
     let peer = app.spawn_peer(|s| s.like_mode = LikeMode::Buffered).await;
-    let post = create_post(&app, peer.addr, world.alice, world.course, "first").await;
+    let post = app.create_post_at(peer.addr, &app.token(world.alice), world.course, "first").await;
     post_at(&app, app.addr, world.bob, post).await;
     let before = (app.state.sql_statements.get(), app.state.redis.commands_sent());
     let title = |response: &Json| response["data"]["post"]["title"].as_str().map(str::to_owned);
@@ -585,7 +574,7 @@ async fn a_ranked_first_page_is_kept_briefly_and_follows_likes_and_deletes_at_on
     let world = World::create(&app).await;
     let mut posts = Vec::new();
     for i in 0..3 {
-        posts.push(create_post(&app, app.addr, world.alice, world.course, &format!("post {i}")).await);
+        posts.push(app.create_post_at(app.addr, &app.token(world.alice), world.course, &format!("post {i}")).await);
     }
     let (oldest, middle, newest) = (posts[0], posts[1], posts[2]);
     relay_heard(&app, 3).await;
@@ -731,7 +720,7 @@ async fn cursors_the_server_did_not_hand_out_as_page_boundaries_do_not_grow_the_
 async fn a_non_member_reading_or_liking_a_post_does_not_make_the_instance_keep_it() {
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
-    let post = create_post(&app, app.addr, world.alice, world.course, "members only").await;
+    let post = app.create_post_at(app.addr, &app.token(world.alice), world.course, "members only").await;
     let variables = json!({ "p": gid("Post", post) });
     let read = app.gql(Some(&app.token(world.outsider)), POST, variables.clone()).await;
     assert_eq!(common::error_code(&read).as_deref(), Some("FORBIDDEN"), "{read}");
@@ -825,7 +814,7 @@ async fn per_cache_figures_appear_in_metrics() {
     }
     let app = TestApp::spawn_with(|s| s.cache_budget_bytes = 64 << 20).await;
     let world = World::create(&app).await;
-    create_post(&app, app.addr, world.alice, world.course, "counted").await;
+    app.create_post_at(app.addr, &app.token(world.alice), world.course, "counted").await;
     page_at(&app, app.addr, world.bob, world.course).await;
     let gauges = cache_gauges(&app).await;
     let value = |name: &str, cache: &str| {

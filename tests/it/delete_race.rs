@@ -21,39 +21,12 @@ use futures_util::future::{BoxFuture, join_all};
 use sea_orm::TransactionTrait;
 use serde_json::{Value as Json, json};
 
-use crate::common::{TestApp, World, error_code, gid, raw_id};
+use crate::common::{TestApp, World, error_code, gid};
 
 /// Rounds per test: on the old lock order the first deadlock came within a few rounds.
 const ROUNDS: usize = 40;
 /// Replies under each racing root.
 const REPLIES: usize = 3;
-
-async fn create_post(app: &TestApp, token: &str, course: i64) -> i64 {
-    app.create_post(token, course, "race").await
-}
-
-async fn create_comment(app: &TestApp, token: &str, post: i64) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(token),
-            "mutation($p: ID!) { createComment(postId: $p, body: \"root\") { id } }",
-            json!({ "p": gid("Post", post) }),
-        )
-        .await;
-    raw_id(data["createComment"]["id"].as_str().expect("comment id"))
-}
-
-/// Replies to `target` (a global id of a comment or a reply); returns the reply's database id.
-async fn create_reply(app: &TestApp, token: &str, target: &str) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(token),
-            "mutation($c: ID!) { createReply(commentId: $c, body: \"reply\") { id } }",
-            json!({ "c": target }),
-        )
-        .await;
-    raw_id(data["createReply"]["id"].as_str().expect("reply id"))
-}
 
 const CREATE_REPLY: &str = "mutation($c: ID!) { createReply(commentId: $c, body: \"racing\") { id } }";
 const DELETE_COMMENT: &str = "mutation($c: ID!) { deleteComment(commentId: $c) { deletedId } }";
@@ -164,14 +137,14 @@ async fn assert_counters_match_rows(app: &TestApp, round: usize) {
 /// A root comment with `REPLIES` replies (alternating authors, the later ones answering the
 /// reply before them, so some are replies to replies). Returns (root, replies).
 async fn thread(app: &TestApp, tokens: [&str; 2], post: i64) -> (i64, Vec<i64>) {
-    let root = create_comment(app, tokens[0], post).await;
+    let root = app.create_comment(tokens[0], post, "root").await;
     let mut replies = Vec::new();
     for i in 0..REPLIES {
         let target = match replies.last() {
             Some(&last) if i % 2 == 1 => gid("Reply", last),
             _ => gid("Comment", root),
         };
-        replies.push(create_reply(app, tokens[(i + 1) % 2], &target).await);
+        replies.push(app.create_reply(tokens[(i + 1) % 2], &target, "reply").await);
     }
     (root, replies)
 }
@@ -183,7 +156,7 @@ async fn deleting_replies_and_their_root_at_once_never_deadlocks() {
     let (alice, bob, prof) = (app.token(world.alice), app.token(world.bob), app.token(world.instructor));
     let mut reply_deletes_won = 0;
     for round in 0..ROUNDS {
-        let post = create_post(&app, &alice, world.course).await;
+        let post = app.create_post(&alice, world.course, "race").await;
         // A sibling thread nobody deletes, so the counters have something left to agree on.
         let (kept_root, kept_replies) = thread(&app, [&bob, &alice], post).await;
         let (root, replies) = thread(&app, [&bob, &alice], post).await;
@@ -218,9 +191,9 @@ async fn deleting_a_post_while_its_comments_and_replies_are_deleted_never_deadlo
     let world = World::create(&app).await;
     let (alice, bob, prof) = (app.token(world.alice), app.token(world.bob), app.token(world.instructor));
     for round in 0..ROUNDS {
-        let post = create_post(&app, &alice, world.course).await;
+        let post = app.create_post(&alice, world.course, "race").await;
         let (root, replies) = thread(&app, [&bob, &alice], post).await;
-        let other_root = create_comment(&app, &alice, post).await;
+        let other_root = app.create_comment(&alice, post, "root").await;
 
         // The post's delete (by its author) against the root's (instructor), every reply's and
         // the other root's. Once the post is gone its comments are NOT_FOUND.
@@ -248,7 +221,7 @@ async fn replies_created_while_their_root_and_siblings_are_deleted_never_deadloc
     let world = World::create(&app).await;
     let (alice, bob, prof) = (app.token(world.alice), app.token(world.bob), app.token(world.instructor));
     for round in 0..ROUNDS {
-        let post = create_post(&app, &alice, world.course).await;
+        let post = app.create_post(&alice, world.course, "race").await;
         let (root, replies) = thread(&app, [&bob, &alice], post).await;
 
         // New replies (to the root and to a reply) race the root's and the replies' deletes:
@@ -281,7 +254,7 @@ async fn a_like_batch_racing_comment_deletes_never_deadlocks() {
     let world = World::create(&app).await;
     let (alice, bob, prof) = (app.token(world.alice), app.token(world.bob), app.token(world.instructor));
     for round in 0..ROUNDS {
-        let post = create_post(&app, &alice, world.course).await;
+        let post = app.create_post(&alice, world.course, "race").await;
         let (root, replies) = thread(&app, [&bob, &alice], post).await;
 
         let mut events = Vec::new();

@@ -32,15 +32,6 @@ async fn spawn() -> TestApp {
     .await
 }
 
-async fn delete_post(app: &TestApp, token: &str, post: i64) {
-    app.gql_ok(
-        Some(token),
-        "mutation($p: ID!) { deletePost(postId: $p) { deletedId } }",
-        json!({ "p": gid("Post", post) }),
-    )
-    .await;
-}
-
 /// Steps the fan-out job until the outbox is empty.
 async fn fan_out(job: &FanoutJob) {
     while job.process_one_batch().await.expect("fan-out step").posts > 0 {}
@@ -225,10 +216,10 @@ async fn the_feed_merges_a_small_and_a_celebrity_course_newest_first_across_page
     // Deleted posts (new and old, from both kinds of course) and a course Alice left (no API
     // call) vanish.
     let deleted = [small_posts[7], mass_posts[6], mass_posts[1], small_posts[0]];
-    delete_post(&app, &bob, small_posts[7]).await;
-    delete_post(&app, &fan, mass_posts[6]).await;
-    delete_post(&app, &fan, mass_posts[1]).await;
-    delete_post(&app, &bob, small_posts[0]).await;
+    app.delete_post(&bob, small_posts[7]).await;
+    app.delete_post(&fan, mass_posts[6]).await;
+    app.delete_post(&fan, mass_posts[1]).await;
+    app.delete_post(&bob, small_posts[0]).await;
     app.scalar_i64(
         "WITH gone AS (DELETE FROM course_members WHERE course_id = $1 AND user_id = $2 RETURNING 1) \
          SELECT count(*) AS v FROM gone",

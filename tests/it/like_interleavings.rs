@@ -19,11 +19,10 @@ use course_forum::likes::recount;
 use course_forum::worker::LikeWorker;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::json;
 use tokio::sync::watch;
 
 use crate::common::likes::{Target, drain_all, has_row, liked_by_me, rows_and_counter, run_crashing_worker, toggle};
-use crate::common::{self, TestApp, World, gid, raw_id};
+use crate::common::{self, TestApp, World};
 
 const USERS: usize = 6;
 const DEFAULT_SEED: u64 = 20261203;
@@ -65,17 +64,7 @@ async fn build_forum(app: &TestApp) -> Forum {
         targets.push(Target::Post(app.create_post(&token, world.course, &format!("post {n}")).await));
     }
     let Target::Post(first) = targets[0] else { unreachable!("the first target is a post") };
-    let comment = app
-        .gql_ok(
-            Some(&token),
-            "mutation($p: ID!) { createComment(postId: $p, body: \"c\") { id } }",
-            json!({ "p": gid("Post", first) }),
-        )
-        .await["createComment"]["id"]
-        .as_str()
-        .map(raw_id)
-        .expect("comment");
-    targets.push(Target::Comment(comment));
+    targets.push(Target::Comment(app.create_comment(&token, first, "c").await));
     Forum { course: world.course, users, targets }
 }
 

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use crate::common::likes::{Target, toggle};
-use crate::common::{TestApp, World, gid, raw_id};
+use crate::common::{TestApp, World, gid};
 
 const USERS: usize = 8;
 const OPS: usize = 160;
@@ -34,29 +34,10 @@ async fn build_forum(app: &TestApp) -> Forum {
     let token = app.token(world.instructor);
     let mut targets = Vec::new();
     for n in 0..3 {
-        let post = app
-            .gql_ok(
-                Some(&token),
-                "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"b\") { id } }",
-                json!({ "c": gid("Course", world.course), "t": format!("post {n}") }),
-            )
-            .await["createPost"]["id"]
-            .as_str()
-            .map(raw_id)
-            .expect("post");
+        let post = app.create_post(&token, world.course, &format!("post {n}")).await;
         targets.push(Target::Post(post));
         if n == 0 {
-            let comment = app
-                .gql_ok(
-                    Some(&token),
-                    "mutation($p: ID!) { createComment(postId: $p, body: \"c\") { id } }",
-                    json!({ "p": gid("Post", post) }),
-                )
-                .await["createComment"]["id"]
-                .as_str()
-                .map(raw_id)
-                .expect("comment");
-            targets.push(Target::Comment(comment));
+            targets.push(Target::Comment(app.create_comment(&token, post, "c").await));
         }
     }
     Forum { users, targets }

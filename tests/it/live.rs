@@ -9,7 +9,7 @@ use course_forum::config::LikeMode;
 use serde_json::{Value, json};
 
 use crate::common::ws::GqlSocket;
-use crate::common::{TestApp, World, gid, raw_id};
+use crate::common::{TestApp, World, gid};
 
 const LIKE_COUNTS: &str = "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount } }";
 
@@ -19,17 +19,6 @@ async fn buffered_with_worker() -> TestApp {
         s.worker_in_serve = true;
     })
     .await
-}
-
-async fn create_post(app: &TestApp, user: i64, course: i64) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(&app.token(user)),
-            "mutation($c: ID!) { createPost(courseId: $c, title: \"live\", body: \"b\") { id } }",
-            json!({ "c": gid("Course", course) }),
-        )
-        .await;
-    raw_id(data["createPost"]["id"].as_str().expect("id"))
 }
 
 async fn like(app: &TestApp, user: i64, post: i64) {
@@ -55,7 +44,7 @@ async fn a_like_sent_to_one_instance_reaches_a_subscriber_on_another() {
         })
         .await;
     let world = World::create(&a).await;
-    let post = create_post(&a, world.bob, world.course).await;
+    let post = a.create_post_as(world.bob, world.course, "live").await;
 
     let mut socket = GqlSocket::connect(b.addr, Some(&a.token(world.alice))).await.expect("connect to B");
     socket.subscribe("1", LIKE_COUNTS, json!({ "ids": [gid("Post", post)] })).await;
@@ -71,7 +60,7 @@ async fn a_like_sent_to_one_instance_reaches_a_subscriber_on_another() {
 async fn an_update_carries_the_time_its_transaction_committed() {
     let app = buffered_with_worker().await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course).await;
+    let post = app.create_post_as(world.bob, world.course, "live").await;
     let mut socket = GqlSocket::connect(app.addr, Some(&app.token(world.alice))).await.expect("connect");
     socket
         .subscribe(
@@ -105,7 +94,7 @@ async fn a_burst_of_a_thousand_likes_arrives_coalesced_and_ends_on_the_final_cou
         })
         .await;
     let world = World::create(&a).await;
-    let post = create_post(&a, world.bob, world.course).await;
+    let post = a.create_post_as(world.bob, world.course, "live").await;
     let first_liker = a
         .scalar_i64(
             "WITH u AS (INSERT INTO users (handle, display_name) \
@@ -192,7 +181,7 @@ fn error_code(message: &Value) -> Option<&str> {
 async fn non_members_and_bad_tokens_are_refused() {
     let app = buffered_with_worker().await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course).await;
+    let post = app.create_post_as(world.bob, world.course, "live").await;
 
     let mut outsider = GqlSocket::connect(app.addr, Some(&app.token(world.outsider))).await.expect("connect");
     outsider.subscribe("1", LIKE_COUNTS, json!({ "ids": [gid("Post", post)] })).await;
@@ -223,7 +212,7 @@ async fn non_members_and_bad_tokens_are_refused() {
 async fn a_subscriber_that_disconnects_is_cleaned_up() {
     let app = buffered_with_worker().await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course).await;
+    let post = app.create_post_as(world.bob, world.course, "live").await;
     let hub = app.state.live.clone();
 
     let mut socket = GqlSocket::connect(app.addr, Some(&app.token(world.alice))).await.expect("connect");
@@ -256,7 +245,7 @@ async fn course_activity_streams_new_content_as_it_commits() {
         )
         .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let post = create_post(&app, world.bob, world.course).await;
+    let post = app.create_post_as(world.bob, world.course, "live").await;
     let event = socket.next_data(Duration::from_secs(5)).await.expect("post event");
     assert_eq!(event["courseActivity"]["kind"], "POST_CREATED");
     assert_eq!(event["courseActivity"]["nodeId"], gid("Post", post));
@@ -287,7 +276,7 @@ async fn course_activity_streams_new_content_as_it_commits() {
 async fn sync_mode_publishes_after_its_statement_and_legacy_protocol_works() {
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course).await;
+    let post = app.create_post_as(world.bob, world.course, "live").await;
     let mut socket =
         GqlSocket::connect_with(app.addr, Some(&app.token(world.alice)), "graphql-ws").await.expect("legacy");
     socket.subscribe("1", LIKE_COUNTS, json!({ "ids": [gid("Post", post)] })).await;
@@ -303,7 +292,7 @@ async fn sync_mode_publishes_after_its_statement_and_legacy_protocol_works() {
 async fn likes_read_over_one_websocket_follow_likes_made_meanwhile() {
     let app = buffered_with_worker().await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course).await;
+    let post = app.create_post_as(world.bob, world.course, "live").await;
     let mut socket = GqlSocket::connect(app.addr, Some(&app.token(world.alice))).await.expect("connect");
     let read = "query($p: ID!) { post(id: $p) { likedByMe } }";
     socket.subscribe("before", read, json!({ "p": gid("Post", post) })).await;

@@ -12,7 +12,7 @@ use course_forum::like_event::{CountChange, LikeTarget};
 use serde_json::{Value, json};
 
 use crate::common::ws::GqlSocket;
-use crate::common::{self, TestApp, World, gid};
+use crate::common::{TestApp, World, gid};
 
 async fn app_in(mode: LikeMode) -> TestApp {
     TestApp::spawn_with(|s| {
@@ -26,23 +26,9 @@ async fn app_in(mode: LikeMode) -> TestApp {
 async fn thread(app: &TestApp, world: &World) -> (i64, i64, i64) {
     let bob = app.token(world.bob);
     let post = app.create_post(&bob, world.course, "watched").await;
-    let data = app
-        .gql_ok(
-            Some(&bob),
-            "mutation($p: ID!) { createComment(postId: $p, body: \"c\") { id } }",
-            json!({ "p": gid("Post", post) }),
-        )
-        .await;
-    let comment = data["createComment"]["id"].as_str().expect("comment id").to_owned();
-    let data = app
-        .gql_ok(
-            Some(&bob),
-            "mutation($c: ID!) { createReply(commentId: $c, body: \"r\") { id } }",
-            json!({ "c": comment }),
-        )
-        .await;
-    let reply = data["createReply"]["id"].as_str().expect("reply id");
-    (post, common::raw_id(&comment), common::raw_id(reply))
+    let comment = app.create_comment(&bob, post, "c").await;
+    let reply = app.create_reply(&bob, &gid("Comment", comment), "r").await;
+    (post, comment, reply)
 }
 
 /// What a query reads of each object: `(likeCount, likeVersion, likeCountCommittedAt)` by id.

@@ -119,17 +119,6 @@ fn grew(before: &Scrape, after: &Scrape, name: &str, labels: &[(&str, &str)]) ->
     after.value(name, labels) - before.value(name, labels)
 }
 
-async fn create_post(app: &TestApp, user: i64, course: i64) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(&app.token(user)),
-            "mutation($c: ID!) { createPost(courseId: $c, title: \"measured\", body: \"b\") { id } }",
-            json!({ "c": gid("Course", course) }),
-        )
-        .await;
-    common::raw_id(data["createPost"]["id"].as_str().expect("post id"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_moves_when_its_event_happens() {
     // It reads /metrics, which counts for the whole process.
@@ -143,7 +132,7 @@ async fn every_metric_moves_when_its_event_happens() {
     })
     .await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course).await;
+    let post = app.create_post_as(world.bob, world.course, "measured").await;
     let worker = app.worker().await;
     let alice = app.token(world.alice);
     let post_query = "query($p: ID!) { post(id: $p) { title } }";
@@ -303,7 +292,7 @@ fn check(app: &TestApp, extra: &[&str]) -> (bool, String) {
 async fn check_passes_when_healthy_names_every_broken_invariant_and_passes_after_the_repairs() {
     let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course).await;
+    let post = app.create_post_as(world.bob, world.course, "measured").await;
     let worker = app.worker().await;
     let data = app
         .gql_ok(
@@ -408,8 +397,10 @@ async fn check_passes_when_healthy_names_every_broken_invariant_and_passes_after
 async fn check_skips_counters_awaiting_their_recount_and_nothing_else() {
     let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Recount).await;
     let world = World::create(&app).await;
-    let (post, other) =
-        (create_post(&app, world.bob, world.course).await, create_post(&app, world.bob, world.course).await);
+    let (post, other) = (
+        app.create_post_as(world.bob, world.course, "measured").await,
+        app.create_post_as(world.bob, world.course, "measured").await,
+    );
     // Level 2: the row now, the counter when the recount job runs (it does not, here).
     app.gql_ok(
         Some(&app.token(world.alice)),
@@ -436,7 +427,7 @@ async fn check_skips_counters_awaiting_their_recount_and_nothing_else() {
 async fn a_worker_running_apart_is_watched_like_a_server_and_stops_on_sigterm() {
     let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course).await;
+    let post = app.create_post_as(world.bob, world.course, "measured").await;
     let mut worker =
         common::procs::ServeProcess::spawn_worker(&app, &common::redis_url(), &[("WORKER_LEASE_TTL", "30s")]);
     worker.wait_healthy(Duration::from_secs(20)).await;

@@ -125,57 +125,12 @@ async fn replies_page(app: &TestApp, token: &str, comment: i64, args: Args<'_>) 
     Page::from_connection(&data["node"]["replies"])
 }
 
-async fn create_post(app: &TestApp, token: &str, course: i64, title: &str) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(token),
-            "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"body\") { id } }",
-            json!({ "c": gid("Course", course), "t": title }),
-        )
-        .await;
-    raw_id(data["createPost"]["id"].as_str().expect("post id"))
-}
-
 async fn create_posts(app: &TestApp, token: &str, course: i64, n: usize) -> Vec<i64> {
     let mut ids = Vec::with_capacity(n);
     for i in 0..n {
-        ids.push(create_post(app, token, course, &format!("post {i}")).await);
+        ids.push(app.create_post(token, course, &format!("post {i}")).await);
     }
     ids
-}
-
-async fn delete_post(app: &TestApp, token: &str, post: i64) {
-    let data = app
-        .gql_ok(
-            Some(token),
-            "mutation($p: ID!) { deletePost(postId: $p) { deletedId } }",
-            json!({ "p": gid("Post", post) }),
-        )
-        .await;
-    assert_eq!(data["deletePost"]["deletedId"], gid("Post", post));
-}
-
-async fn create_comment(app: &TestApp, token: &str, post: i64, body: &str) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(token),
-            "mutation($p: ID!, $b: String!) { createComment(postId: $p, body: $b) { id } }",
-            json!({ "p": gid("Post", post), "b": body }),
-        )
-        .await;
-    raw_id(data["createComment"]["id"].as_str().expect("comment id"))
-}
-
-/// Replies to a comment or reply given by its global id; returns the reply's database id.
-async fn create_reply(app: &TestApp, token: &str, target: &str, body: &str) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(token),
-            "mutation($c: ID!, $b: String!) { createReply(commentId: $c, body: $b) { id } }",
-            json!({ "c": target, "b": body }),
-        )
-        .await;
-    raw_id(data["createReply"]["id"].as_str().expect("reply id"))
 }
 
 /// Walks a connection forward with `first: size` until `hasNextPage` is false, checking
@@ -234,10 +189,10 @@ async fn posts_page_forward_newest_first_with_exact_has_next_page() {
     let mut created = Vec::new();
     for i in 0..25 {
         let token = if i % 2 == 0 { &alice } else { &bob };
-        created.push(create_post(&app, token, world.course, &format!("post {i}")).await);
+        created.push(app.create_post(token, world.course, &format!("post {i}")).await);
     }
     let outsider = app.token(world.outsider);
-    let foreign = create_post(&app, &outsider, world.other_course, "elsewhere").await;
+    let foreign = app.create_post(&outsider, world.other_course, "elsewhere").await;
 
     let pages = walk_forward(10, |after| {
         let (app, alice) = (&app, &alice);
@@ -374,7 +329,7 @@ async fn forward_paging_skips_and_repeats_nothing_while_new_posts_arrive() {
         after = page.end.clone();
         // Between page requests, two newer posts arrive.
         for i in 0..2 {
-            newcomers.push(create_post(&app, &bob, world.course, &format!("late {i}")).await);
+            newcomers.push(app.create_post(&bob, world.course, &format!("late {i}")).await);
         }
     }
     assert_eq!(
@@ -410,7 +365,7 @@ async fn forward_paging_is_stable_under_concurrent_writers() {
         writers.push(tokio::spawn(async move {
             let mut made = Vec::new();
             while !stop.load(Ordering::SeqCst) {
-                made.push(create_post(&app, &token, world.course, "racing").await);
+                made.push(app.create_post(&token, world.course, "racing").await);
             }
             made
         }));
@@ -504,15 +459,15 @@ async fn comments_and_replies_page_oldest_first() {
     let world = World::create(&app).await;
     let alice = app.token(world.alice);
     let bob = app.token(world.bob);
-    let post = create_post(&app, &alice, world.course, "discussion").await;
-    let other_post = create_post(&app, &alice, world.course, "other").await;
+    let post = app.create_post(&alice, world.course, "discussion").await;
+    let other_post = app.create_post(&alice, world.course, "other").await;
 
     let mut comments = Vec::new();
     for i in 0..7 {
         let token = if i % 2 == 0 { &alice } else { &bob };
-        comments.push(create_comment(&app, token, post, &format!("comment {i}")).await);
+        comments.push(app.create_comment(token, post, &format!("comment {i}")).await);
     }
-    create_comment(&app, &bob, other_post, "not here").await;
+    app.create_comment(&bob, other_post, "not here").await;
     let root = comments[1];
     let mut replies = Vec::new();
     for i in 0..5 {
@@ -521,7 +476,7 @@ async fn comments_and_replies_page_oldest_first() {
             Some(last) if i % 2 == 0 => gid("Reply", *last),
             _ => gid("Comment", root),
         };
-        replies.push(create_reply(&app, &alice, &target, &format!("reply {i}")).await);
+        replies.push(app.create_reply(&alice, &target, &format!("reply {i}")).await);
     }
 
     // Comments: first/after, oldest first, replies not among them.
@@ -585,7 +540,7 @@ async fn deleted_posts_do_not_appear_in_pages() {
     let deleted = [created[0], created[1], created[6], created[11]];
     for (i, id) in deleted.iter().enumerate() {
         let token = if i == 2 { &prof } else { &alice };
-        delete_post(&app, token, *id).await;
+        app.delete_post(token, *id).await;
     }
     let live: Vec<i64> = newest_first(created.iter().copied().filter(|id| !deleted.contains(id)).collect());
     assert_eq!(live.len(), 8);
@@ -606,7 +561,7 @@ async fn deleted_posts_do_not_appear_in_pages() {
 
     // A cursor whose post is deleted after it was handed out still works.
     let page = posts_page(&app, &alice, world.course, first(3, None)).await;
-    delete_post(&app, &alice, *page.ids.last().unwrap()).await;
+    app.delete_post(&alice, *page.ids.last().unwrap()).await;
     let rest = posts_page(&app, &alice, world.course, first(10, page.end.as_deref())).await;
     assert_eq!(rest.ids, live[3..]);
     assert!(!rest.has_next);
@@ -667,16 +622,16 @@ async fn cursors_the_server_did_not_issue_are_bad_user_input_on_every_connection
     let world = World::create(&app).await;
     let (alice, bob) = (app.token(world.alice), app.token(world.bob));
     create_posts(&app, &alice, world.course, 3).await;
-    let post = create_post(&app, &alice, world.course, "discussion").await;
+    let post = app.create_post(&alice, world.course, "discussion").await;
     let mut root = 0;
     for i in 0..3 {
         // bob's comments and replies notify alice: her notifications have pages too.
-        root = create_comment(&app, &bob, post, &format!("comment {i}")).await;
+        root = app.create_comment(&bob, post, &format!("comment {i}")).await;
     }
     let root_gid = gid("Comment", root);
     for i in 0..3 {
-        create_reply(&app, &alice, &root_gid, &format!("reply {i}")).await;
-        create_reply(&app, &bob, &root_gid, &format!("reply to alice {i}")).await;
+        app.create_reply(&alice, &root_gid, &format!("reply {i}")).await;
+        app.create_reply(&bob, &root_gid, &format!("reply to alice {i}")).await;
     }
     let walks = [
         Walk {
@@ -746,9 +701,9 @@ async fn a_forged_cursor_is_refused_before_any_sql_runs() {
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
     let (alice, bob) = (app.token(world.alice), app.token(world.bob));
-    let post = create_post(&app, &alice, world.course, "discussion").await;
+    let post = app.create_post(&alice, world.course, "discussion").await;
     for i in 0..3 {
-        create_comment(&app, &bob, post, &format!("comment {i}")).await;
+        app.create_comment(&bob, post, &format!("comment {i}")).await;
     }
     let query = "query($after: String) { notifications(first: 1, after: $after) { edges { cursor node { id } } } }";
     // Warm: the viewer's memberships and row are in memory after the first page.

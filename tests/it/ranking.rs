@@ -185,32 +185,11 @@ async fn top_of(app: &TestApp, token: &str, course: i64, order: Order) -> Option
 }
 
 async fn comment(app: &TestApp, user: i64, post: i64) -> String {
-    let data = app
-        .gql_ok(
-            Some(&app.token(user)),
-            "mutation($p: ID!) { createComment(postId: $p, body: \"a comment\") { id } }",
-            json!({ "p": gid("Post", post) }),
-        )
-        .await;
-    data["createComment"]["id"].as_str().expect("comment id").to_owned()
+    gid("Comment", app.create_comment(&app.token(user), post, "a comment").await)
 }
 
 async fn reply(app: &TestApp, user: i64, comment: &str) {
-    app.gql_ok(
-        Some(&app.token(user)),
-        "mutation($c: ID!) { createReply(commentId: $c, body: \"a reply\") { id } }",
-        json!({ "c": comment }),
-    )
-    .await;
-}
-
-async fn delete_post(app: &TestApp, user: i64, post: i64) {
-    app.gql_ok(
-        Some(&app.token(user)),
-        "mutation($id: ID!) { deletePost(postId: $id) { deletedId } }",
-        json!({ "id": gid("Post", post) }),
-    )
-    .await;
+    app.create_reply(&app.token(user), comment, "a reply").await;
 }
 
 /// `n` more students of the course, to like posts.
@@ -302,7 +281,7 @@ async fn a_deleted_post_leaves_hot_and_top_at_once() {
     // The best-ranked post in both orders.
     let doomed = posts[1].id;
     assert_eq!(top_of(&app, &alice, world.course, Order::Top).await, Some(doomed));
-    delete_post(&app, world.alice, doomed).await;
+    app.delete_post(&app.token(world.alice), doomed).await;
     posts.retain(|p| p.id != doomed);
     for order in [Order::Hot, Order::Top] {
         assert_eq!(
@@ -392,7 +371,7 @@ async fn walk_while_scores_move(order: Order) {
         if step == 1
             && let Some(&doomed) = unshown.get(3)
         {
-            delete_post(&app, world.alice, doomed).await;
+            app.delete_post(&app.token(world.alice), doomed).await;
             posts.remove(&doomed);
             deleted = Some(doomed);
         }

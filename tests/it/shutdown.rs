@@ -24,17 +24,6 @@ async fn database_behind_a_proxy(app: &TestApp) -> (TcpProxy, String) {
     (proxy, url)
 }
 
-async fn create_post(app: &TestApp, user: i64, course: i64) -> i64 {
-    let data = app
-        .gql_ok(
-            Some(&app.token(user)),
-            "mutation($c: ID!) { createPost(courseId: $c, title: \"last words\", body: \"b\") { id } }",
-            json!({ "c": gid("Course", course) }),
-        )
-        .await;
-    common::raw_id(data["createPost"]["id"].as_str().expect("post id"))
-}
-
 async fn post_graphql(url: String, token: String, query: &str, variables: Value) -> reqwest::Result<reqwest::Response> {
     reqwest::Client::new()
         .post(url)
@@ -66,7 +55,7 @@ async fn request_waiting_for_postgres(
 async fn server_behind_a_proxy(env: &[(&str, &str)]) -> (TestApp, World, i64, TcpProxy, ServeProcess) {
     let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await;
     let world = World::create(&app).await;
-    let post = create_post(&app, world.bob, world.course).await;
+    let post = app.create_post_as(world.bob, world.course, "last words").await;
     let (proxy, database_url) = database_behind_a_proxy(&app).await;
     let mut env = env.to_vec();
     env.push(("DATABASE_URL", database_url.as_str()));

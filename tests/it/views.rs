@@ -14,17 +14,6 @@ const START: &str = "mutation($id: ID!) { startPostView(postId: $id) { ticket mi
 const COMPLETE: &str = "mutation($t: String!) { completePostView(ticket: $t) { counted reason } }";
 const VIEWS: &str = "query($id: ID!) { post(id: $id) { viewCount uniqueViewers } }";
 
-async fn create_post(app: &TestApp, token: &str, course: i64, title: &str) -> String {
-    let data = app
-        .gql_ok(
-            Some(token),
-            "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"body\") { id } }",
-            json!({ "c": gid("Course", course), "t": title }),
-        )
-        .await;
-    data["createPost"]["id"].as_str().expect("post id").to_owned()
-}
-
 async fn start(app: &TestApp, token: &str, post: &str) -> String {
     let data = app.gql_ok(Some(token), START, json!({ "id": post })).await;
     data["startPostView"]["ticket"].as_str().expect("ticket").to_owned()
@@ -61,7 +50,7 @@ async fn too_short_then_counted_once_then_already_used() {
     let app = TestApp::spawn_with(|s| s.view_min_dwell = Duration::from_millis(200)).await;
     let w = World::create(&app).await;
     let alice = app.token(w.alice);
-    let post = create_post(&app, &alice, w.course, "read me").await;
+    let post = gid("Post", app.create_post(&alice, w.course, "read me").await);
 
     let data = app.gql_ok(Some(&alice), START, json!({ "id": post })).await;
     assert_eq!(data["startPostView"]["minDwellMs"], 200);
@@ -86,7 +75,7 @@ async fn foreign_unknown_and_malformed_tickets_are_not_found_and_count_nothing()
     let app = TestApp::spawn_with(|s| s.view_min_dwell = Duration::from_millis(200)).await;
     let w = World::create(&app).await;
     let (alice, bob) = (app.token(w.alice), app.token(w.bob));
-    let post = create_post(&app, &alice, w.course, "mine").await;
+    let post = gid("Post", app.create_post(&alice, w.course, "mine").await);
     let ticket = start(&app, &alice, &post).await;
     tokio::time::sleep(Duration::from_millis(250)).await;
 
@@ -122,7 +111,7 @@ async fn expired_tickets_are_refused() {
     .await;
     let w = World::create(&app).await;
     let alice = app.token(w.alice);
-    let post = create_post(&app, &alice, w.course, "stale").await;
+    let post = gid("Post", app.create_post(&alice, w.course, "stale").await);
     let ticket = start(&app, &alice, &post).await;
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(complete_ok(&app, &alice, &ticket).await, refused("EXPIRED"));
@@ -141,8 +130,8 @@ async fn caps_per_user_and_per_ip_refuse_as_capped() {
     .await;
     let w = World::create(&app).await;
     let (alice, bob, prof) = (app.token(w.alice), app.token(w.bob), app.token(w.instructor));
-    let post = create_post(&app, &alice, w.course, "popular").await;
-    let other = create_post(&app, &alice, w.course, "another").await;
+    let post = gid("Post", app.create_post(&alice, w.course, "popular").await);
+    let other = gid("Post", app.create_post(&alice, w.course, "another").await);
 
     for _ in 0..2 {
         let t = start(&app, &alice, &post).await;
@@ -177,7 +166,7 @@ async fn forwarded_for_names_the_client_only_behind_the_trusted_proxy() {
     .await;
     let w = World::create(&app).await;
     let (alice, bob) = (app.token(w.alice), app.token(w.bob));
-    let post = create_post(&app, &alice, w.course, "behind a proxy").await;
+    let post = gid("Post", app.create_post(&alice, w.course, "behind a proxy").await);
     let via = |token: &str, ticket: &str, client: &str| {
         app.http
             .post(app.url("/graphql"))
@@ -214,7 +203,7 @@ async fn twelve_thousand_racing_completions_count_exactly_ten_thousand() {
     .await;
     let w = World::create(&app).await;
     let alice = app.token(w.alice);
-    let post = create_post(&app, &alice, w.course, "viral").await;
+    let post = gid("Post", app.create_post(&alice, w.course, "viral").await);
     let post_id = raw_id(&post);
     let first = app
         .scalar_i64(
@@ -310,7 +299,7 @@ async fn posts_of(app: &TestApp, w: &World, n: usize) -> Vec<i64> {
     let alice = app.token(w.alice);
     let mut out = Vec::new();
     for i in 0..n {
-        out.push(raw_id(&create_post(app, &alice, w.course, &format!("post {i}")).await));
+        out.push(app.create_post(&alice, w.course, &format!("post {i}")).await);
     }
     out
 }
@@ -432,7 +421,7 @@ async fn a_start_on_a_post_in_memory_admits_and_opens_together_and_a_refused_one
     .await;
     let w = World::create(&app).await;
     let bob = app.token(w.bob);
-    let post = create_post(&app, &app.token(w.alice), w.course, "hot").await;
+    let post = gid("Post", app.create_post(&app.token(w.alice), w.course, "hot").await);
     views_of(&app, &bob, &post).await;
     assert!(app.state.course_pages.post(raw_id(&post)).is_some(), "the post is in memory");
 

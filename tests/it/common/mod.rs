@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod content;
 pub mod likes;
 pub mod procs;
 pub mod proxy;
@@ -277,18 +278,6 @@ impl TestApp {
         response["data"].clone()
     }
 
-    /// Creates a post through `createPost` as the token's user; returns its database id.
-    pub async fn create_post(&self, token: &str, course_id: i64, title: &str) -> i64 {
-        let data = self
-            .gql_ok(
-                Some(token),
-                "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"body\") { id } }",
-                json!({ "c": gid("Course", course_id), "t": title }),
-            )
-            .await;
-        raw_id(data["createPost"]["id"].as_str().expect("post id"))
-    }
-
     /// Inserts a user directly; returns the database id.
     pub async fn create_user(&self, handle: &str) -> i64 {
         self.scalar_i64("INSERT INTO users (handle, display_name) VALUES ($1, $1) RETURNING id AS v", [handle.into()])
@@ -549,21 +538,9 @@ pub async fn threads(app: &TestApp, world: &World, posts: usize) -> Vec<i64> {
     for p in 0..posts {
         let post = app.create_post(&alice, world.course, &format!("post {p}")).await;
         for c in 0..3 {
-            let comment = app
-                .gql_ok(
-                    Some(&alice),
-                    "mutation($p: ID!, $b: String!) { createComment(postId: $p, body: $b) { id } }",
-                    json!({ "p": gid("Post", post), "b": format!("p{p} c{c}") }),
-                )
-                .await["createComment"]["id"]
-                .clone();
+            let comment = gid("Comment", app.create_comment(&alice, post, &format!("p{p} c{c}")).await);
             for r in 0..2 {
-                app.gql_ok(
-                    Some(&alice),
-                    "mutation($c: ID!, $b: String!) { createReply(commentId: $c, body: $b) { id } }",
-                    json!({ "c": comment, "b": format!("p{p} c{c} r{r}") }),
-                )
-                .await;
+                app.create_reply(&alice, &comment, &format!("p{p} c{c} r{r}")).await;
             }
         }
         ids.push(post);
