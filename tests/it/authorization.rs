@@ -15,6 +15,7 @@ use course_forum::worker::LikeWorker;
 use serde_json::{Value as Json, json};
 
 use crate::common::likes::{Target, rows_and_counter};
+use crate::common::snapshot::{assert_no_failures, count, snapshot};
 use crate::common::{self, JWT_SECRET, TestApp, World, error_code, gid, raw_id};
 
 // ---------------------------------------------------------------------------------------------
@@ -146,39 +147,6 @@ async fn liked_by_me_as_a_member(f: &Fixture, user: i64) -> Json {
         .await
 }
 
-/// Counts and fingerprints of every table a request could change.
-const SNAPSHOT: &[&str] = &[
-    "SELECT count(*) AS v FROM posts",
-    "SELECT count(*) AS v FROM posts WHERE deleted_at IS NOT NULL",
-    "SELECT count(*) AS v FROM posts WHERE edited_at IS NOT NULL",
-    "SELECT coalesce(sum(like_count + comment_count), 0)::bigint AS v FROM posts",
-    "SELECT coalesce(sum(hashtext(title || '|' || body)::bigint), 0)::bigint AS v FROM posts",
-    "SELECT count(*) AS v FROM comments",
-    "SELECT count(*) AS v FROM comments WHERE deleted_at IS NOT NULL",
-    "SELECT count(*) AS v FROM comments WHERE edited_at IS NOT NULL",
-    "SELECT coalesce(sum(like_count + reply_count), 0)::bigint AS v FROM comments",
-    "SELECT coalesce(sum(hashtext(body)::bigint), 0)::bigint AS v FROM comments",
-    "SELECT count(*) AS v FROM post_likes",
-    "SELECT count(*) AS v FROM comment_likes",
-    "SELECT count(*) AS v FROM course_members",
-    "SELECT count(*) AS v FROM users",
-];
-
-/// The `SNAPSHOT` counts, and the like events waiting in the streams for the worker (buffered
-/// mode appends one per toggle that changed a liked-set; sync mode none).
-async fn snapshot(app: &TestApp) -> Vec<(&'static str, i64)> {
-    let mut out = Vec::new();
-    for sql in SNAPSHOT {
-        out.push((*sql, app.scalar_i64(sql, []).await));
-    }
-    out.push(("like events not yet applied", common::likes::unapplied(app).await as i64));
-    out
-}
-
-async fn count(app: &TestApp, sql: &str) -> i64 {
-    app.scalar_i64(sql, []).await
-}
-
 /// Posts a GraphQL request with a raw `Authorization` header value.
 async fn gql_with_header(app: &TestApp, authorization: &str, query: &str, variables: Json) -> Json {
     app.http
@@ -205,10 +173,6 @@ fn refusal_problem(response: &Json, code: &str) -> Option<String> {
         return Some(format!("refused response leaks course content: {response}"));
     }
     None
-}
-
-fn assert_no_failures(failures: Vec<String>) {
-    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ use course_forum::config::LikeMode;
 use course_forum::worker::LikeWorker;
 use serde_json::{Value as Json, json};
 
+use crate::common::snapshot::{assert_no_failures, count, snapshot};
 use crate::common::{self, TestApp, World, error_code, gid, raw_id};
 
 // ---------------------------------------------------------------------------------------------
@@ -120,37 +121,6 @@ fn nothing_liked() -> Json {
     ] } })
 }
 
-/// Counts and fingerprints of every table a request could change.
-const SNAPSHOT: &[&str] = &[
-    "SELECT count(*) AS v FROM posts",
-    "SELECT count(*) AS v FROM posts WHERE deleted_at IS NOT NULL",
-    "SELECT count(*) AS v FROM posts WHERE edited_at IS NOT NULL",
-    "SELECT coalesce(sum(like_count + comment_count), 0)::bigint AS v FROM posts",
-    "SELECT coalesce(sum(hashtext(title || '|' || body)::bigint), 0)::bigint AS v FROM posts",
-    "SELECT count(*) AS v FROM comments",
-    "SELECT count(*) AS v FROM comments WHERE deleted_at IS NOT NULL",
-    "SELECT count(*) AS v FROM comments WHERE edited_at IS NOT NULL",
-    "SELECT coalesce(sum(like_count + reply_count), 0)::bigint AS v FROM comments",
-    "SELECT coalesce(sum(hashtext(body)::bigint), 0)::bigint AS v FROM comments",
-    "SELECT count(*) AS v FROM post_likes",
-    "SELECT count(*) AS v FROM comment_likes",
-];
-
-/// The `SNAPSHOT` counts, and the like events waiting in the streams for the worker (buffered
-/// mode appends one per toggle that changed a liked-set; sync mode none).
-async fn snapshot(app: &TestApp) -> Vec<(&'static str, i64)> {
-    let mut out = Vec::new();
-    for sql in SNAPSHOT {
-        out.push((*sql, app.scalar_i64(sql, []).await));
-    }
-    out.push(("like events not yet applied", common::likes::unapplied(app).await as i64));
-    out
-}
-
-async fn count(app: &TestApp, sql: &str) -> i64 {
-    app.scalar_i64(sql, []).await
-}
-
 /// Checks a refusal: the code, a message, and no data.
 fn refusal_problem(response: &Json, code: &str) -> Option<String> {
     if error_code(response).as_deref() != Some(code) {
@@ -194,10 +164,6 @@ async fn expect_refused(f: &Fixture, name: &str, query: &str, vars: Json, code: 
     if after != before {
         failures.push(format!("{name}: database changed\n  before {before:?}\n  after  {after:?}"));
     }
-}
-
-fn assert_no_failures(failures: Vec<String>) {
-    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
 
 fn b64(text: &str) -> String {

@@ -10,6 +10,7 @@ pub mod likes;
 pub mod procs;
 pub mod proxy;
 pub mod redis_server;
+pub mod snapshot;
 pub mod ws;
 
 use std::sync::Arc;
