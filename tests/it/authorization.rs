@@ -8,7 +8,7 @@
 //! these tests step by hand (`Fixture::apply_likes`). In buffered mode a refused like must also
 //! leave the like stream and the liked-sets alone.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use course_forum::config::LikeMode;
 use course_forum::worker::LikeWorker;
@@ -16,7 +16,7 @@ use serde_json::{Value as Json, json};
 
 use crate::common::likes::{Target, rows_and_counter};
 use crate::common::snapshot::{assert_no_failures, count, snapshot};
-use crate::common::{self, JWT_SECRET, TestApp, World, error_code, gid, raw_id};
+use crate::common::{self, JWT_SECRET, TestApp, World, error_code, gid, raw_id, unix_now};
 
 // ---------------------------------------------------------------------------------------------
 // Fixture
@@ -41,7 +41,7 @@ struct Fixture {
 
 impl Fixture {
     async fn new(mode: LikeMode) -> Fixture {
-        Self::from_app(TestApp::spawn_with(|s| s.like_mode = mode).await).await
+        Self::from_app(TestApp::spawn_in(mode).await).await
     }
 
     /// The fixture on an app spawned in sync or buffered mode (read back from its settings).
@@ -722,10 +722,6 @@ async fn the_author_may_edit_and_delete_their_own_content(mode: LikeMode) {
 // Tokens
 // ---------------------------------------------------------------------------------------------
 
-fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
-}
-
 fn sign(claims: Json, secret: &str, algorithm: jsonwebtoken::Algorithm) -> String {
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(algorithm),
@@ -740,7 +736,7 @@ fn bad_headers(user: i64) -> Vec<(&'static str, String)> {
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
     let hs256 = jsonwebtoken::Algorithm::HS256;
-    let valid_claims = json!({ "sub": user.to_string(), "iat": now(), "exp": now() + 3600 });
+    let valid_claims = json!({ "sub": user.to_string(), "iat": unix_now(), "exp": unix_now() + 3600 });
     let other_secret = course_forum::auth::TokenKeys::new("a-completely-different-secret-0000")
         .unwrap()
         .mint(user, Duration::from_secs(3600))
@@ -756,17 +752,27 @@ fn bad_headers(user: i64) -> Vec<(&'static str, String)> {
             "expired an hour ago",
             format!(
                 "Bearer {}",
-                sign(json!({ "sub": user.to_string(), "iat": now() - 7200, "exp": now() - 3600 }), JWT_SECRET, hs256)
+                sign(
+                    json!({ "sub": user.to_string(), "iat": unix_now() - 7200, "exp": unix_now() - 3600 }),
+                    JWT_SECRET,
+                    hs256
+                )
             ),
         ),
         (
             "without exp",
-            format!("Bearer {}", sign(json!({ "sub": user.to_string(), "iat": now() }), JWT_SECRET, hs256)),
+            format!("Bearer {}", sign(json!({ "sub": user.to_string(), "iat": unix_now() }), JWT_SECRET, hs256)),
         ),
-        ("without sub", format!("Bearer {}", sign(json!({ "iat": now(), "exp": now() + 3600 }), JWT_SECRET, hs256))),
+        (
+            "without sub",
+            format!("Bearer {}", sign(json!({ "iat": unix_now(), "exp": unix_now() + 3600 }), JWT_SECRET, hs256)),
+        ),
         (
             "sub is not a user id",
-            format!("Bearer {}", sign(json!({ "sub": "alice", "iat": now(), "exp": now() + 3600 }), JWT_SECRET, hs256)),
+            format!(
+                "Bearer {}",
+                sign(json!({ "sub": "alice", "iat": unix_now(), "exp": unix_now() + 3600 }), JWT_SECRET, hs256)
+            ),
         ),
         (
             "HS512 instead of HS256",

@@ -34,7 +34,7 @@ struct Fixture {
 
 impl Fixture {
     async fn new(mode: LikeMode) -> Fixture {
-        Self::from_app(TestApp::spawn_with(|s| s.like_mode = mode).await).await
+        Self::from_app(TestApp::spawn_in(mode).await).await
     }
 
     /// The fixture on an app spawned in sync or buffered mode (read back from its settings).

@@ -11,10 +11,6 @@ use serde_json::{Value, json};
 
 use crate::common::{self, TestApp, World, gid, raw_id};
 
-async fn buffered_app() -> TestApp {
-    TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await
-}
-
 async fn set_post_like(app: &TestApp, user: i64, post: i64, liked: bool) -> Value {
     let field = if liked { "likePost" } else { "unlikePost" };
     let query = format!("mutation($p: ID!) {{ {field}(postId: $p) {{ likeCount likedByMe }} }}");
@@ -42,7 +38,7 @@ async fn stream_len(app: &TestApp) -> i64 {
 
 #[tokio::test]
 async fn the_seed_story_end_to_end() {
-    let app = buffered_app().await;
+    let app = TestApp::spawn_in(LikeMode::Buffered).await;
     let world = World::create(&app).await;
     let carol = app.create_user("carol").await;
     app.enroll(world.course, carol, "student").await;
@@ -128,7 +124,7 @@ async fn the_seed_story_end_to_end() {
 
 #[tokio::test]
 async fn a_page_of_twenty_posts_costs_exactly_one_smismember() {
-    let app = buffered_app().await;
+    let app = TestApp::spawn_in(LikeMode::Buffered).await;
     let world = World::create(&app).await;
     let mut posts = Vec::new();
     for n in 0..20 {
@@ -156,7 +152,7 @@ async fn a_page_of_twenty_posts_costs_exactly_one_smismember() {
 
 #[tokio::test]
 async fn liked_by_me_stays_right_after_every_liked_set_is_dropped() {
-    let app = buffered_app().await;
+    let app = TestApp::spawn_in(LikeMode::Buffered).await;
     let world = World::create(&app).await;
     let worker = app.worker().await;
     let liked_post = app.create_post_as(world.bob, world.course, "liked").await;
@@ -260,7 +256,7 @@ type Value2 = redis::Value;
 
 #[tokio::test]
 async fn postgres_unreachable_during_a_batch_loses_nothing() {
-    let app = buffered_app().await;
+    let app = TestApp::spawn_in(LikeMode::Buffered).await;
     let world = World::create(&app).await;
     let post = app.create_post_as(world.bob, world.course, "hot").await;
     let proxy = common::proxy::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
@@ -374,7 +370,7 @@ async fn the_toggle_script_enforces_the_rate_limit_and_a_refused_toggle_changes_
 
 #[tokio::test]
 async fn a_like_by_a_user_who_left_before_it_applied_is_refused_and_the_set_reloads() {
-    let app = buffered_app().await;
+    let app = TestApp::spawn_in(LikeMode::Buffered).await;
     let world = World::create(&app).await;
     let worker = app.worker().await;
     let post = app.create_post_as(world.bob, world.course, "target").await;

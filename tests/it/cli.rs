@@ -4,6 +4,7 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use crate::common::procs::stderr;
 use crate::common::{self, TestApp};
 
 fn course_forum(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -14,10 +15,6 @@ fn course_forum(args: &[&str], env: &[(&str, &str)]) -> Output {
     }
     command.envs(env.iter().copied());
     command.output().expect("run course-forum")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 #[test]

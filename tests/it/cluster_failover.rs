@@ -22,6 +22,7 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::common::cluster::{NODE_TIMEOUT, PrivateCluster};
+use crate::common::likes::{Target, rows_and_counter};
 use crate::common::procs::ServeProcess;
 use crate::common::ws::GqlSocket;
 use crate::common::{TestApp, World, error_code, gid};
@@ -53,13 +54,6 @@ async fn students(app: &TestApp, course: i64, count: i64, tag: &str) -> Vec<i64>
         .await;
     app.memberships_settled().await;
     (first..first + count).collect()
-}
-
-/// Like rows and the counter of a post.
-async fn rows_and_counter(app: &TestApp, post: i64) -> (i64, i64) {
-    let rows = app.scalar_i64("SELECT count(*) AS v FROM post_likes WHERE post_id = $1", [post.into()]).await;
-    let counter = app.scalar_i64("SELECT like_count::bigint AS v FROM posts WHERE id = $1", [post.into()]).await;
-    (rows, counter)
 }
 
 async fn likers_in_database(app: &TestApp, post: i64) -> HashSet<i64> {
@@ -123,7 +117,7 @@ async fn settled_rows(app: &TestApp, post: i64, expected: usize) -> (i64, i64) {
     let mut last = (-1, -1);
     let mut stable_since = Instant::now();
     loop {
-        let now = rows_and_counter(app, post).await;
+        let now = rows_and_counter(app, Target::Post(post)).await;
         if now != last {
             last = now;
             stable_since = Instant::now();

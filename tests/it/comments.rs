@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Value as Json, json};
 use tokio::sync::Barrier;
 
-use crate::common::{TestApp, World, error_code, gid, raw_id};
+use crate::common::{TestApp, World, error_code, gid, raw_id, send_alone};
 
 const POST_FIELDS: &str = "id title body commentCount likeCount likedByMe editedAt createdAt";
 
@@ -758,21 +758,6 @@ async fn comment_likes_are_idempotent_on_comments_and_replies() {
     let response = app.gql(Some(&bob), &toggle(true), json!({ "c": gid("Comment", reply_id) })).await;
     assert_code(&response, "NOT_FOUND");
     assert_eq!(sql_likes(reply_id).await, 0);
-}
-
-/// Sends one request on its own HTTP connection (so its own server task and transaction).
-async fn send_alone(url: String, token: String, query: &'static str, variables: Json) -> Json {
-    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client");
-    client
-        .post(url)
-        .header("Authorization", format!("Bearer {token}"))
-        .json(&json!({ "query": query, "variables": variables }))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

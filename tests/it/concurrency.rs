@@ -6,25 +6,10 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio::sync::Barrier;
 
-use crate::common::{self, TestApp, World, gid};
+use crate::common::{self, TestApp, World, gid, send_alone};
 
 const LIKE_POST: &str = "mutation($id: ID!) { likePost(postId: $id) { likeCount likedByMe } }";
 const UNLIKE_POST: &str = "mutation($id: ID!) { unlikePost(postId: $id) { likeCount likedByMe } }";
-
-/// Sends one mutation on a fresh connection (a new client has an empty pool).
-async fn send_alone(url: String, token: String, query: &'static str, id: String) -> serde_json::Value {
-    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client");
-    client
-        .post(url)
-        .header("Authorization", format!("Bearer {token}"))
-        .json(&json!({ "query": query, "variables": { "id": id } }))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_likes_by_one_user_make_one_row() {
@@ -39,7 +24,7 @@ async fn fifty_concurrent_likes_by_one_user_make_one_row() {
             let (barrier, url, token, post) = (barrier.clone(), app.url("/graphql"), token.clone(), post.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
-                send_alone(url, token, LIKE_POST, post).await
+                send_alone(url, token, LIKE_POST, json!({ "id": post })).await
             })
         })
         .collect();
@@ -83,7 +68,7 @@ async fn two_hundred_concurrent_toggles_keep_every_counter_equal_to_its_rows() {
             let query = if (i * 31) % 5 < 3 { LIKE_POST } else { UNLIKE_POST };
             tokio::spawn(async move {
                 barrier.wait().await;
-                send_alone(url, token, query, post).await
+                send_alone(url, token, query, json!({ "id": post })).await
             })
         })
         .collect();

@@ -30,6 +30,7 @@ use rand::seq::SliceRandom;
 use sea_orm::{DbBackend, FromQueryResult, Statement};
 use serde_json::{Value, json};
 
+use crate::common::likes::{Target, rows_and_counter};
 use crate::common::procs::{PrivateRedis, ServeProcess};
 use crate::common::proxy::TcpProxy;
 use crate::common::ws::GqlSocket;
@@ -397,13 +398,6 @@ async fn until_answered(what: &str, mut attempt: impl AsyncFnMut() -> Value) -> 
     }
 }
 
-async fn rows_and_counter(app: &TestApp, post: i64) -> (i64, i64) {
-    (
-        app.scalar_i64("SELECT count(*) AS v FROM post_likes WHERE post_id = $1", [post.into()]).await,
-        app.scalar_i64("SELECT like_count::bigint AS v FROM posts WHERE id = $1", [post.into()]).await,
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restarted_empty_recovers_on_its_own() {
     let mut redis = PrivateRedis::start(false);
@@ -434,7 +428,7 @@ async fn redis_restarted_empty_recovers_on_its_own() {
     assert_eq!(page_title().await.as_deref(), Some("before"), "the page is served from memory");
     assert_eq!(like(&app, world.alice, post).await["data"]["likePost"]["likeCount"], 1);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while rows_and_counter(&app, post).await != (1, 1) {
+    while rows_and_counter(&app, Target::Post(post)).await != (1, 1) {
         assert!(Instant::now() < deadline, "the worker did not apply the first like");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -473,7 +467,7 @@ async fn redis_restarted_empty_recovers_on_its_own() {
     let data = until_answered("a new like", async || like(&app, world.bob, post).await).await;
     assert_eq!(data["likePost"]["likeCount"], 2);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while rows_and_counter(&app, post).await != (2, 2) {
+    while rows_and_counter(&app, Target::Post(post)).await != (2, 2) {
         assert!(Instant::now() < deadline, "the worker did not apply likes after the restart");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -605,7 +599,7 @@ async fn postgres_unreachable_for_30_s_reads_fail_buffered_likes_go_on_and_nothi
         probes += 1;
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    assert_eq!(rows_and_counter(&app, post).await, (0, 0), "nothing reached PostgreSQL");
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (0, 0), "nothing reached PostgreSQL");
     eprintln!("postgres outage: {probes} rounds of probes over {OUTAGE:?}; slowest answer {slowest:?}");
     assert!(slowest < Duration::from_secs(5), "answers are prompt (CONNECT_TIMEOUT is 2 s): {slowest:?}");
 
@@ -613,7 +607,7 @@ async fn postgres_unreachable_for_30_s_reads_fail_buffered_likes_go_on_and_nothi
     let restored = Instant::now();
     let deadline = restored + Duration::from_secs(20);
     // Ten from before the outage and the reader's from during it; the leaver's is refused.
-    while rows_and_counter(&app, post).await != (11, 11) || entries().await != 0 {
+    while rows_and_counter(&app, Target::Post(post)).await != (11, 11) || entries().await != 0 {
         assert!(Instant::now() < deadline, "the worker did not drain after PostgreSQL returned");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -631,7 +625,7 @@ async fn postgres_unreachable_for_30_s_reads_fail_buffered_likes_go_on_and_nothi
     let data = until_answered("a like after the outage", async || like(&app, cold, post).await).await;
     assert_eq!(data["likePost"]["likeCount"], 12);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while rows_and_counter(&app, post).await != (12, 12) {
+    while rows_and_counter(&app, Target::Post(post)).await != (12, 12) {
         assert!(Instant::now() < deadline, "the worker did not apply the like after the outage");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -13,7 +13,7 @@ use sea_orm::{DbBackend, FromQueryResult, Statement};
 use serde_json::{Value as Json, json};
 use tokio::sync::Barrier;
 
-use crate::common::redis_server::PrivateRedis;
+use crate::common::procs::PrivateRedis;
 use crate::common::{TestApp, error_code, gid, raw_id};
 
 const FEED: &str = "query($first: Int, $after: String) { homeFeed(first: $first, after: $after) { \
@@ -517,7 +517,7 @@ async fn a_post_fanned_out_while_its_timeline_is_rebuilt_is_kept() {
 #[tokio::test]
 async fn pipelined_scripts_load_themselves_into_a_redis_that_forgot_them() {
     // A Redis of our own: its script cache may be flushed without disturbing other tests.
-    let server = PrivateRedis::start(&[]);
+    let server = PrivateRedis::start(false);
     let redis =
         course_forum::kv::connect(&server.url(), std::time::Duration::from_secs(5), "test").await.expect("connect");
     let lists = Lists::new(redis.clone(), 10);

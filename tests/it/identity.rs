@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use course_forum::auth::identity::handle_candidate;
 use jsonwebtoken::jwk::Jwk;
@@ -15,7 +15,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 
 use crate::common::ws::GqlSocket;
-use crate::common::{self, JWT_SECRET, TestApp, raw_id};
+use crate::common::{self, JWT_SECRET, TestApp, raw_id, unix_now};
 
 const ISSUER: &str = "https://idp.test.invalid/realms/course";
 const AUDIENCE: &str = "course-forum-web";
@@ -70,14 +70,10 @@ fn jwks(signers: &[&Signer]) -> Value {
     json!({ "keys": signers.iter().map(|s| s.jwk.clone()).collect::<Vec<_>>() })
 }
 
-fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_secs()
-}
-
 /// Claims a provider would send for `sub`.
 fn claims(sub: &str, handle: &str, name: &str) -> Value {
     json!({
-        "iss": ISSUER, "aud": AUDIENCE, "sub": sub, "iat": now(), "exp": now() + 3600,
+        "iss": ISSUER, "aud": AUDIENCE, "sub": sub, "iat": unix_now(), "exp": unix_now() + 3600,
         "preferred_username": handle, "name": name,
     })
 }
@@ -262,7 +258,7 @@ async fn bad_tokens_are_refused_over_http_and_websocket() {
         ("wrong aud", ec.sign(&with(&|c| drop(c.insert("aud".into(), json!("another-app")))))),
         ("missing iss", rsa.sign(&with(&|c| drop(c.remove("iss"))))),
         ("missing aud", ec.sign(&with(&|c| drop(c.remove("aud"))))),
-        ("expired", rsa.sign(&with(&|c| drop(c.insert("exp".into(), json!(now() - 3600)))))),
+        ("expired", rsa.sign(&with(&|c| drop(c.insert("exp".into(), json!(unix_now() - 3600)))))),
         ("missing sub", rsa.sign(&with(&|c| drop(c.remove("sub"))))),
         ("HS256 claiming a JWKS kid", confused),
         (
@@ -295,10 +291,10 @@ async fn server_tokens_carry_and_require_their_iss_and_aud() {
     let (iss, aud) = (course_forum::auth::DEV_ISSUER, course_forum::auth::DEV_AUDIENCE);
     let sub = user.to_string();
     for (what, claims) in [
-        ("no iss", json!({ "sub": sub, "aud": aud, "exp": now() + 3600 })),
-        ("no aud", json!({ "sub": sub, "iss": iss, "exp": now() + 3600 })),
-        ("wrong iss", json!({ "sub": sub, "iss": ISSUER, "aud": aud, "exp": now() + 3600 })),
-        ("wrong aud", json!({ "sub": sub, "iss": iss, "aud": AUDIENCE, "exp": now() + 3600 })),
+        ("no iss", json!({ "sub": sub, "aud": aud, "exp": unix_now() + 3600 })),
+        ("no aud", json!({ "sub": sub, "iss": iss, "exp": unix_now() + 3600 })),
+        ("wrong iss", json!({ "sub": sub, "iss": ISSUER, "aud": aud, "exp": unix_now() + 3600 })),
+        ("wrong aud", json!({ "sub": sub, "iss": iss, "aud": AUDIENCE, "exp": unix_now() + 3600 })),
     ] {
         assert_refused(&app, what, &sign(claims)).await;
     }
@@ -446,14 +442,14 @@ async fn tokens_before_their_nbf_are_refused() {
     let app = spawn_with_jwks(file.0.to_str().expect("path")).await;
     let users_before = count(&app, "users").await;
     let mut early = claims("sub-early", "early", "Early");
-    early.as_object_mut().expect("object").insert("nbf".into(), json!(now() + 600));
+    early.as_object_mut().expect("object").insert("nbf".into(), json!(unix_now() + 600));
     assert_refused(&app, "a provider token before its nbf", &rsa.sign(&early)).await;
     let response = app.gql(Some(&rsa.sign(&early)), ME, json!({})).await;
     assert!(response["errors"][0]["message"].as_str().unwrap_or_default().contains("Immature"), "{response}");
     assert_eq!(count(&app, "users").await, users_before, "the early token provisioned nobody");
     // Within the leeway, or past: accepted.
     let mut ready = claims("sub-ready", "ready", "Ready");
-    ready.as_object_mut().expect("object").insert("nbf".into(), json!(now() + 2));
+    ready.as_object_mut().expect("object").insert("nbf".into(), json!(unix_now() + 2));
     assert_eq!(me(&app, &rsa.sign(&ready)).await.1, "ready");
 
     // The server's own tokens carry no nbf, but one that does is held to it too.
@@ -461,14 +457,13 @@ async fn tokens_before_their_nbf_are_refused() {
     let user = app.create_user("dev_early").await;
     let (iss, aud) = (course_forum::auth::DEV_ISSUER, course_forum::auth::DEV_AUDIENCE);
     let dev = |nbf: u64| {
-        let claims =
-            json!({ "sub": user.to_string(), "iss": iss, "aud": aud, "iat": now(), "exp": now() + 3600, "nbf": nbf });
+        let claims = json!({ "sub": user.to_string(), "iss": iss, "aud": aud, "iat": unix_now(), "exp": unix_now() + 3600, "nbf": nbf });
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &secret(JWT_SECRET.as_bytes())).expect("sign")
     };
-    assert_refused(&app, "a server token before its nbf", &dev(now() + 600)).await;
-    let response = app.gql(Some(&dev(now() + 600)), ME, json!({})).await;
+    assert_refused(&app, "a server token before its nbf", &dev(unix_now() + 600)).await;
+    let response = app.gql(Some(&dev(unix_now() + 600)), ME, json!({})).await;
     assert!(response["errors"][0]["message"].as_str().unwrap_or_default().contains("Immature"), "{response}");
-    assert_eq!(me(&app, &dev(now() - 10)).await.0, user);
+    assert_eq!(me(&app, &dev(unix_now() - 10)).await.0, user);
 }
 
 #[tokio::test]

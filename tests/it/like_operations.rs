@@ -7,7 +7,7 @@ use course_forum::config::LikeMode;
 use sea_orm::ConnectionTrait;
 use serde_json::json;
 
-use crate::common::redis_server::PrivateRedis;
+use crate::common::procs::PrivateRedis;
 use crate::common::{self, TestApp, World, gid};
 
 fn course_forum(app: &TestApp, args: &[&str], extra: &[(&str, &str)]) -> Output {
@@ -105,7 +105,7 @@ async fn reset_like_cache_drops_the_sets_and_they_reload() {
 #[tokio::test]
 async fn buffered_mode_refuses_a_redis_that_may_evict_the_stream() {
     let app = TestApp::spawn().await;
-    let redis = PrivateRedis::start(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
+    let redis = PrivateRedis::start_with(false, &["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
     let url = format!("redis://127.0.0.1:{}", redis.port);
     let refused = course_forum(&app, &["reset-like-cache"], &[("REDIS_URL", &url)]);
     assert!(!refused.status.success());

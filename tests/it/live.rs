@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use course_forum::config::LikeMode;
 use serde_json::{Value, json};
 
+use crate::common::likes::{Target, toggle};
 use crate::common::ws::GqlSocket;
 use crate::common::{TestApp, World, gid};
 
@@ -19,15 +20,6 @@ async fn buffered_with_worker() -> TestApp {
         s.worker_in_serve = true;
     })
     .await
-}
-
-async fn like(app: &TestApp, user: i64, post: i64) {
-    app.gql_ok(
-        Some(&app.token(user)),
-        "mutation($p: ID!) { likePost(postId: $p) { id } }",
-        json!({ "p": gid("Post", post) }),
-    )
-    .await;
 }
 
 async fn db_count(app: &TestApp, post: i64) -> i64 {
@@ -49,7 +41,7 @@ async fn a_like_sent_to_one_instance_reaches_a_subscriber_on_another() {
     let mut socket = GqlSocket::connect(b.addr, Some(&a.token(world.alice))).await.expect("connect to B");
     socket.subscribe("1", LIKE_COUNTS, json!({ "ids": [gid("Post", post)] })).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    like(&a, world.instructor, post).await;
+    toggle(&a, world.instructor, Target::Post(post), true).await;
 
     let data = socket.next_data(Duration::from_secs(10)).await.expect("an update on B");
     assert_eq!(data["likeCounts"], json!({ "id": gid("Post", post), "likeCount": 1 }));
@@ -71,7 +63,7 @@ async fn an_update_carries_the_time_its_transaction_committed() {
         .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before_like = chrono::Utc::now();
-    like(&app, world.instructor, post).await;
+    toggle(&app, world.instructor, Target::Post(post), true).await;
     let data = socket.next_data(Duration::from_secs(10)).await.expect("an update");
     let received = chrono::Utc::now();
     assert_eq!(data["likeCounts"]["likeCount"], 1);
@@ -123,7 +115,7 @@ async fn a_burst_of_a_thousand_likes_arrives_coalesced_and_ends_on_the_final_cou
             for user in first_liker..first_liker + LIKERS {
                 let (a, permit) = (a.clone(), semaphore.clone().acquire_owned().await.expect("permit"));
                 tasks.push(tokio::spawn(async move {
-                    like(&a, user, post).await;
+                    toggle(&a, user, Target::Post(post), true).await;
                     drop(permit);
                 }));
             }
@@ -281,7 +273,7 @@ async fn sync_mode_publishes_after_its_statement_and_legacy_protocol_works() {
         GqlSocket::connect_with(app.addr, Some(&app.token(world.alice)), "graphql-ws").await.expect("legacy");
     socket.subscribe("1", LIKE_COUNTS, json!({ "ids": [gid("Post", post)] })).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    like(&app, world.instructor, post).await;
+    toggle(&app, world.instructor, Target::Post(post), true).await;
     let data = socket.next_data(Duration::from_secs(5)).await.expect("update");
     assert_eq!(data["likeCounts"]["likeCount"], 1);
 }
@@ -298,7 +290,7 @@ async fn likes_read_over_one_websocket_follow_likes_made_meanwhile() {
     socket.subscribe("before", read, json!({ "p": gid("Post", post) })).await;
     let before = next_about(&mut socket, "before").await;
     assert_eq!(before["payload"]["data"]["post"]["likedByMe"], false, "{before}");
-    like(&app, world.alice, post).await;
+    toggle(&app, world.alice, Target::Post(post), true).await;
     socket.subscribe("after", read, json!({ "p": gid("Post", post) })).await;
     let after = next_about(&mut socket, "after").await;
     assert_eq!(after["payload"]["data"]["post"]["likedByMe"], true, "a flag cached for the connection's life: {after}");

@@ -19,27 +19,16 @@ use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
+use crate::common::likes::{Target, rows_and_counter};
 use crate::common::{TestApp, World, gid};
 
 /// How long any single wait may take before the test fails instead of hanging.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-async fn app_in(mode: LikeMode) -> TestApp {
-    TestApp::spawn_with(|s| s.like_mode = mode).await
-}
-
 async fn set_post_like(app: &TestApp, user: i64, post: i64, liked: bool) {
     let field = if liked { "likePost" } else { "unlikePost" };
     let query = format!("mutation($p: ID!) {{ {field}(postId: $p) {{ likeCount }} }}");
     app.gql_ok(Some(&app.token(user)), &query, json!({ "p": gid("Post", post) })).await;
-}
-
-/// (like rows, counter) of a post.
-async fn rows_and_counter(app: &TestApp, post: i64) -> (i64, i64) {
-    (
-        app.scalar_i64("SELECT count(*) AS v FROM post_likes WHERE post_id = $1", [post.into()]).await,
-        app.scalar_i64("SELECT like_count::bigint AS v FROM posts WHERE id = $1", [post.into()]).await,
-    )
 }
 
 /// Drifts a counter behind the rows' back (as a lost recount mark or a bug would): what the
@@ -115,12 +104,12 @@ async fn recount_until_clean(app: &TestApp, job: &DirtyMarks) -> usize {
 /// reconciliation recounts it. The reconciliation must wait and count the batch's row.
 #[tokio::test]
 async fn reconcile_waits_for_a_worker_batch_and_counts_its_rows() {
-    let app = app_in(LikeMode::Buffered).await;
+    let app = TestApp::spawn_in(LikeMode::Buffered).await;
     let world = World::create(&app).await;
     let post = app.create_post(&app.token(world.instructor), world.course, "hot").await;
     drift(&app, post, 2).await;
     set_post_like(&app, world.alice, post, true).await;
-    assert_eq!(rows_and_counter(&app, post).await, (0, 2), "the like waits in the stream");
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (0, 2), "the like waits in the stream");
 
     let worker = app.worker().await;
     let held = worker.hooks().before_commit.hold().await;
@@ -140,7 +129,7 @@ async fn reconcile_waits_for_a_worker_batch_and_counts_its_rows() {
     batch.await.expect("batch task").expect("batch");
     reconcile.await.expect("reconcile task").expect("reconcile");
 
-    let (rows, counter) = rows_and_counter(&app, post).await;
+    let (rows, counter) = rows_and_counter(&app, Target::Post(post)).await;
     assert_eq!(counter, rows, "like_count must equal the like rows after the reconciliation (rows {rows})");
 
     // The last unlike must apply, not break `CHECK (like_count >= 0)` and be dead-lettered.
@@ -148,14 +137,14 @@ async fn reconcile_waits_for_a_worker_batch_and_counts_its_rows() {
     worker.drain().await.expect("drain the unlike");
     assert_eq!(worker.stats().batch_failures.load(std::sync::atomic::Ordering::Relaxed), 0, "no failed batch");
     assert_eq!(worker.stats().dead_letters.load(std::sync::atomic::Ordering::Relaxed), 0, "no dead letter");
-    assert_eq!(rows_and_counter(&app, post).await, (0, 0));
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (0, 0));
 }
 
 /// A synchronous toggle has inserted its row and bumped the counter, not yet committed, while
 /// the reconciliation recounts the post. The reconciliation must wait and count that row.
 #[tokio::test]
 async fn reconcile_waits_for_a_sync_toggle_and_counts_its_row() {
-    let app = app_in(LikeMode::Sync).await;
+    let app = TestApp::spawn_in(LikeMode::Sync).await;
     let world = World::create(&app).await;
     let post = app.create_post(&app.token(world.instructor), world.course, "sync").await;
     drift(&app, post, 2).await;
@@ -178,7 +167,7 @@ async fn reconcile_waits_for_a_sync_toggle_and_counts_its_row() {
     toggle.commit().await.expect("commit the toggle");
     reconcile.await.expect("reconcile task").expect("reconcile");
 
-    let (rows, counter) = rows_and_counter(&app, post).await;
+    let (rows, counter) = rows_and_counter(&app, Target::Post(post)).await;
     assert_eq!((rows, counter), (1, 1), "like_count must equal the like rows after the reconciliation");
 }
 
@@ -187,7 +176,7 @@ async fn reconcile_waits_for_a_sync_toggle_and_counts_its_row() {
 /// on the recounted value, which did not include its row.
 #[tokio::test]
 async fn a_sync_toggle_waits_for_the_reconcile_and_adds_its_row() {
-    let app = app_in(LikeMode::Sync).await;
+    let app = TestApp::spawn_in(LikeMode::Sync).await;
     let world = World::create(&app).await;
     let post = app.create_post(&app.token(world.instructor), world.course, "sync").await;
     drift(&app, post, 2).await;
@@ -220,7 +209,7 @@ async fn a_sync_toggle_waits_for_the_reconcile_and_adds_its_row() {
     reconcile.await.expect("reconcile task").expect("reconcile");
     let response = like.await.expect("like task");
     assert_eq!(response["data"]["likePost"]["likeCount"], 1, "{response}");
-    assert_eq!(rows_and_counter(&app, post).await, (1, 1));
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (1, 1));
 }
 
 /// Two instances' recount jobs (level 2). Job A has written its count and holds the post; bob
@@ -229,11 +218,11 @@ async fn a_sync_toggle_waits_for_the_reconcile_and_adds_its_row() {
 /// were when it started.
 #[tokio::test]
 async fn a_recount_waiting_for_another_instance_counts_what_committed_meanwhile() {
-    let app = app_in(LikeMode::Recount).await;
+    let app = TestApp::spawn_in(LikeMode::Recount).await;
     let world = World::create(&app).await;
     let post = app.create_post(&app.token(world.instructor), world.course, "dirty").await;
     set_post_like(&app, world.alice, post, true).await;
-    assert_eq!(rows_and_counter(&app, post).await, (1, 0), "the counter waits for the recount");
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (1, 0), "the counter waits for the recount");
 
     let (a, b) = (recount_job(&app), recount_job(&app));
     let held = a.hooks().before_commit.hold().await;
@@ -254,10 +243,10 @@ async fn a_recount_waiting_for_another_instance_counts_what_committed_meanwhile(
     job_a.await.expect("job A task").expect("job A");
     job_b.await.expect("job B task").expect("job B");
 
-    let (rows, counter) = rows_and_counter(&app, post).await;
+    let (rows, counter) = rows_and_counter(&app, Target::Post(post)).await;
     assert_eq!(counter, rows, "like_count after both jobs must equal the like rows (rows {rows})");
     assert_eq!(recount_until_clean(&app, &a).await, 0, "nothing left to fix");
-    assert_eq!(rows_and_counter(&app, post).await, (1, 1));
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (1, 1));
 }
 
 /// Two instances' recount jobs, the other way round: job A has written its count and holds the
@@ -266,7 +255,7 @@ async fn a_recount_waiting_for_another_instance_counts_what_committed_meanwhile(
 /// equal to the rows; an empty dirty set with a wrong counter is a lost unlike.
 #[tokio::test]
 async fn a_recount_that_clears_the_newest_mark_leaves_the_counter_right() {
-    let app = app_in(LikeMode::Recount).await;
+    let app = TestApp::spawn_in(LikeMode::Recount).await;
     let world = World::create(&app).await;
     let post = app.create_post(&app.token(world.instructor), world.course, "dirty").await;
     set_post_like(&app, world.alice, post, true).await;
@@ -291,7 +280,7 @@ async fn a_recount_that_clears_the_newest_mark_leaves_the_counter_right() {
     job_a.await.expect("job A task").expect("job A");
     job_b.await.expect("job B task").expect("job B");
 
-    let (rows, counter) = rows_and_counter(&app, post).await;
+    let (rows, counter) = rows_and_counter(&app, Target::Post(post)).await;
     let dirty = dirty_marks(&app).await;
     assert_eq!(
         counter, rows,

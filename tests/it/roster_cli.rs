@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use sea_orm::{DbBackend, FromQueryResult, Statement};
 use serde_json::json;
 
+use crate::common::procs::stderr;
 use crate::common::{self, TestApp, error_code, gid};
 
 fn course_forum(app: &TestApp, args: &[&str]) -> Output {
@@ -24,10 +25,6 @@ fn course_forum(app: &TestApp, args: &[&str]) -> Output {
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// Writes a roster file into the test's own temporary directory.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use course_forum::config::LikeMode;
 use serde_json::json;
 
-use crate::common::likes::{pending_entries, run_crashing_worker};
+use crate::common::likes::{Target, pending_entries, rows_and_counter, run_crashing_worker};
 use crate::common::{self, TestApp, World, gid};
 
 const LIKERS: usize = 30;
@@ -64,13 +64,6 @@ async fn stream_is_empty(app: &TestApp) -> bool {
     true
 }
 
-async fn rows_and_counter(app: &TestApp, post: i64) -> (i64, i64) {
-    (
-        app.scalar_i64("SELECT count(*) AS v FROM post_likes WHERE post_id = $1", [post.into()]).await,
-        app.scalar_i64("SELECT like_count::bigint AS v FROM posts WHERE id = $1", [post.into()]).await,
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_commit_before_ack_replays_without_counting_twice() {
     let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await;
@@ -78,12 +71,12 @@ async fn crash_after_commit_before_ack_replays_without_counting_twice() {
 
     let status = run_crashing_worker(&app, "abort-after-commit");
     assert_eq!(status.signal(), Some(6), "the worker died by SIGABRT: {status:?}");
-    let (committed, _) = rows_and_counter(&app, post).await;
+    let (committed, _) = rows_and_counter(&app, Target::Post(post)).await;
     assert!(committed > 0, "its batch committed before the crash");
     assert!(pending_entries(&app).await > 0, "…but was never acked");
 
     take_over_and_drain(&app).await;
-    assert_eq!(rows_and_counter(&app, post).await, (LIKERS as i64, LIKERS as i64));
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (LIKERS as i64, LIKERS as i64));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,9 +86,9 @@ async fn consumer_dying_mid_batch_is_taken_over_and_totals_are_exact() {
 
     let status = run_crashing_worker(&app, "abort-before-commit");
     assert_eq!(status.signal(), Some(6), "the worker died by SIGABRT: {status:?}");
-    assert_eq!(rows_and_counter(&app, post).await, (0, 0), "the aborted transaction left nothing");
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (0, 0), "the aborted transaction left nothing");
     assert!(pending_entries(&app).await > 0, "the dead consumer's entries are pending");
 
     take_over_and_drain(&app).await;
-    assert_eq!(rows_and_counter(&app, post).await, (LIKERS as i64, LIKERS as i64));
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (LIKERS as i64, LIKERS as i64));
 }

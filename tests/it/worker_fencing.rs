@@ -9,10 +9,6 @@ use course_forum::config::LikeMode;
 use crate::common::likes::{Target, drain_all, has_row, liked_by_me, rows_and_counter, toggle, unapplied};
 use crate::common::{self, TestApp, World};
 
-async fn buffered() -> TestApp {
-    TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await
-}
-
 /// The lease key vanishes, as when its TTL runs out while its owner is stalled.
 async fn lease_lapses(app: &TestApp, shard: u32) {
     let mut conn = app.state.redis.clone();
@@ -32,7 +28,7 @@ async fn someone_waits_for_a_lock(app: &TestApp) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_stalled_past_its_lease_cannot_bring_an_unlike_back() {
-    let app = buffered().await;
+    let app = TestApp::spawn_in(LikeMode::Buffered).await;
     let world = World::create(&app).await;
     let post = app.create_post(&app.token(world.bob), world.course, "p").await;
     let shard = app.state.keys.shard_of(world.alice);
@@ -73,7 +69,7 @@ async fn a_worker_stalled_past_its_lease_cannot_bring_an_unlike_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taker_waits_for_the_batch_in_flight_instead_of_overtaking_it() {
-    let app = buffered().await;
+    let app = TestApp::spawn_in(LikeMode::Buffered).await;
     let world = World::create(&app).await;
     let post = app.create_post(&app.token(world.bob), world.course, "p").await;
     let shard = app.state.keys.shard_of(world.alice);
@@ -112,7 +108,7 @@ async fn a_taker_waits_for_the_batch_in_flight_instead_of_overtaking_it() {
 /// apply at the next takeover, after newer events).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_lost_its_lease_before_reading_reads_nothing() {
-    let app = buffered().await;
+    let app = TestApp::spawn_in(LikeMode::Buffered).await;
     let world = World::create(&app).await;
     let post = app.create_post(&app.token(world.bob), world.course, "p").await;
     let shard = app.state.keys.shard_of(world.alice);

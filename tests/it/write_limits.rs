@@ -8,7 +8,7 @@ use std::time::Duration;
 use course_forum::config::Settings;
 use serde_json::{Value as Json, json};
 
-use crate::common::redis_server::PrivateRedis;
+use crate::common::procs::PrivateRedis;
 use crate::common::{TestApp, World, error_code, gid, raw_id};
 
 const LIMIT: u32 = 3;
@@ -346,7 +346,7 @@ async fn bad_input_is_refused_before_the_limit_and_costs_no_budget() {
 
 #[tokio::test]
 async fn with_redis_unreachable_a_write_is_unavailable_and_writes_nothing() {
-    let redis = PrivateRedis::start(&[]);
+    let redis = PrivateRedis::start(false);
     let (app, w) = spawn(|s| {
         s.redis_url = redis.url();
         s.redis_cluster_nodes.clear(); // its own single Redis, in either pass

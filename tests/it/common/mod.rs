@@ -2,6 +2,13 @@
 //! database (named by a UUID) and a fresh Redis key prefix, runs the migrations, and serves the
 //! real application on a free loopback port. Dropping the `TestApp` stops the server and drops
 //! the database and the keys, even when the test panicked.
+//!
+//! The helpers the suites share, one copy each: `content` (posts, comments, replies and
+//! deletes through the API, as `TestApp` methods), `likes` (toggles, like rows and counters,
+//! a crashing worker), `snapshot` (what a refused request must leave alone), `ws` (a websocket
+//! GraphQL client), `procs` (a private `redis-server`, `course-forum serve` as a process),
+//! `proxy` (a TCP proxy to cut) and `cluster` (a private Redis Cluster). Look here before
+//! writing a helper in a suite.
 #![allow(dead_code)]
 
 pub mod cluster;
@@ -9,7 +16,6 @@ pub mod content;
 pub mod likes;
 pub mod procs;
 pub mod proxy;
-pub mod redis_server;
 pub mod snapshot;
 pub mod ws;
 
@@ -186,6 +192,11 @@ pub struct TestApp {
 impl TestApp {
     pub async fn spawn() -> TestApp {
         Self::spawn_with(|_| {}).await
+    }
+
+    /// Spawns in a like mode (sync, recount or buffered), every other setting the tests'.
+    pub async fn spawn_in(mode: LikeMode) -> TestApp {
+        Self::spawn_with(|s| s.like_mode = mode).await
     }
 
     /// Spawns with settings adjusted by `tweak` (e.g. a low rate limit).
@@ -484,6 +495,28 @@ pub fn raw_id(global: &str) -> i64 {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(global).expect("base64 id");
     let text = String::from_utf8(bytes).expect("utf8 id");
     text.split_once(':').expect("Kind:id").1.parse().expect("numeric id")
+}
+
+/// Sends one GraphQL request on an HTTP connection of its own (a new client has an empty pool),
+/// so it gets its own server task and transaction: racing requests really race. `'static`
+/// arguments, so it can be spawned.
+pub async fn send_alone(url: String, token: String, query: &'static str, variables: Json) -> Json {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client");
+    client
+        .post(url)
+        .header("Authorization", format!("Bearer {token}"))
+        .json(&json!({ "query": query, "variables": variables }))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// Seconds since the Unix epoch, for the `iat` and `exp` claims of hand-made tokens.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs()
 }
 
 /// The `extensions.code` of the first error, if any.

@@ -1,5 +1,6 @@
 //! Real processes for fault tests: a private `redis-server` on a free loopback port, with a
-//! data directory of its own (optionally AOF `everysec`), that a test can SIGKILL and restart;
+//! data directory of its own (optionally AOF `everysec`), that a test can SIGKILL and restart
+//! (also for tests that need a Redis configured otherwise, or one whose keys they may wipe);
 //! and the `course-forum` binary serving on a free port. Both are killed when dropped, so a
 //! failing test leaves nothing running. The shared Redis and PostgreSQL are never touched.
 
@@ -11,6 +12,11 @@ use std::time::{Duration, Instant};
 
 use super::TestApp;
 
+/// What a finished process wrote to stderr, as text.
+pub fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
@@ -21,6 +27,8 @@ pub struct PrivateRedis {
     pub port: u16,
     dir: PathBuf,
     aof: bool,
+    /// More `redis-server` arguments, after (so over) the ones `spawn` gives.
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -28,9 +36,16 @@ impl PrivateRedis {
     /// Starts one; with `aof`, every write is appended to disk and fsynced every second
     /// (`appendonly yes`, `appendfsync everysec`), as docs/operations.md recommends.
     pub fn start(aof: bool) -> PrivateRedis {
+        Self::start_with(aof, &[])
+    }
+
+    /// `start` with more `redis-server` arguments, which win over the defaults (e.g.
+    /// `["--maxmemory-policy", "allkeys-lru"]`); kept for restarts.
+    pub fn start_with(aof: bool, extra: &[&str]) -> PrivateRedis {
         let dir = std::env::temp_dir().join(format!("cf-redis-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).expect("redis data dir");
-        let mut redis = PrivateRedis { port: free_port(), dir, aof, child: None };
+        let extra = extra.iter().map(|arg| (*arg).to_owned()).collect();
+        let mut redis = PrivateRedis { port: free_port(), dir, aof, extra, child: None };
         redis.spawn();
         redis
     }
@@ -47,6 +62,7 @@ impl PrivateRedis {
             .arg("--dir")
             .arg(&self.dir)
             .args(["--logfile", "redis.log"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
