@@ -44,7 +44,7 @@ pub mod db {
 
 /// Redis: connections, key layout, scans.
 pub mod kv {
-    pub use crate::kv::{KeyScan, Redis, connect, connect_to, unlink_matching};
+    pub use crate::kv::{KeyScan, Redis, connect, connect_cluster, connect_to, query_scripts, unlink_matching};
     pub mod keys {
         pub use crate::kv::keys::{Keys, LIKE_GROUP};
     }
@@ -78,7 +78,7 @@ pub mod likes {
         pub use crate::likes::committed::AfterCommit;
     }
     pub mod recount {
-        pub use crate::likes::recount::{DirtyMarks, RecountHooks, reconcile_all, set};
+        pub use crate::likes::recount::{DirtyMarks, RecountHooks, reconcile_all, reconcile_all_with, set};
     }
     pub mod sync {
         pub use crate::likes::sync::set;

@@ -174,7 +174,7 @@ pub async fn connect_to(target: &RedisTarget, timeout: Duration, role: &'static 
 
 /// Opens a connection to a Redis Cluster from its seed nodes (`redis://host:port` each),
 /// failing within `timeout` with one sentence. `role` as in `connect`.
-pub(crate) async fn connect_cluster(nodes: &[String], timeout: Duration, role: &'static str) -> AppResult<Redis> {
+pub async fn connect_cluster(nodes: &[String], timeout: Duration, role: &'static str) -> AppResult<Redis> {
     let conn = cluster::connect(nodes, timeout).await?;
     Ok(Redis { inner: Connection::Cluster(conn), commands: Arc::new(AtomicU64::new(0)), role })
 }
@@ -201,7 +201,7 @@ pub(crate) async fn refuse_evicting_policy(redis: &Redis) -> AppResult<()> {
 /// loaded and the pipeline is sent once more. Commands that did run the first time run again, so
 /// a pipeline sent through here must be safe to repeat (every caller's is: ZADDs, stores checked
 /// against a generation, releases checked against an owner token).
-pub(crate) async fn query_scripts<T: FromRedisValue>(
+pub async fn query_scripts<T: FromRedisValue>(
     redis: &Redis,
     pipe: &Pipeline,
     scripts: &[&Script],

@@ -205,7 +205,7 @@ pub async fn reconcile_all(db: &DatabaseConnection, chunk: i64) -> AppResult<Vec
 }
 
 /// `reconcile_all` whose chunks pass `hooks` (tests).
-pub(crate) async fn reconcile_all_with(
+pub async fn reconcile_all_with(
     db: &DatabaseConnection,
     chunk: i64,
     hooks: &RecountHooks,

@@ -1,0 +1,99 @@
+//! The pipelined worker (`LikeWorker::process_pipelined`, what the running worker does): a
+//! batch's transaction overlaps the previous batch's retire and the read of the next batch, but
+//! COMMITs only once that retire returned, so acknowledgements stay in batch order and a crash
+//! can never leave an older batch to replay over a newer one. Buffered mode. (The model tests,
+//! `like_model` and `like_interleavings`, mix pipelined and one-by-one steps with crashes,
+//! stalls and takeovers.)
+
+use course_forum::testing::config::LikeMode;
+
+use crate::common::likes::{Target, rows_and_counter, toggle, unapplied};
+use crate::common::{self, TestApp, World};
+
+/// Waits until a backend of the test database sits in an open transaction: a batch whose
+/// statements ran and that has not committed.
+async fn a_transaction_waits(app: &TestApp) {
+    app.until_a_backend("state = 'idle in transaction'").await;
+}
+
+/// Buffered, one shard, batches of two, and a post by bob in the world's course.
+async fn one_shard_of_batches_of_two() -> (TestApp, World, i64) {
+    let app = TestApp::spawn_with(|s| {
+        s.like_mode = LikeMode::Buffered;
+        s.like_batch_size = 2;
+        s.like_stream_shards = 1;
+    })
+    .await;
+    let world = World::create(&app).await;
+    let post = app.create_post(&app.token(world.bob), world.course, "p").await;
+    (app, world, post)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_commits_only_after_the_batch_before_it_was_retired() {
+    let (app, world, post) = one_shard_of_batches_of_two().await;
+    let carol = app.create_user("carol").await;
+    app.enroll(world.course, carol, "student").await;
+    for user in [world.alice, world.bob, world.instructor, carol] {
+        toggle(&app, user, Target::Post(post), true).await;
+    }
+    let worker = app.worker().await;
+
+    // Batch 1 (a full batch: alice, bob) commits; its retire is held; batch 2 was read ahead.
+    let retire = worker.hooks().before_retire.hold().await;
+    let first = worker.process_pipelined(0).await.expect("first batch");
+    assert_eq!((first.read, first.acked), (2, 2));
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (2, 2), "batch 1 committed");
+    assert_eq!(unapplied(&app).await, 4, "nothing retired yet");
+
+    // Batch 2 (instructor, carol: the read-ahead) runs its statements, then waits for batch 1's
+    // retire before COMMIT.
+    let second = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.process_pipelined(0).await }
+    });
+    a_transaction_waits(&app).await;
+    assert_eq!(
+        rows_and_counter(&app, Target::Post(post)).await,
+        (2, 2),
+        "batch 2 committed before batch 1 was retired"
+    );
+    assert_eq!(worker.hooks().before_commit.reached(), 1, "only batch 1 reached COMMIT");
+    drop(retire);
+    let second = second.await.expect("join").expect("second batch");
+    assert_eq!(second.read, 2);
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (4, 4));
+    worker.settle().await.expect("settle");
+    assert_eq!(unapplied(&app).await, 0, "both batches retired");
+    assert_eq!(worker.process_pipelined(0).await.expect("idle").read, 0, "nothing read twice");
+}
+
+/// A retire that fails rolls the next batch back: nothing commits out of order, and both
+/// batches apply once the stream is readable again, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_retire_rolls_the_next_batch_back_and_both_apply_later_in_order() {
+    let (app, world, post) = one_shard_of_batches_of_two().await;
+    // Batch 1: alice likes, bob likes. Batch 2: alice unlikes, instructor likes.
+    toggle(&app, world.alice, Target::Post(post), true).await;
+    toggle(&app, world.bob, Target::Post(post), true).await;
+    toggle(&app, world.alice, Target::Post(post), false).await;
+    toggle(&app, world.instructor, Target::Post(post), true).await;
+    let worker = app.worker().await;
+
+    let retire = worker.hooks().before_retire.hold().await;
+    worker.process_pipelined(0).await.expect("first batch");
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (2, 2));
+    // Batch 1's retire fails, as a Redis error would make it.
+    worker.hooks().fail_next_retire.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(retire);
+    let failed = worker.process_pipelined(0).await;
+    assert!(failed.is_err(), "the step after a failed retire fails");
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (2, 2), "batch 2 rolled back");
+
+    assert_eq!(unapplied(&app).await, 4, "nothing was acknowledged");
+    // Every entry is read again, oldest first (batch 1 replays and changes nothing), and the
+    // end state is each user's last action.
+    common::likes::drain_all(&app, &worker).await;
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (2, 2), "bob and the instructor");
+    assert!(!common::likes::has_row(&app, world.alice, Target::Post(post)).await, "alice's unlike is her last action");
+}
