@@ -746,7 +746,7 @@ pub fn print(r: &HostileResult) {
     let prefix_growth = r.prefix_after.1 as i64 - r.prefix_before.1 as i64;
     let used_growth = r.redis_used_after as i64 - r.redis_used_before as i64;
     println!();
-    println!("{:<38} {:>24}   {:<28} {}", "measure", "value", "goal", "");
+    println!("{:<38} {:>24}   {:<28}", "measure", "value", "goal");
     println!(
         "{:<38} {:>22.1} %   {:<28} {}",
         "readers' throughput beside / alone",

@@ -201,11 +201,7 @@ pub(crate) async fn refuse_evicting_policy(redis: &Redis) -> AppResult<()> {
 /// loaded and the pipeline is sent once more. Commands that did run the first time run again, so
 /// a pipeline sent through here must be safe to repeat (every caller's is: ZADDs, stores checked
 /// against a generation, releases checked against an owner token).
-pub async fn query_scripts<T: FromRedisValue>(
-    redis: &Redis,
-    pipe: &Pipeline,
-    scripts: &[&Script],
-) -> AppResult<T> {
+pub async fn query_scripts<T: FromRedisValue>(redis: &Redis, pipe: &Pipeline, scripts: &[&Script]) -> AppResult<T> {
     let mut conn = redis.clone();
     match pipe.query_async(&mut conn).await {
         Err(err) if err.code() == Some("NOSCRIPT") => {

@@ -229,9 +229,10 @@ async fn drained(redis: &Redis, keys: &Keys, within: Duration) {
 }
 
 async fn check_passes(app: &TestApp) {
-    let report = course_forum::testing::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(60))
-        .await
-        .expect("check");
+    let report =
+        course_forum::testing::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(60))
+            .await
+            .expect("check");
     assert_eq!(report.failed(), 0, "{report}");
 }
 
@@ -554,7 +555,8 @@ async fn postgres_unreachable_for_30_s_reads_fail_buffered_likes_go_on_and_nothi
     .await;
     app.memberships_settled().await;
     let entries = async || {
-        let status = course_forum::testing::ops::streams::status(&app.state.redis, &app.state.keys).await.expect("status");
+        let status =
+            course_forum::testing::ops::streams::status(&app.state.redis, &app.state.keys).await.expect("status");
         status.shards.iter().map(|s| s.entries).sum::<u64>()
     };
     assert_eq!(entries().await, 10);

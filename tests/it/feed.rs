@@ -518,8 +518,9 @@ async fn a_post_fanned_out_while_its_timeline_is_rebuilt_is_kept() {
 async fn pipelined_scripts_load_themselves_into_a_redis_that_forgot_them() {
     // A Redis of our own: its script cache may be flushed without disturbing other tests.
     let server = PrivateRedis::start(false);
-    let redis =
-        course_forum::testing::kv::connect(&server.url(), std::time::Duration::from_secs(5), "test").await.expect("connect");
+    let redis = course_forum::testing::kv::connect(&server.url(), std::time::Duration::from_secs(5), "test")
+        .await
+        .expect("connect");
     let lists = Lists::new(redis.clone(), 10);
     assert!(lists.fill("t:{x}:list", "", "_", None, &[1, 2, 3]).await.expect("fill"));
     // Nothing but the fill script is known yet: the push pipeline meets NOSCRIPT first.

@@ -598,9 +598,10 @@ async fn thousands_of_mutated_requests_never_break_the_server() {
     let data = app.gql_ok(Some(&tokens[0]), "{ me { handle } }", json!({})).await;
     assert_eq!(data["me"]["handle"], "alice");
     app.worker().await.drain().await.expect("drain");
-    let report = course_forum::testing::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(60))
-        .await
-        .expect("check");
+    let report =
+        course_forum::testing::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(60))
+            .await
+            .expect("check");
     assert_eq!(report.failed(), 0, "{report}");
 }
 

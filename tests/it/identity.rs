@@ -428,9 +428,11 @@ async fn jwks_settings_are_checked_at_start_up() {
 
     // A JWKS file that cannot be read stops start-up with a sentence naming it.
     let missing = std::env::temp_dir().join("cf-jwks-does-not-exist.json");
-    let loaded =
-        course_forum::testing::auth::jwks::KeySet::load(course_forum::testing::config::JwksSource::File(missing), Duration::from_secs(1))
-            .await;
+    let loaded = course_forum::testing::auth::jwks::KeySet::load(
+        course_forum::testing::config::JwksSource::File(missing),
+        Duration::from_secs(1),
+    )
+    .await;
     let err = loaded.err().expect("refused");
     assert!(err.to_string().starts_with("JWKS: cannot read"), "{err}");
 }

@@ -259,9 +259,10 @@ async fn run_model(seed: u64, ops: usize) -> Tally {
     // Once more from cold sets: a reload with nothing pending agrees too.
     app.state.likes.liked_sets().drop_all().await.expect("drop all");
     verify(&run, seed).await;
-    let report = course_forum::testing::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(3600))
-        .await
-        .expect("check");
+    let report =
+        course_forum::testing::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(3600))
+            .await
+            .expect("check");
     assert_eq!(report.failed(), 0, "seed {seed}: course-forum check:\n{report}");
     std::mem::take(&mut run.tally)
 }

@@ -257,9 +257,10 @@ async fn check_names_orphaned_pending_records_and_reset_removes_only_them() {
     let stream = app.state.keys.like_stream(app.state.keys.shard_of(world.alice));
     let _: i64 = redis::cmd("XDEL").arg(&stream).arg(&entry).query_async(&mut conn).await.expect("xdel");
 
-    let report = course_forum::testing::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(3600))
-        .await
-        .expect("check");
+    let report =
+        course_forum::testing::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(3600))
+            .await
+            .expect("check");
     let finding = report.findings.iter().find(|f| f.name == "pending records").expect("an orphan finding");
     assert!(!finding.ok && finding.detail.contains(&format!("p:{orphaned}")), "{report}");
     assert!(!finding.detail.contains(&format!("p:{kept}")), "{report}");
@@ -274,8 +275,9 @@ async fn check_names_orphaned_pending_records_and_reset_removes_only_them() {
     let worker = app.worker().await;
     drain_all(&app, &worker).await;
     assert!(has_row(&app, world.alice, Target::Post(kept)).await);
-    let report = course_forum::testing::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(3600))
-        .await
-        .expect("check");
+    let report =
+        course_forum::testing::ops::check::run(&app.db, &app.state.redis, &app.state.keys, Duration::from_secs(3600))
+            .await
+            .expect("check");
     assert_eq!(report.failed(), 0, "{report}");
 }

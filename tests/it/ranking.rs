@@ -698,7 +698,9 @@ async fn a_late_ranked_page_hashes_the_shown_posts_instead_of_testing_each_post_
     .await;
     exec(&app, "ANALYZE posts", []).await;
     let shown: Vec<String> = (0..1000).map(|i| (i * 3 + 1).to_string()).collect();
-    for ranking in [course_forum::testing::forum::posts::Ranking::Hot, course_forum::testing::forum::posts::Ranking::Top] {
+    for ranking in
+        [course_forum::testing::forum::posts::Ranking::Hot, course_forum::testing::forum::posts::Ranking::Top]
+    {
         let sql = course_forum::testing::forum::posts::ranked_page_sql(ranking);
         // The plan the server's prepared statement ends up with once PostgreSQL stops
         // planning it per call: the generic one, where the list is a parameter.

@@ -436,7 +436,8 @@ impl Drop for TestApp {
                 return;
             };
             runtime.block_on(async move {
-                if let Ok(admin) = course_forum::testing::db::connect_url(&admin_database_url(), Duration::from_secs(5), 1).await
+                if let Ok(admin) =
+                    course_forum::testing::db::connect_url(&admin_database_url(), Duration::from_secs(5), 1).await
                 {
                     let _ =
                         admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)")).await;
@@ -447,7 +448,8 @@ impl Drop for TestApp {
                 } else {
                     course_forum::testing::config::RedisTarget::Cluster(nodes)
                 };
-                if let Ok(redis) = course_forum::testing::kv::connect_to(&target, Duration::from_secs(5), "test").await {
+                if let Ok(redis) = course_forum::testing::kv::connect_to(&target, Duration::from_secs(5), "test").await
+                {
                     let _ = course_forum::testing::kv::unlink_matching(&redis, &format!("{prefix}:*")).await;
                 }
             });
