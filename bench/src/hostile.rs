@@ -611,6 +611,7 @@ struct Held {
 
 /// The ordinary member who comments on the deep thread every `pause` until the deadline: each
 /// comment is an event for every subscription.
+// A scenario's knobs, each one of `bench hostile`'s flags, passed as they are parsed.
 #[allow(clippy::too_many_arguments)]
 async fn commenter(
     url: String,

@@ -94,6 +94,8 @@ pub type MakeRequest = Arc<dyn Fn(usize) -> Request + Send + Sync>;
 /// `run`, with requests made on demand and, when `request_timeout` is given, every request
 /// bounded in time (one that takes longer is a failure: `request failed: … timed out`), so
 /// that a run ends by `time_cap` plus that timeout however the server behaves.
+// The load generator's knobs, each a flag of the scenario that runs it; a struct for one caller
+// would only move the list.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_generated(
     url: &str,

@@ -82,6 +82,7 @@ pub async fn prepare(fixture: &Fixture, readers: usize) -> AppResult<Vec<i64>> {
 }
 
 /// Reads `pages` pages (after one warm-up read per reader) on a buffered server of its own.
+// A scenario's knobs, each one of `bench page`'s flags, passed as they are parsed.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_on(
     cli: &crate::Cli,
@@ -106,6 +107,7 @@ pub async fn run_on(
     outcome
 }
 
+// A scenario's knobs, each one of `bench page`'s flags, passed as they are parsed.
 #[allow(clippy::too_many_arguments)]
 async fn measure(
     fixture: &Fixture,
@@ -221,6 +223,7 @@ async fn add_ranked_posts(fixture: &Fixture, count: usize) -> AppResult<()> {
 
 /// `bench page` on its own: a fresh database; every server binary in turn, in each of
 /// `orders` (a binary from before migration 0009 reads NEW only), `rounds` times.
+// A scenario's knobs, each one of `bench page`'s flags, passed as they are parsed.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     cli: &crate::Cli,

@@ -71,6 +71,7 @@ pub fn tokens(first: i64, count: usize) -> AppResult<Vec<String>> {
 
 /// The storm on `post_id` by users 2..=likes+1 in `mode`, on a server of its own. With
 /// `warm_sets`, every user reads the post first (untimed).
+// A scenario's knobs, each one of `bench storm`'s flags, passed as they are parsed.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_mode(
     cli: &crate::Cli,

@@ -31,7 +31,6 @@ use tokio::sync::oneshot;
 
 /// Turns `async fn $name(mode: LikeMode)` into two tests, `$name::sync` and `$name::buffered`
 /// (`#[macro_use] mod common;`, first in tests/it/main.rs, brings it into every suite).
-#[allow(unused_macros)]
 macro_rules! in_each_like_mode {
     ($name:ident) => {
         mod $name {
