@@ -75,8 +75,8 @@ pub struct Cli {
     /// same run and on the same data (`storm`, `page`). Give the binary of a commit before 0009.
     #[arg(long = "pre-0009-server-bin", global = true)]
     pub pre_0009_server_bin: Option<std::path::PathBuf>,
-    /// `sslmode` of the servers' DATABASE_URL. Unset: sqlx's default (`prefer`: TLS when the
-    /// server offers it); `disable` measures without TLS.
+    /// `sslmode` of the servers' DATABASE_URL. Unset: the app's default (no TLS to a loopback
+    /// host, see `db::without_tls_on_loopback`); `prefer` measures the cost of TLS there.
     #[arg(long, global = true)]
     pub db_sslmode: Option<String>,
     /// Extra environment for the servers, `NAME=VALUE` (repeatable), e.g.

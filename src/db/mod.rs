@@ -43,9 +43,7 @@ async fn connect_with(
     max_connections: u32,
     statement_timeout: Option<Duration>,
 ) -> AppResult<DatabaseConnection> {
-    // The URL as given, `sslmode` included: TLS to a loopback server once stalled statements
-    // larger than one TLS record (sqlx 0.9.0 did not set TCP_NODELAY); sqlx 0.9.1 does again,
-    // and TLS now costs no measurable time here (docs/performance.md, "sqlx 0.9.0 and TLS").
+    let url = &without_tls_on_loopback(url);
     let mut options = ConnectOptions::new(url.to_owned());
     options
         .connect_timeout(timeout)
@@ -65,6 +63,32 @@ async fn connect_with(
     // A pool connects lazily; prove the server answers before anyone relies on it.
     db.execute_unprepared("SELECT 1").await.map_err(|e| unreachable_db(url, &e.to_string()))?;
     Ok(db)
+}
+
+/// Adds `sslmode=disable` to a URL that names a loopback host and no `sslmode`.
+///
+/// sqlx's default, `prefer`, negotiates TLS even on 127.0.0.1, where it protects nothing and
+/// costs CPU on both ends of every statement. sqlx 0.9.0's stall (no TCP_NODELAY, about 40 ms
+/// per statement larger than one TLS record) is gone in 0.9.1, but the encryption is not: in one
+/// `bench suite` each, the like paths that run SQL used 10–18 % more CPU per like with TLS
+/// (PostgreSQL's share included), and `bench storm --db-sslmode disable` measures it again. A
+/// URL that says `sslmode=…` is left as it is; so is any other host.
+pub(crate) fn without_tls_on_loopback(url: &str) -> String {
+    let Ok(parsed) = url::Url::parse(url) else { return url.to_owned() };
+    let loopback = match parsed.host() {
+        // postgres:// is not a scheme the URL standard knows, so its IPv4 hosts stay text.
+        Some(url::Host::Domain(name)) => {
+            name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    if !loopback || parsed.query_pairs().any(|(key, _)| key == "sslmode") {
+        return url.to_owned();
+    }
+    let separator = if parsed.query().is_some() { '&' } else { '?' };
+    format!("{url}{separator}sslmode=disable")
 }
 
 fn unreachable_db(url: &str, why: &str) -> AppError {
@@ -126,4 +150,36 @@ impl StatementCounter {
 /// A PostgreSQL statement with positional `$n` parameters.
 pub fn stmt<I: IntoIterator<Item = Value>>(sql: &str, values: I) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_tls_on_loopback;
+
+    #[test]
+    fn loopback_urls_without_an_sslmode_get_sslmode_disable() {
+        for (url, expected) in [
+            ("postgres://postgres@127.0.0.1:5432/db", "postgres://postgres@127.0.0.1:5432/db?sslmode=disable"),
+            (
+                "postgres://u:p@localhost/db?application_name=x",
+                "postgres://u:p@localhost/db?application_name=x&sslmode=disable",
+            ),
+            ("postgres://[::1]:5432/db", "postgres://[::1]:5432/db?sslmode=disable"),
+        ] {
+            assert_eq!(without_tls_on_loopback(url), expected);
+        }
+    }
+
+    #[test]
+    fn other_hosts_and_explicit_sslmodes_are_left_alone() {
+        for url in [
+            "postgres://postgres@db.example.com:5432/db",
+            "postgres://postgres@10.0.0.7/db",
+            "postgres://postgres@127.0.0.1/db?sslmode=require",
+            "postgres:///db?host=/var/run/postgresql",
+            "not a url",
+        ] {
+            assert_eq!(without_tls_on_loopback(url), url);
+        }
+    }
 }
