@@ -181,8 +181,9 @@ impl Extension for Hooks {
         }
         let span = tracing::info_span!(
             "graphql.operation",
-            otel.name = %format_args!("graphql {}", operation_name.unwrap_or("anonymous")),
-            graphql.operation.name = operation_name.unwrap_or(""),
+            // The client names its operation: cut, as every attribute copied from a request.
+            otel.name = %format_args!("graphql {}", otel::bounded(operation_name.unwrap_or("anonymous"), 128)),
+            graphql.operation.name = otel::bounded(operation_name.unwrap_or(""), 128),
         );
         socket::execute(ctx, operation_name, next).instrument(span).await
     }

@@ -98,20 +98,22 @@ fn ops_routes(app: AppState, lifecycle: Lifecycle) -> Router {
 /// Runs the request in a span with a fresh id and returns the id in `x-request-id`, so a
 /// client's report and the server's log lines meet. The id is ours, never the client's.
 async fn request_span(request: Request, next: Next) -> Response {
+    use crate::telemetry::otel;
     let id = uuid::Uuid::now_v7().to_string();
     // With traces on, the span carries OpenTelemetry's names and continues a caller's
     // `traceparent`; off, it is the log span alone (no fields nobody reads are formatted).
-    let span = if crate::telemetry::otel::enabled() {
+    let span = if otel::enabled() {
         let span = tracing::info_span!(
             "http_request",
-            otel.name = %format_args!("{} {}", request.method(), request.uri().path()),
+            // The name is the route, and the path is cut: a stranger picks both (`otel::route_name`).
+            otel.name = %format_args!("{} {}", request.method(), otel::route_name(request.uri().path())),
             otel.kind = "server",
             request_id = %id,
             method = %request.method(),
-            path = %request.uri().path(),
+            path = %otel::bounded(request.uri().path(), 256),
             http.response.status_code = tracing::field::Empty,
         );
-        if let Some(caller) = crate::telemetry::otel::from_headers(request.headers()) {
+        if let Some(caller) = otel::from_headers(request.headers()) {
             caller.adopt(&span);
         }
         span

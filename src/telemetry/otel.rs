@@ -236,6 +236,37 @@ pub(crate) fn unframe_payload(payload: &str) -> (Option<TraceRef>, &str) {
     }
 }
 
+/// The route a request path belongs to, for a span's name: one of the server's routes, or
+/// `other`. A span name is a low-cardinality label; a caller without an account must not be
+/// able to make it whatever it sends (or as long: up to the URI limit), since every name sits in
+/// the exporter's queue until sent.
+pub(crate) fn route_name(path: &str) -> &'static str {
+    match path {
+        "/" => "/",
+        "/graphql" => "/graphql",
+        "/graphql/ws" => "/graphql/ws",
+        "/healthz" => "/healthz",
+        "/readyz" => "/readyz",
+        "/metrics" => "/metrics",
+        _ if path.starts_with("/demo") => "/demo",
+        _ if path.starts_with("/graphiql") => "/graphiql",
+        _ => "other",
+    }
+}
+
+/// At most `max` bytes of `text` (cut at a character boundary): what a span attribute copied
+/// from a request may hold.
+pub(crate) fn bounded(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// An HTTP request's `traceparent` header, when traces are on: the caller's trace that this
 /// request continues.
 pub(crate) fn from_headers(headers: &axum::http::HeaderMap) -> Option<TraceRef> {
@@ -274,6 +305,14 @@ mod tests {
         let (trace, json) = unframe_payload(framed);
         assert!(trace.is_some());
         assert_eq!(json, r#"{"type":"counts"}"#);
+    }
+
+    #[test]
+    fn span_names_and_attributes_from_a_request_are_bounded() {
+        assert_eq!(route_name("/graphql"), "/graphql");
+        assert_eq!(route_name(&format!("/{}", "x".repeat(60_000))), "other");
+        assert_eq!(bounded("héllo", 2), "h");
+        assert_eq!(bounded(&"a".repeat(10_000), 256).len(), 256);
     }
 
     #[test]

@@ -172,11 +172,7 @@ fn trace_of(fields: &Value) -> Option<TraceRef> {
     if !crate::telemetry::otel::enabled() {
         return None;
     }
-    let Value::Array(fields) = fields else { return None };
-    LikeEvent::trace_of(fields.chunks(2).filter_map(|pair| match pair {
-        [Value::BulkString(name), Value::BulkString(value)] => Some((name.as_slice(), value.as_slice())),
-        _ => None,
-    }))
+    LikeEvent::trace_of(field_pairs(fields)?)
 }
 
 /// One entry's fields as an event (`LikeEvent::decode`, the codec the toggle script's
@@ -184,8 +180,14 @@ fn trace_of(fields: &Value) -> Option<TraceRef> {
 /// letters).
 fn parse_event(fields: &Value) -> Result<LikeEvent, String> {
     // A trimmed-then-claimed entry has nil fields: nothing to apply.
-    let Value::Array(fields) = fields else { return Err("the entry has no fields".into()) };
-    LikeEvent::decode(fields.chunks(2).filter_map(|pair| match pair {
+    LikeEvent::decode(field_pairs(fields).ok_or("the entry has no fields")?)
+}
+
+/// An entry's field/value pairs as bytes, as the event codec reads them; `None` when the entry
+/// has no fields.
+fn field_pairs(fields: &Value) -> Option<impl Iterator<Item = (&[u8], &[u8])>> {
+    let Value::Array(fields) = fields else { return None };
+    Some(fields.chunks(2).filter_map(|pair| match pair {
         [Value::BulkString(name), Value::BulkString(value)] => Some((name.as_slice(), value.as_slice())),
         _ => None,
     }))
