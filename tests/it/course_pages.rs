@@ -140,6 +140,7 @@ async fn a_warm_page_costs_no_statement_and_a_cold_one_costs_one() {
     for i in 0..3 {
         app.create_post_at(app.addr, &app.token(world.alice), world.course, &format!("post {i}")).await;
     }
+    relay_heard(&app, 3).await;
     // The first read loads the page and its authors; memberships are in memory already.
     let statements = app.state.sql_statements.get();
     let first = page_at(&app, app.addr, world.bob, world.course).await;
@@ -815,6 +816,8 @@ async fn per_cache_figures_appear_in_metrics() {
     let app = TestApp::spawn_with(|s| s.cache_budget_bytes = 64 << 20).await;
     let world = World::create(&app).await;
     app.create_post_at(app.addr, &app.token(world.alice), world.course, "counted").await;
+    // The post's echo drops the course's pages: a page read before it arrives is not kept.
+    relay_heard(&app, 1).await;
     page_at(&app, app.addr, world.bob, world.course).await;
     let gauges = cache_gauges(&app).await;
     let value = |name: &str, cache: &str| {
