@@ -126,11 +126,17 @@ impl PostMutations {
                 anonymous_to,
                 private,
             };
-            let txn = state.db.begin().await?;
-            let row = posts::create(&txn, &new).await?;
-            questions::set_tags(&txn, row.id, row.course_id, &tag_ids).await?;
-            let notified = record_notifications(ctx, &txn, Cause::post(&row), &mentioned).await?;
-            txn.commit().await?;
+            // One statement for the common post (no tags, no mentions); else one transaction.
+            let (row, notified) = if tag_ids.is_empty() && mentioned.is_empty() {
+                (posts::create(&state.db, &new).await?, Vec::new())
+            } else {
+                let txn = state.db.begin().await?;
+                let row = posts::create(&txn, &new).await?;
+                questions::set_tags(&txn, row.id, row.course_id, &tag_ids).await?;
+                let notified = record_notifications(ctx, &txn, Cause::post(&row), &mentioned).await?;
+                txn.commit().await?;
+                (row, notified)
+            };
             // Its id may have been asked for before it existed: drop any "missing" marker.
             state.post_cache.invalidate(row.id).await;
             publish(ctx, &row, ActivityKind::PostCreated, row.id).await?;
