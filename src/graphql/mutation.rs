@@ -21,7 +21,7 @@ use crate::forum::posts::{self, MAX_BODY_CHARS, MAX_TITLE_CHARS, validate_text};
 use crate::kv::ratelimit::WriteKind;
 use crate::likes::{LikeTarget, Membership, ShownCount};
 use crate::live::{Activity, ActivityKind};
-use crate::notifications::{self, Cause, Notified};
+use crate::notifications::{self, Cause, Notified, announcements};
 use crate::views::{ClientIp, ViewOutcome};
 use sea_orm::{ConnectionTrait, TransactionTrait};
 
@@ -165,6 +165,9 @@ impl PostMutations {
             publish(ctx, post.course_id, ActivityKind::PostDeleted, post.id, post.id).await?;
             let withdrawn = notifications::withdraw_post(&state(ctx)?.db, post.id).await?;
             unread_moved(ctx, &withdrawn).await;
+            if let Some(course_id) = announcements::withdraw(&state(ctx)?.db, post.id).await? {
+                state(ctx)?.publisher.course_notifications(course_id, None).await;
+            }
             Ok(DeletePayload { deleted_id: encode(NodeKind::Post, post.id), post: None, comment: None })
         })
         .await
