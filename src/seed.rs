@@ -11,7 +11,10 @@ use serde::Serialize;
 use crate::auth::TokenKeys;
 use crate::db::stmt;
 use crate::error::{AppError, AppResult};
+use crate::forum::audience::{Anonymity, PostKind};
 use crate::forum::courses::Role;
+use crate::forum::posts::NewPost;
+use crate::forum::questions;
 use crate::forum::{comments, posts, roster};
 use crate::graphql::ids::{NodeKind, encode};
 use crate::likes::{LikeTarget, sync};
@@ -143,19 +146,26 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         let (author, title) = if week % 3 == 0 { (tran, "Lab notes") } else { (alice, "Question about the exercises") };
         posts::create(
             txn,
-            cs,
-            author,
-            &format!("Week {week}: {title}"),
-            &format!("Notes and questions for week {week}."),
+            &NewPost::discussion(
+                cs,
+                author,
+                &format!("Week {week}: {title}"),
+                &format!("Notes and questions for week {week}."),
+            ),
         )
         .await?;
     }
     let recursion = posts::create(
         txn,
-        cs,
-        bob,
-        "Why does my recursive fib take forever for n = 45?",
-        "fib(40) is fine, fib(45) never seems to finish. Is my laptop broken?",
+        &NewPost {
+            kind: PostKind::Question,
+            ..NewPost::discussion(
+                cs,
+                bob,
+                "Why does my recursive fib take forever for n = 45?",
+                "fib(40) is fine, fib(45) never seems to finish. Is my laptop broken?",
+            )
+        },
     )
     .await?;
     let c1 = comments::create_comment(
@@ -164,18 +174,27 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         cs,
         alice,
         "It recomputes the same values exponentially often. Try memoising.",
+        None,
     )
     .await?;
     notify(txn, &c1, bob).await?;
-    let r1 = comments::create_reply(txn, &c1, bob, "Memoising with a HashMap made it instant, thanks!").await?;
+    let r1 = comments::create_reply(txn, &c1, bob, "Memoising with a HashMap made it instant, thanks!", None).await?;
     notify(txn, &r1, alice).await?;
-    let r2 =
-        comments::create_reply(txn, &r1, tran, "Good. Next step: can you do it with O(1) memory? @alice, you too.")
-            .await?;
+    let r2 = comments::create_reply(
+        txn,
+        &r1,
+        tran,
+        "Good. Next step: can you do it with O(1) memory? @alice, you too.",
+        None,
+    )
+    .await?;
     notify(txn, &r2, bob).await?;
-    let c2 =
-        comments::create_comment(txn, recursion.id, cs, tran, "See lecture 7, slide 12, on the call tree.").await?;
+    let c2 = comments::create_comment(txn, recursion.id, cs, tran, "See lecture 7, slide 12, on the call tree.", None)
+        .await?;
     notify(txn, &c2, bob).await?;
+    // The question's states: alice's answer accepted by the asker and endorsed by staff,
+    // tagged; every other state on a post of its own.
+    write_question_states(txn, cs, (tran, alice, bob), recursion.id, &c1).await?;
     for (user, target) in [
         (alice, LikeTarget::Post(recursion.id)),
         (tran, LikeTarget::Post(recursion.id)),
@@ -189,10 +208,12 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
     // MATH201 and HIST110: a little life each.
     let eigen = posts::create(
         txn,
-        math,
-        carol,
-        "Intuition for eigenvectors?",
-        "Directions a matrix only stretches: is that the whole story?",
+        &NewPost::discussion(
+            math,
+            carol,
+            "Intuition for eigenvectors?",
+            "Directions a matrix only stretches: is that the whole story?",
+        ),
     )
     .await?;
     let c3 = comments::create_comment(
@@ -201,26 +222,34 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         math,
         tran,
         "Mostly, yes. Try the 3Blue1Brown-style picture with a shear.",
+        None,
     )
     .await?;
     notify(txn, &c3, carol).await?;
-    let r3 = comments::create_reply(txn, &c3, alice, "The shear example finally made it click for me.").await?;
+    let r3 = comments::create_reply(txn, &c3, alice, "The shear example finally made it click for me.", None).await?;
     notify(txn, &r3, tran).await?;
     sync::set(txn, alice, LikeTarget::Post(eigen.id), true).await?;
-    let essay =
-        posts::create(txn, hist, dave, "Essay topics for the midterm", "Has anyone picked the Silk Road topic?")
-            .await?;
-    let c4 = comments::create_comment(txn, essay.id, hist, carol, "I did! Happy to share sources.").await?;
+    let essay = posts::create(
+        txn,
+        &NewPost::discussion(hist, dave, "Essay topics for the midterm", "Has anyone picked the Silk Road topic?"),
+    )
+    .await?;
+    let c4 = comments::create_comment(txn, essay.id, hist, carol, "I did! Happy to share sources.", None).await?;
     notify(txn, &c4, dave).await?;
     sync::set(txn, bob, LikeTarget::Post(essay.id), true).await?;
 
     // WRIT100, the mass course: an announcement that half the course likes (a hot post).
     let announcement = posts::create(
         txn,
-        writ,
-        tran,
-        "Announcement: essay deadline moved to Friday",
-        "The deadline for essay 1 is now Friday 23:59. Office hours Thursday.",
+        &NewPost {
+            kind: PostKind::Announcement,
+            ..NewPost::discussion(
+                writ,
+                tran,
+                "Announcement: essay deadline moved to Friday",
+                "The deadline for essay 1 is now Friday 23:59. Office hours Thursday.",
+            )
+        },
     )
     .await?;
     txn.execute_raw(stmt(
@@ -231,10 +260,85 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         [announcement.id.into()],
     ))
     .await?;
-    let c5 =
-        comments::create_comment(txn, announcement.id, writ, carol, "Thank you! Does this apply to the outline too?")
-            .await?;
+    let c5 = comments::create_comment(
+        txn,
+        announcement.id,
+        writ,
+        carol,
+        "Thank you! Does this apply to the outline too?",
+        None,
+    )
+    .await?;
     notify(txn, &c5, tran).await?;
+    Ok(())
+}
+
+/// CS101's questions, answers and staff: the course allows anonymity to classmates and has
+/// three tags; the fib question (`question`, answered by `answer`) is tagged, accepted and
+/// endorsed; an instructor's announcement is pinned; an anonymous question waits unanswered;
+/// a private question is seen by its author and staff only.
+async fn write_question_states(
+    txn: &impl ConnectionTrait,
+    cs: i64,
+    (tran, alice, bob): (i64, i64, i64),
+    question: i64,
+    answer: &comments::CommentRow,
+) -> AppResult<()> {
+    questions::set_anonymity(txn, cs, Anonymity::Classmates).await?;
+    let mut tags = HashMap::new();
+    for name in ["Homework", "Lectures", "Exams"] {
+        tags.insert(name, questions::create_tag(txn, cs, name).await?.id);
+    }
+    questions::set_tags(txn, question, cs, &[tags["Homework"], tags["Lectures"]]).await?;
+    questions::accept_answer(txn, question, Some(answer.id)).await?;
+    questions::endorse_comment(txn, answer, Some(tran)).await?;
+
+    let exam = posts::create(
+        txn,
+        &NewPost {
+            kind: PostKind::Announcement,
+            ..NewPost::discussion(
+                cs,
+                tran,
+                "Midterm: Thursday 9:00, room B2",
+                "Bring your student card. Closed book; one page of notes allowed.",
+            )
+        },
+    )
+    .await?;
+    questions::set_tags(txn, exam.id, cs, &[tags["Exams"]]).await?;
+    questions::pin(txn, exam.id, true).await?;
+
+    let shy = posts::create(
+        txn,
+        &NewPost {
+            kind: PostKind::Question,
+            anonymous_to: Some(Anonymity::Classmates.anonymous_to()?),
+            ..NewPost::discussion(
+                cs,
+                bob,
+                "Is it fine to ask for help on the homework in office hours?",
+                "I am not sure what counts as getting too much help.",
+            )
+        },
+    )
+    .await?;
+    questions::set_tags(txn, shy.id, cs, &[tags["Homework"]]).await?;
+
+    posts::create(
+        txn,
+        &NewPost {
+            kind: PostKind::Question,
+            private: true,
+            ..NewPost::discussion(
+                cs,
+                alice,
+                "Extension for lab 4?",
+                "I was ill this week (note attached by email). Could I hand lab 4 in on Monday?",
+            )
+        },
+    )
+    .await?;
     Ok(())
 }
 
