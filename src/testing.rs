@@ -91,23 +91,6 @@ pub mod worker {
 }
 
 /// Live updates: messages and the publisher.
-/// Announcements, written as `createPost` writes one.
-pub mod notifications {
-    use crate::error::AppResult;
-    use crate::state::AppState;
-
-    /// Writes the announcement of an existing post (one row, in a transaction of its own) and
-    /// publishes it after the commit. Returns its notification id.
-    pub async fn announce(state: &AppState, course_id: i64, post_id: i64, author_id: i64) -> AppResult<i64> {
-        use sea_orm::TransactionTrait;
-        let txn = state.db.begin().await?;
-        let announced = crate::notifications::announcements::announce(&txn, course_id, post_id, author_id).await?;
-        txn.commit().await?;
-        announced.publish(&state.publisher).await;
-        Ok(announced.id)
-    }
-}
-
 pub mod live {
     pub use crate::live::{Activity, ActivityKind, LiveMessage, Publisher, now_micros};
 }

@@ -130,11 +130,21 @@ impl PostMutations {
             let row = posts::create(&txn, &new).await?;
             questions::set_tags(&txn, row.id, row.course_id, &tag_ids).await?;
             let notified = record_notifications(ctx, &txn, Cause::post(&row), &mentioned).await?;
+            // Every member hears of an announcement through ONE row, whatever the course's size.
+            let announced = match kind {
+                PostKind::Announcement => {
+                    Some(announcements::announce(&txn, row.course_id, row.id, viewer.user_id).await?)
+                }
+                PostKind::Question | PostKind::Discussion => None,
+            };
             txn.commit().await?;
             // Its id may have been asked for before it existed: drop any "missing" marker.
             state.post_cache.invalidate(row.id).await;
             publish(ctx, &row, ActivityKind::PostCreated, row.id).await?;
             notify(ctx, &notified).await;
+            if let Some(announced) = announced {
+                announced.publish(&state.publisher).await;
+            }
             Ok(Post::from(row))
         })
         .await
@@ -201,7 +211,9 @@ impl PostMutations {
             publish(ctx, &post, ActivityKind::PostDeleted, post.id).await?;
             let withdrawn = notifications::withdraw_post(&state(ctx)?.db, post.id).await?;
             unread_moved(ctx, &withdrawn).await;
-            if let Some(course_id) = announcements::withdraw(&state(ctx)?.db, post.id).await? {
+            if post.kind == PostKind::Announcement.as_str()
+                && let Some(course_id) = announcements::withdraw(&state(ctx)?.db, post.id).await?
+            {
                 state(ctx)?.publisher.course_notifications(course_id, None).await;
             }
             Ok(DeletePayload { deleted_id: encode(NodeKind::Post, post.id), post: None, comment: None })

@@ -48,10 +48,20 @@ async fn post_by(app: &TestApp, user: i64, course: i64, title: &str, body: &str)
     raw_id(data["createPost"]["id"].as_str().expect("post id"))
 }
 
-/// An announcement by `author` in `course`: its post and its notification's global id.
+/// An announcement by `author` in `course` (`createPost(kind: ANNOUNCEMENT)`): its post and its
+/// notification's global id.
 async fn announce(app: &TestApp, author: i64, course: i64, title: &str) -> (i64, String) {
-    let post = post_by(app, author, course, title, "to everyone").await;
-    let id = course_forum::testing::notifications::announce(&app.state, course, post, author).await.expect("announce");
+    let data = app
+        .gql_ok(
+            Some(&app.token(author)),
+            "mutation($c: ID!, $t: String!) { createPost(courseId: $c, title: $t, body: \"to everyone\", \
+               kind: ANNOUNCEMENT) { id kind } }",
+            json!({ "c": gid("Course", course), "t": title }),
+        )
+        .await;
+    assert_eq!(data["createPost"]["kind"], "ANNOUNCEMENT");
+    let post = raw_id(data["createPost"]["id"].as_str().expect("post id"));
+    let id = app.scalar_i64("SELECT id AS v FROM course_announcements WHERE post_id = $1", [post.into()]).await;
     (post, gid("Notification", id))
 }
 
@@ -375,4 +385,23 @@ async fn an_announcement_reaches_every_open_notifications_subscription_of_its_me
     let data = bob_on_b.next_data(Duration::from_secs(10)).await.expect("bob's second");
     assert_eq!(data["notifications"]["unreadCount"], 2);
     assert!(alice_on_a.next_data(Duration::from_millis(500)).await.is_none(), "nothing after leaving");
+}
+
+#[tokio::test]
+async fn only_staff_announce_and_a_refused_announcement_writes_nothing() {
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    let response = app
+        .gql(
+            Some(&app.token(w.alice)),
+            "mutation($c: ID!) { createPost(courseId: $c, title: \"hear me\", body: \"all\", kind: ANNOUNCEMENT) { id } }",
+            json!({ "c": gid("Course", w.course) }),
+        )
+        .await;
+    assert_eq!(error_code(&response).as_deref(), Some("FORBIDDEN"), "{response}");
+    assert_eq!(stored(&app, "course_announcements").await, 0);
+    assert_eq!(stored(&app, "posts").await, 0);
+    // An ordinary post notifies nobody but those it mentions.
+    post_by(&app, w.instructor, w.course, "just a discussion", "nothing to hear").await;
+    assert_eq!(notifications_of(&app, w.alice).await, (vec![], 0));
 }
