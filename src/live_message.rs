@@ -68,6 +68,13 @@ pub enum LiveMessage {
     Notifications {
         changes: Vec<(i64, Option<i64>)>,
     },
+    /// The notifications of every member of a course changed: `Some(id)` for a new
+    /// announcement, None when one was withdrawn (their unread counts moved). Each instance
+    /// hands it to the open notification streams of the course's members.
+    CourseNotifications {
+        course_id: i64,
+        added: Option<i64>,
+    },
 }
 
 impl LiveMessage {

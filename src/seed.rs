@@ -252,6 +252,7 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         },
     )
     .await?;
+    notifications::announcements::announce(txn, writ, announcement.id, tran).await?;
     txn.execute_raw(stmt(
         "WITH ins AS (INSERT INTO post_likes (post_id, user_id) \
              SELECT $1, u.id FROM users u WHERE u.handle LIKE 'student%' AND (right(u.handle, 4)::int % 2) = 0 \
@@ -306,6 +307,7 @@ async fn write_question_states(
         },
     )
     .await?;
+    notifications::announcements::announce(txn, cs, exam.id, tran).await?;
     questions::set_tags(txn, exam.id, cs, &[tags["Exams"]]).await?;
     questions::pin(txn, exam.id, true).await?;
 

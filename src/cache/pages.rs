@@ -446,7 +446,7 @@ impl CoursePages {
             LiveMessage::ViewCounts { counts } => {
                 counts.iter().map(|(post, views)| Change::Views { post: *post, views: *views }).collect()
             }
-            LiveMessage::Notifications { .. } => return,
+            LiveMessage::Notifications { .. } | LiveMessage::CourseNotifications { .. } => return,
         };
         let mut index = self.lock();
         for change in changes {

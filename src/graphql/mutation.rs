@@ -24,7 +24,7 @@ use crate::forum::questions;
 use crate::kv::ratelimit::WriteKind;
 use crate::likes::{LikeTarget, Membership, ShownCount};
 use crate::live::{Activity, ActivityKind};
-use crate::notifications::{self, Cause, Notified};
+use crate::notifications::{self, Cause, Notified, announcements};
 use crate::views::{ClientIp, ViewOutcome};
 use sea_orm::{ConnectionTrait, TransactionTrait};
 
@@ -125,21 +125,33 @@ impl PostMutations {
                 anonymous_to,
                 private,
             };
-            // One statement for the common post (no tags, no mentions); else one transaction.
-            let (row, notified) = if tag_ids.is_empty() && mentioned.is_empty() {
-                (posts::create(&state.db, &new).await?, Vec::new())
+            // One statement for the common post (no tags, no mentions, not an announcement);
+            // else one transaction.
+            let simple = tag_ids.is_empty() && mentioned.is_empty() && kind != PostKind::Announcement;
+            let (row, notified, announced) = if simple {
+                (posts::create(&state.db, &new).await?, Vec::new(), None)
             } else {
                 let txn = state.db.begin().await?;
                 let row = posts::create(&txn, &new).await?;
                 questions::set_tags(&txn, row.id, row.course_id, &tag_ids).await?;
                 let notified = record_notifications(ctx, &txn, Cause::post(&row), &mentioned).await?;
+                // Every member hears of an announcement through ONE row, whatever the course's size.
+                let announced = match kind {
+                    PostKind::Announcement => {
+                        Some(announcements::announce(&txn, row.course_id, row.id, viewer.user_id).await?)
+                    }
+                    PostKind::Question | PostKind::Discussion => None,
+                };
                 txn.commit().await?;
-                (row, notified)
+                (row, notified, announced)
             };
             // Its id may have been asked for before it existed: drop any "missing" marker.
             state.post_cache.invalidate(row.id).await;
             publish(ctx, &row, ActivityKind::PostCreated, row.id).await?;
             notify(ctx, &notified).await;
+            if let Some(announced) = announced {
+                announced.publish(&state.publisher).await;
+            }
             Ok(Post::from(row))
         })
         .await
@@ -206,6 +218,11 @@ impl PostMutations {
             publish(ctx, &post, ActivityKind::PostDeleted, post.id).await?;
             let withdrawn = notifications::withdraw_post(&state(ctx)?.db, post.id).await?;
             unread_moved(ctx, &withdrawn).await;
+            if post.kind == PostKind::Announcement.as_str()
+                && let Some(course_id) = announcements::withdraw(&state(ctx)?.db, post.id).await?
+            {
+                state(ctx)?.publisher.course_notifications(course_id, None).await;
+            }
             Ok(DeletePayload { deleted_id: encode(NodeKind::Post, post.id), post: None, comment: None })
         })
         .await

@@ -2,6 +2,7 @@
 //! `markNotificationsRead`, and the stream behind the `notifications` subscription (the
 //! `Notification` object is in `types`, with the other nodes). Every reader passes the viewer's courses as they are now, so
 //! a notification from a course the viewer has left is neither shown, counted nor delivered.
+//! The viewer's notifications include the announcements of their courses (`notifications::announcements`).
 
 use async_graphql::connection::{Connection, Edge};
 use async_graphql::{Context, Object, Result};
@@ -11,7 +12,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use super::context::{state, viewer};
 use super::types::Notification;
 use crate::cursor::KeyCursor;
-use crate::error::AppError;
+use crate::error::{AppError, AppResult};
 use crate::forum::paging::PageRequest;
 use crate::notifications::{self, NotificationRow};
 use crate::state::AppState;
@@ -104,43 +105,82 @@ impl NotificationUpdate {
     }
 }
 
+/// What a user's notification stream heard.
+enum Heard {
+    /// A change on the user's channel: a new notification (or announcement) id, or None when
+    /// the unread count moved otherwise (also after falling behind).
+    Change(Option<i64>),
+    /// The user's membership may have changed.
+    Membership,
+}
+
+/// The viewer's courses, sorted, from memory when it vouches for them.
+async fn courses_of(state: &AppState, user_id: i64) -> AppResult<Vec<i64>> {
+    let roles = state.memberships.roles_of_user(&state.db, user_id).await?;
+    let mut courses: Vec<i64> = roles.keys().copied().collect();
+    courses.sort_unstable();
+    Ok(courses)
+}
+
 /// The stream behind `Subscription.notifications`: each change heard for the user becomes one
 /// update, read after its commit with the user's courses as they are at that moment. A new
-/// notification from a course the user has left is not delivered.
-pub(crate) fn updates<H: Send + Sync + 'static>(
+/// notification from a course the user has left is not delivered. Announcements of the user's
+/// courses arrive on the same channel (the hub fans a course's message out to its members'
+/// channels); when the user's courses change, the hub is told, and the stream sends the unread
+/// count that goes with the new courses.
+pub(crate) async fn updates<H: Send + Sync + 'static>(
     state: &AppState,
     user_id: i64,
     held: H,
-) -> impl Stream<Item = NotificationUpdate> + use<H> {
+) -> AppResult<impl Stream<Item = NotificationUpdate> + use<H>> {
+    // Watching before reading the courses: a change meanwhile is heard.
+    let membership = state.memberships.watch(user_id);
     let (receiver, guard) = state.live.watch_notifications(user_id);
-    let (db, memberships) = (state.db.clone(), state.memberships.clone());
+    let courses = courses_of(state, user_id).await?;
+    state.live.notification_courses(user_id, &courses);
+    let known = std::sync::Arc::new(std::sync::Mutex::new(courses));
+    let changes = BroadcastStream::new(receiver).map(|change| Heard::Change(change.unwrap_or(None)));
+    let memberships = futures_util::stream::unfold(membership, |mut watch| async move {
+        watch.changed().await;
+        Some((Heard::Membership, watch))
+    });
+    let state = state.clone();
     let held = std::sync::Arc::new((guard, held));
-    BroadcastStream::new(receiver).filter_map(move |change| {
-        let (db, memberships, held) = (db.clone(), memberships.clone(), held.clone());
+    Ok(futures_util::stream::select(changes, memberships).filter_map(move |heard| {
+        let (state, known, held) = (state.clone(), known.clone(), held.clone());
         async move {
             let _held = held;
-            // A subscriber that fell behind gets one update with the count as it is now.
-            let added = change.unwrap_or(None);
-            let courses: Vec<i64> = match memberships.roles_of_user(&db, user_id).await {
-                Ok(roles) => roles.keys().copied().collect(),
+            let courses = match courses_of(&state, user_id).await {
+                Ok(courses) => courses,
                 Err(err) => {
                     tracing::warn!(error = %err, user_id, "could not read memberships for a notification update");
                     return None;
                 }
             };
-            let notification = match added {
-                Some(id) => match notifications::find(&db, user_id, &courses, id).await {
+            let moved = {
+                let mut known = known.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let moved = *known != courses;
+                if moved {
+                    known.clone_from(&courses);
+                    state.live.notification_courses(user_id, &courses);
+                }
+                moved
+            };
+            let notification = match heard {
+                // Nothing to tell unless the courses, and with them the unread count, moved.
+                Heard::Membership if !moved => return None,
+                Heard::Membership | Heard::Change(None) => None,
+                Heard::Change(Some(id)) => match notifications::find(&state.db, user_id, &courses, id).await {
                     Ok(Some(row)) => Some(row),
-                    // Withdrawn meanwhile, or from a course the user has left.
+                    // Withdrawn meanwhile, from a course the user has left, or not theirs to see.
                     Ok(None) => return None,
                     Err(err) => {
                         tracing::warn!(error = %err, user_id, "could not read a new notification");
                         return None;
                     }
                 },
-                None => None,
             };
-            match notifications::unread_count(&db, user_id, &courses).await {
+            match notifications::unread_count(&state.db, user_id, &courses).await {
                 Ok(unread_count) => Some(NotificationUpdate { notification, unread_count }),
                 Err(err) => {
                     tracing::warn!(error = %err, user_id, "could not count unread notifications");
@@ -148,5 +188,5 @@ pub(crate) fn updates<H: Send + Sync + 'static>(
                 }
             }
         }
-    })
+    }))
 }

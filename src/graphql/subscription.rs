@@ -119,16 +119,17 @@ impl Subscription {
         Ok(until_access_lost(updates, access_watch, access_scope(state, viewer.user_id, courses)))
     }
 
-    /// Your notifications as they commit, on every instance: each new one, and your unread
-    /// count whenever it moves (notifications withdrawn because their cause was deleted, or
-    /// marked read elsewhere). A notification from a course you have left is not delivered.
+    /// Your notifications as they commit, on every instance: each new one (announcements of
+    /// your courses included), and your unread count whenever it moves (notifications withdrawn
+    /// because their cause was deleted, marked read elsewhere, or your courses changed). A
+    /// notification from a course you have left is not delivered.
     async fn notifications(
         &self,
         ctx: &Context<'_>,
     ) -> async_graphql::Result<impl Stream<Item = super::notifications::NotificationUpdate> + use<>> {
         let permit = permit(ctx)?;
         let viewer = viewer(ctx)?;
-        Ok(super::notifications::updates(state(ctx)?, viewer.user_id, permit))
+        Ok(super::notifications::updates(state(ctx)?, viewer.user_id, permit).await?)
     }
 
     /// New posts, comments and replies in a course as they commit, and deletions.

@@ -6,8 +6,14 @@
 //! last one, and nobody waits for a slow subscriber. Versions (`like_version`) order the
 //! values: an older one arriving late is ignored. Activity goes through a bounded `broadcast`
 //! channel per course; a subscriber that falls behind by more than its capacity skips ahead.
+//!
+//! Notifications go through a bounded `broadcast` channel per user. A change for a whole course
+//! (an announcement) is fanned out here, in-process, to the channels of that course's members:
+//! each open notification stream tells the hub its user's courses (`notification_courses`),
+//! again whenever their membership changes, and reads every change back with the user's
+//! access at delivery, so a stale index costs a wasted wake-up, never a leak.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -67,7 +73,7 @@ pub struct Hub {
     counts: Mutex<HashMap<LikeTarget, watch::Sender<VersionedCount>>>,
     activity: Mutex<HashMap<i64, broadcast::Sender<Activity>>>,
     /// Per user: a new notification's id, or None when their unread count moved otherwise.
-    notifications: Mutex<HashMap<i64, broadcast::Sender<Option<i64>>>>,
+    notifications: Mutex<NotificationChannels>,
     pub stats: HubStats,
 }
 
@@ -97,12 +103,26 @@ impl Hub {
         (receiver, HubGuard { hub: self.clone(), targets: Vec::new() })
     }
 
-    /// The notification changes of one user; dropping the guard releases the channel.
+    /// The notification changes of one user; dropping the guard releases the channel. Course
+    /// changes reach it once `notification_courses` has said which courses are the user's.
     pub fn watch_notifications(self: &Arc<Self>, user_id: i64) -> (broadcast::Receiver<Option<i64>>, HubGuard) {
-        let mut map = self.notifications.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let receiver = map.entry(user_id).or_insert_with(|| broadcast::channel(NOTIFICATION_CAPACITY).0).subscribe();
+        let mut channels = self.notifications.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let receiver = channels
+            .by_user
+            .entry(user_id)
+            .or_insert_with(|| UserChannel { sender: broadcast::channel(NOTIFICATION_CAPACITY).0, courses: Vec::new() })
+            .sender
+            .subscribe();
         self.opened();
         (receiver, HubGuard { hub: self.clone(), targets: Vec::new() })
+    }
+
+    /// The courses of a user with an open notification stream, as that stream last read them:
+    /// course-wide changes of these courses reach the user's channel. Nothing for a user
+    /// without an open channel.
+    pub fn notification_courses(&self, user_id: i64, courses: &[i64]) {
+        let mut channels = self.notifications.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        channels.set_courses(user_id, courses);
     }
 
     fn opened(&self) {
@@ -135,10 +155,18 @@ impl Hub {
                 }
             }
             LiveMessage::Notifications { changes } => {
-                let map = self.notifications.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let channels = self.notifications.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 for (user_id, added) in changes {
-                    if let Some(sender) = map.get(&user_id) {
-                        let _ = sender.send(added);
+                    if let Some(channel) = channels.by_user.get(&user_id) {
+                        let _ = channel.sender.send(added);
+                    }
+                }
+            }
+            LiveMessage::CourseNotifications { course_id, added } => {
+                let channels = self.notifications.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                for user_id in channels.by_course.get(&course_id).into_iter().flatten() {
+                    if let Some(channel) = channels.by_user.get(user_id) {
+                        let _ = channel.sender.send(added);
                     }
                 }
             }
@@ -162,7 +190,7 @@ impl Hub {
         activity.retain(|_, sender| sender.receiver_count() > 0);
         drop(activity);
         let mut notifications = self.notifications.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        notifications.retain(|_, sender| sender.receiver_count() > 0);
+        notifications.forget_unwatched();
     }
 
     /// Targets with at least one live watcher in this process.
@@ -184,6 +212,57 @@ impl Hub {
                 publish_if_newer(sender, *change, 0, None);
             }
         }
+    }
+}
+
+/// The notification channels of the users with an open stream, and which of them belong to
+/// each course (for course-wide changes).
+#[derive(Default)]
+struct NotificationChannels {
+    by_user: HashMap<i64, UserChannel>,
+    /// Course → its members among `by_user`.
+    by_course: HashMap<i64, HashSet<i64>>,
+}
+
+struct UserChannel {
+    sender: broadcast::Sender<Option<i64>>,
+    /// The courses this user is indexed under in `by_course`.
+    courses: Vec<i64>,
+}
+
+impl NotificationChannels {
+    fn set_courses(&mut self, user_id: i64, courses: &[i64]) {
+        let Some(channel) = self.by_user.get_mut(&user_id) else { return };
+        let old = std::mem::replace(&mut channel.courses, courses.to_vec());
+        for course in &old {
+            Self::unindex(&mut self.by_course, *course, user_id);
+        }
+        for course in courses {
+            self.by_course.entry(*course).or_default().insert(user_id);
+        }
+    }
+
+    fn unindex(by_course: &mut HashMap<i64, HashSet<i64>>, course: i64, user_id: i64) {
+        if let Some(members) = by_course.get_mut(&course) {
+            members.remove(&user_id);
+            if members.is_empty() {
+                by_course.remove(&course);
+            }
+        }
+    }
+
+    /// Drops the channels nobody listens to any more, and their users from the course index.
+    fn forget_unwatched(&mut self) {
+        let by_course = &mut self.by_course;
+        self.by_user.retain(|user_id, channel| {
+            let watched = channel.sender.receiver_count() > 0;
+            if !watched {
+                for course in &channel.courses {
+                    Self::unindex(by_course, *course, *user_id);
+                }
+            }
+            watched
+        });
     }
 }
 

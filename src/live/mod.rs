@@ -115,6 +115,12 @@ impl Publisher {
         }
     }
 
+    /// A committed change to the notifications of every member of a course (an announcement
+    /// written or withdrawn): ONE message, whatever the number of members.
+    pub async fn course_notifications(&self, course_id: i64, added: Option<i64>) {
+        self.publish(&LiveMessage::CourseNotifications { course_id, added }).await;
+    }
+
     #[tracing::instrument(name = "live.publish", level = "debug", skip_all, fields(otel.kind = "producer"))]
     async fn publish(&self, message: &LiveMessage) {
         if let Some(pages) = &self.local_pages {
@@ -126,6 +132,7 @@ impl Publisher {
             LiveMessage::PostsChanged { .. } => "posts_changed",
             LiveMessage::ViewCounts { .. } => "view_counts",
             LiveMessage::Notifications { .. } => "notifications",
+            LiveMessage::CourseNotifications { .. } => "course_notifications",
         };
         match self.try_publish(message).await {
             Ok(()) => metrics::counter!(names::LIVE_MESSAGES_PUBLISHED, "kind" => kind).increment(1),

@@ -19,9 +19,14 @@
 //!   (`withdraw_*`); readers also join the cause, so a deleted one is never shown meanwhile.
 //! - **Access.** Readers pass the viewer's courses: a notification from a course the user has
 //!   left is neither listed nor counted (and comes back if they rejoin).
+//! - **Announcements** (`announcements`) reach every member of a course without a row per
+//!   member: one row per announcement, merged into each member's list, count and live stream
+//!   when read, in the same id order and under the same read watermark as their own rows.
 //! - **Bounded.** Each user keeps their newest `NOTIFICATIONS_PER_USER` (older ones are deleted
 //!   as new ones arrive), a text mentions at most `MAX_MENTIONS` people, and every write that
 //!   can notify is under the per-user write limits.
+
+pub(crate) mod announcements;
 
 use sea_orm::{ConnectionTrait, FromQueryResult};
 
@@ -262,7 +267,8 @@ fn distinct(rows: Vec<Recipient>) -> Vec<i64> {
     ids
 }
 
-/// A notification as its recipient sees it.
+/// A notification as its recipient sees it: one of their own rows, or an announcement of one of
+/// their courses (`kind` "announcement", `actor_id` its author, no comment).
 #[derive(Clone, Debug, FromQueryResult)]
 pub(crate) struct NotificationRow {
     pub id: i64,
@@ -283,10 +289,14 @@ const VISIBLE: &str = "FROM notifications n \
      LEFT JOIN comments c ON c.id = n.comment_id \
      WHERE n.recipient_id = $1 AND n.course_id = ANY($2) AND (n.comment_id IS NULL OR c.deleted_at IS NULL)";
 
+const OWN_COLUMNS: &str = "n.id, n.kind, n.course_id, n.actor_id, n.post_id, n.comment_id, n.milestone, n.created_at";
+
 const READ_UP_TO: &str = "COALESCE((SELECT read_up_to FROM notification_reads WHERE user_id = $1), 0)";
 
 /// Up to `limit` visible notifications older than `before` (an id), newest first, and whether
-/// there are more.
+/// there are more: the user's own rows and their courses' announcements, merged by id (one
+/// sequence numbers both). Each side reads at most `limit + 1` rows (the announcements at most
+/// that many per course), so a page costs the same whatever the size of the course.
 pub(crate) async fn page(
     db: &impl ConnectionTrait,
     user_id: i64,
@@ -294,10 +304,12 @@ pub(crate) async fn page(
     before: Option<i64>,
     limit: i64,
 ) -> AppResult<(Vec<NotificationRow>, bool)> {
+    let announced = announcements::page_of_member("$1", "$2", "$3", "$4");
     let sql = format!(
-        "SELECT n.id, n.kind, n.course_id, n.actor_id, n.post_id, n.comment_id, n.milestone, n.created_at, \
-                n.id <= {READ_UP_TO} AS read \
-         {VISIBLE} AND n.id < $3 ORDER BY n.id DESC LIMIT $4"
+        "SELECT x.*, x.id <= {READ_UP_TO} AS read FROM ( \
+           (SELECT {OWN_COLUMNS} {VISIBLE} AND n.id < $3 ORDER BY n.id DESC LIMIT $4) \
+           UNION ALL ({announced})) x \
+         ORDER BY x.id DESC LIMIT $4"
     );
     let mut rows = NotificationRow::find_by_statement(stmt(
         &sql,
@@ -310,17 +322,18 @@ pub(crate) async fn page(
     Ok((rows, more))
 }
 
-/// One visible notification of the user, if it is one.
+/// One visible notification of the user (their own, or an announcement they see), if it is one.
 pub(crate) async fn find(
     db: &impl ConnectionTrait,
     user_id: i64,
     courses: &[i64],
     id: i64,
 ) -> AppResult<Option<NotificationRow>> {
+    let announced = announcements::one_for_member("$1", "$2", "$3");
     let sql = format!(
-        "SELECT n.id, n.kind, n.course_id, n.actor_id, n.post_id, n.comment_id, n.milestone, n.created_at, \
-                n.id <= {READ_UP_TO} AS read \
-         {VISIBLE} AND n.id = $3"
+        "SELECT x.*, x.id <= {READ_UP_TO} AS read FROM ( \
+           SELECT {OWN_COLUMNS} {VISIBLE} AND n.id = $3 \
+           UNION ALL {announced}) x"
     );
     Ok(NotificationRow::find_by_statement(stmt(&sql, [user_id.into(), courses.to_vec().into(), id.into()]))
         .one(db)
@@ -332,25 +345,29 @@ struct Count {
     count: i64,
 }
 
-/// How many visible notifications the user has not read.
+/// How many visible notifications the user has not read: their own above the watermark, and
+/// their courses' announcements above it.
 pub(crate) async fn unread_count(db: &impl ConnectionTrait, user_id: i64, courses: &[i64]) -> AppResult<i64> {
-    let sql = format!("SELECT count(*) AS count {VISIBLE} AND n.id > {READ_UP_TO}");
+    let announced = announcements::unread_of_member("$1", "$2", READ_UP_TO);
+    let sql = format!("SELECT (SELECT count(*) {VISIBLE} AND n.id > {READ_UP_TO}) + ({announced}) AS count");
     let row = Count::find_by_statement(stmt(&sql, [user_id.into(), courses.to_vec().into()])).one(db).await?;
     Ok(row.map_or(0, |r| r.count))
 }
 
-/// Marks every notification of the user up to `up_to` (one of theirs) read. Never moves the
-/// mark back. NOT_FOUND when `up_to` is not one of their notifications.
+/// Marks every notification of the user up to `up_to` read: one of their own, or an
+/// announcement of a course they are in that they see. Never moves the mark back. NOT_FOUND
+/// when `up_to` is neither.
 pub(crate) async fn mark_read(db: &impl ConnectionTrait, user_id: i64, up_to: i64) -> AppResult<()> {
-    let marked = db
-        .execute_raw(stmt(
-            "INSERT INTO notification_reads (user_id, read_up_to) \
-             SELECT $1, n.id FROM notifications n WHERE n.id = $2 AND n.recipient_id = $1 \
-             ON CONFLICT (user_id) DO UPDATE \
-             SET read_up_to = GREATEST(notification_reads.read_up_to, EXCLUDED.read_up_to)",
-            [user_id.into(), up_to.into()],
-        ))
-        .await?;
+    let announced = announcements::id_for_member("$1", "$2");
+    let sql = format!(
+        "INSERT INTO notification_reads (user_id, read_up_to) \
+         SELECT $1, x.id FROM ( \
+           SELECT n.id FROM notifications n WHERE n.id = $2 AND n.recipient_id = $1 \
+           UNION ALL {announced}) x \
+         ON CONFLICT (user_id) DO UPDATE \
+         SET read_up_to = GREATEST(notification_reads.read_up_to, EXCLUDED.read_up_to)"
+    );
+    let marked = db.execute_raw(stmt(&sql, [user_id.into(), up_to.into()])).await?;
     if marked.rows_affected() == 0 {
         return Err(AppError::not_found("notification"));
     }

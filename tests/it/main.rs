@@ -14,6 +14,7 @@
 mod common;
 
 mod adversarial;
+mod announcements;
 mod apq;
 mod authorization;
 mod bad_input;

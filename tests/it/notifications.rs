@@ -280,6 +280,9 @@ async fn notifications_from_a_course_the_user_left_are_not_shown_counted_or_deli
 
     app.unenroll(w.course, w.alice).await;
     app.memberships_settled().await;
+    // The subscription hears her courses change: her count drops with the course she left.
+    let data = socket.next_data(Duration::from_secs(10)).await.expect("the count after leaving");
+    assert_eq!(data["notifications"], json!({ "unreadCount": 1, "notification": null }));
     let (listed, unread) = notifications_of(&app, w.alice).await;
     assert_eq!(unread, 1);
     assert_eq!(listed.iter().map(|n| n["post"]["id"].clone()).collect::<Vec<_>>(), vec![json!(gid("Post", in_other))]);

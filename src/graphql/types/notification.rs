@@ -1,5 +1,5 @@
 //! `Notification`: something that happened to the viewer (a reply, a mention, a like
-//! milestone). Read by `graphql::notifications`, which checks that only its recipient sees it.
+//! milestone, an announcement in their course). Read by `graphql::notifications`, which checks that only its recipient sees it.
 
 use async_graphql::Enum;
 
@@ -15,6 +15,8 @@ pub enum NotificationKind {
     Mention,
     /// Your post, comment or reply reached 10, 100 or 1,000 likes (`milestone`).
     LikeMilestone,
+    /// An instructor of your course posted an announcement (`post`); `actor` wrote it.
+    Announcement,
 }
 
 pub(crate) struct Notification(pub NotificationRow);
@@ -31,8 +33,8 @@ impl Notification {
     }
 }
 
-/// Something that happened to you: a reply to what you wrote, a mention of your handle, or
-/// something of yours passing 10, 100 or 1,000 likes.
+/// Something that happened to you: a reply to what you wrote, a mention of your handle,
+/// something of yours passing 10, 100 or 1,000 likes, or an announcement in your course.
 #[Object]
 impl Notification {
     /// Global id of this notification (also what `markNotificationsRead(upTo:)` takes).
@@ -44,6 +46,7 @@ impl Notification {
         match self.0.kind.as_str() {
             "reply" => NotificationKind::Reply,
             "mention" => NotificationKind::Mention,
+            "announcement" => NotificationKind::Announcement,
             _ => NotificationKind::LikeMilestone,
         }
     }
@@ -59,7 +62,7 @@ impl Notification {
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
-    /// Who wrote the reply or the mention; null for a like milestone.
+    /// Who wrote the reply, the mention or the announcement; null for a like milestone.
     async fn actor(&self, ctx: &Context<'_>) -> Result<Option<User>> {
         let Some(actor_id) = self.0.actor_id else { return Ok(None) };
         let anonymous_to = self.cause_anonymous_to(ctx).await?;
@@ -76,7 +79,8 @@ impl Notification {
     async fn course(&self) -> Course {
         Course::known(self.0.course_id)
     }
-    /// The post it is about: the one mentioning you, or the one the reply is under.
+    /// The post it is about: the one mentioning you, the one the reply is under, or the
+    /// announcement.
     async fn post(&self) -> Post {
         Post::by_id(self.0.post_id)
     }
