@@ -1,11 +1,15 @@
 // A course's page: its posts page by page (Relay first/after), newest, hot or top first
-// (orderBy; the order stays in the URL, #/course/<id>/top).
-import { gql } from './api';
+// (orderBy; the order stays in the URL, #/course/<id>/top), and a form to start a post. New
+// posts (anyone's) arrive at the top live, deleted ones leave, and counts follow
+// (courseActivity for comments, likeCounts for likes).
+import { gql, subscribe, errorText } from './api';
 import { counted, esc } from './text';
-import { app } from './page';
+import { app, onLeave } from './page';
 
 const PAGE_SIZE = 5;
 const POST_FIELDS = `id title likeCount likedByMe commentCount createdAt author { handle }`;
+/** How many ids one likeCounts subscription may watch. */
+const MAX_WATCHED = 100;
 
 /** The orders of `Course.posts(orderBy:)`; the route's third part picks one (#/course/<id>/top). */
 const ORDERS = ['NEW', 'HOT', 'TOP'] as const;
@@ -18,18 +22,33 @@ const ORDER_LABELS: Record<PostOrder, [string, string]> = {
 export const orderOf = (part: string | undefined): PostOrder =>
   ORDERS.find((o) => o === part?.toUpperCase()) ?? 'NEW';
 
+type PostItem = { id: string; title: string; likeCount: number; commentCount: number; author: { handle: string } };
+
+/** One post in the list; its counts are patched in place (data-likes, data-comments). */
+const itemHtml = (p: PostItem, fresh = false) => `<div class="card${fresh ? ' fresh' : ''}" data-testid="post-item" data-id="${esc(p.id)}">
+  <a href="#/post/${esc(p.id)}">${esc(p.title)}</a>${fresh ? ' <span class="kind" data-testid="new-badge">new</span>' : ''}
+  <div class="muted">@${esc(p.author.handle)} · <span data-likes="${p.likeCount}">${counted(p.likeCount, 'like')}</span>
+    · <span data-comments="${p.commentCount}">${counted(p.commentCount, 'comment')}</span></div></div>`;
+
 export async function course(courseId: string, initialOrder: PostOrder) {
   const head = await gql(`query($id: ID!) { course(id: $id) { id code title } }`, { id: courseId });
   app.innerHTML = `<p><a href="#/courses">← courses</a></p>
     <h1>${esc(head.course.code)} · ${esc(head.course.title)}</h1>
+    <details class="card" id="new-post" data-testid="new-post"><summary data-testid="new-post-open">Start a post</summary>
+      <form id="post-form">
+        <label>Title <input name="title" data-testid="post-form-title" maxlength="200" required></label>
+        <textarea name="body" data-testid="post-form-body" placeholder="What do you want to say or ask?" required></textarea>
+        <button data-testid="post-form-submit">Post</button> <span class="error" data-testid="post-form-error"></span>
+      </form></details>
     <p class="order" role="group" aria-label="Order of posts" data-testid="post-order">
       ${ORDERS.map((o) => `<button data-order="${o}" data-testid="order-${o}" title="${ORDER_LABELS[o][1]}"
         aria-pressed="false">${ORDER_LABELS[o][0]}</button>`).join(' ')}</p>
     <div id="posts" data-testid="posts"></div>
     <p><button id="more" data-testid="more-posts" hidden>More posts</button> <span id="page-info" class="muted"></span></p>`;
-  const postsEl = app.querySelector('#posts')!;
+  const postsEl = app.querySelector<HTMLElement>('#posts')!;
   const more = app.querySelector<HTMLButtonElement>('#more')!;
   const info = app.querySelector('#page-info')!;
+  const itemOf = (id: string) => postsEl.querySelector<HTMLElement>(`[data-testid=post-item][data-id="${CSS.escape(id)}"]`);
   // The list in one order: its cursor only means something in that order (the server refuses
   // a cursor of another), so switching starts over from the first page. `shown` moves with
   // every switch; a page that arrives for an older switch is dropped, so quick clicks cannot
@@ -38,6 +57,9 @@ export async function course(courseId: string, initialOrder: PostOrder) {
   let after: string | null = null;
   let pages = 0;
   let shown = 0;
+  const describe = () => {
+    info.textContent = `${counted(postsEl.children.length, 'post')}, ${counted(pages, 'page')}, ${ORDER_LABELS[order][1]}`;
+  };
   const loadPage = async () => {
     const mine = shown;
     more.disabled = true;
@@ -51,14 +73,15 @@ export async function course(courseId: string, initialOrder: PostOrder) {
       const conn = data.course.posts;
       pages += 1;
       postsEl.setAttribute('data-pages', String(pages));
-      postsEl.insertAdjacentHTML('beforeend', conn.edges.map((e: any) => `<div class="card" data-testid="post-item" data-id="${esc(e.node.id)}">
-        <a href="#/post/${esc(e.node.id)}">${esc(e.node.title)}</a>
-        <div class="muted">@${esc(e.node.author.handle)} · ${counted(e.node.likeCount, 'like')} · ${counted(e.node.commentCount, 'comment')}</div></div>`).join(''));
+      // A post that arrived live at the top may come again in a later page: it stays once.
+      const nodes: PostItem[] = conn.edges.map((e: any) => e.node).filter((n: PostItem) => !itemOf(n.id));
+      postsEl.insertAdjacentHTML('beforeend', nodes.map((n) => itemHtml(n)).join(''));
       after = conn.pageInfo.endCursor;
       more.hidden = !conn.pageInfo.hasNextPage;
-      info.textContent = `${counted(postsEl.children.length, 'post')}, ${counted(pages, 'page')}, ${ORDER_LABELS[order][1]}`;
+      describe();
+      watchLikes();
     } catch (err) {
-      if (mine === shown) info.innerHTML = `<span class="error" data-testid="posts-error">${esc((err as Error).message)}</span>`;
+      if (mine === shown) info.innerHTML = `<span class="error" data-testid="posts-error">${esc(errorText(err))}</span>`;
     } finally {
       if (mine === shown) more.disabled = false;
     }
@@ -83,5 +106,99 @@ export async function course(courseId: string, initialOrder: PostOrder) {
     void show(b.dataset.order as PostOrder);
   });
   more.addEventListener('click', loadPage);
+
+  /** A new post goes on top, in every order: it is what the reader has not seen yet. */
+  const addFresh = (p: PostItem) => {
+    if (itemOf(p.id)) return;
+    postsEl.insertAdjacentHTML('afterbegin', itemHtml(p, true));
+    describe();
+    watchLikes();
+  };
+  const setCount = (id: string, what: 'likes' | 'comments', n: number) => {
+    const el = itemOf(id)?.querySelector<HTMLElement>(`[data-${what}]`);
+    if (!el) return;
+    el.dataset[what] = String(n);
+    el.textContent = counted(Math.max(0, n), what === 'likes' ? 'like' : 'comment');
+  };
+  const countOf = (id: string, what: 'likes' | 'comments') => Number(itemOf(id)?.querySelector<HTMLElement>(`[data-${what}]`)?.dataset[what] ?? 0);
+
+  const form = app.querySelector<HTMLFormElement>('#post-form')!;
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const fields = new FormData(form);
+    const title = String(fields.get('title') ?? '').trim();
+    const body = String(fields.get('body') ?? '').trim();
+    const errEl = form.querySelector('[data-testid=post-form-error]')!;
+    errEl.textContent = '';
+    if (!title || !body) {
+      errEl.textContent = 'A post needs a title and a text.';
+      return;
+    }
+    const submit = form.querySelector<HTMLButtonElement>('[data-testid=post-form-submit]')!;
+    submit.disabled = true;
+    try {
+      const res = await gql(
+        `mutation($course: ID!, $title: String!, $body: String!) { createPost(courseId: $course, title: $title, body: $body) { ${POST_FIELDS} } }`,
+        { course: courseId, title, body },
+      );
+      addFresh(res.createPost);
+      form.reset();
+      app.querySelector<HTMLDetailsElement>('#new-post')!.open = false;
+    } catch (err) {
+      errEl.textContent = errorText(err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+
+  // Live like counts of the posts listed; renewed (once per burst) as the list grows.
+  let stopLikes: (() => void) | null = null;
+  let watchTimer: ReturnType<typeof setTimeout> | null = null;
+  let watching = '';
+  let left = false;
+  function watchLikes() {
+    if (watchTimer || left) return;
+    watchTimer = setTimeout(() => {
+      watchTimer = null;
+      if (left) return;
+      const ids = [...postsEl.querySelectorAll<HTMLElement>('[data-testid=post-item]')].map((el) => el.dataset.id!).slice(0, MAX_WATCHED);
+      if (ids.join() === watching || ids.length === 0) return;
+      watching = ids.join();
+      stopLikes?.();
+      stopLikes = subscribe(`subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount } }`, { ids }, (d: any) =>
+        setCount(d.likeCounts.id, 'likes', d.likeCounts.likeCount),
+      );
+    }, 250);
+  }
+  onLeave(() => {
+    left = true;
+    if (watchTimer) clearTimeout(watchTimer);
+    stopLikes?.();
+  });
+  // Live: new posts, deleted posts, and comment counts moving.
+  onLeave(
+    subscribe(
+      `subscription($course: ID!) { courseActivity(courseId: $course) { kind nodeId postId post { ${POST_FIELDS} } } }`,
+      { course: courseId },
+      (d: any) => {
+        const a = d.courseActivity;
+        if (a.kind === 'POST_CREATED' && a.post) addFresh(a.post);
+        if (a.kind === 'POST_DELETED') {
+          itemOf(a.nodeId)?.remove();
+          describe();
+        }
+        if ((a.kind === 'COMMENT_CREATED' || a.kind === 'REPLY_CREATED') && itemOf(a.postId)) {
+          setCount(a.postId, 'comments', countOf(a.postId, 'comments') + 1);
+        }
+        // A deleted comment takes its replies along: how many, the post's new count says.
+        if ((a.kind === 'COMMENT_DELETED' || a.kind === 'REPLY_DELETED') && itemOf(a.postId)) {
+          gql(`query($id: ID!) { post(id: $id) { id commentCount } }`, { id: a.postId }).then(
+            (r) => r.post && setCount(r.post.id, 'comments', r.post.commentCount),
+            () => {},
+          );
+        }
+      },
+    ),
+  );
   await show(order);
 }
