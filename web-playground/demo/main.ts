@@ -49,7 +49,7 @@ async function pickUser() {
       <code>script/server</code>). Paste a token instead:</p>` : ''}
     <div data-testid="users">
       ${list.map((u) => `<div class="card"><button data-testid="user-${esc(u.handle)}" data-handle="${esc(u.handle)}">
-        @${esc(u.handle)}</button> <span class="muted">${u.courses.length} courses</span>
+        @${esc(u.handle)}</button> <span class="muted">${counted(u.courses.length, 'course')}</span>
         ${me?.handle === u.handle ? '<strong>(signed in)</strong>' : ''}</div>`).join('')}
     </div>
     <form id="token-form" class="card"><label>Bearer token <input name="token" size="50"></label>
