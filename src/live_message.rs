@@ -32,6 +32,9 @@ pub struct Activity {
     /// The post, comment or reply the event is about.
     pub node_id: i64,
     pub post_id: i64,
+    /// The author of the post, when it is private: then only they and staff receive the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_to: Option<i64>,
 }
 
 /// The wire format on the Pub/Sub channel.

@@ -12,6 +12,7 @@ use crate::auth::TokenKeys;
 use crate::db::stmt;
 use crate::error::{AppError, AppResult};
 use crate::forum::courses::Role;
+use crate::forum::posts::NewPost;
 use crate::forum::{comments, posts, roster};
 use crate::graphql::ids::{NodeKind, encode};
 use crate::likes::{LikeTarget, sync};
@@ -143,19 +144,23 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         let (author, title) = if week % 3 == 0 { (tran, "Lab notes") } else { (alice, "Question about the exercises") };
         posts::create(
             txn,
-            cs,
-            author,
-            &format!("Week {week}: {title}"),
-            &format!("Notes and questions for week {week}."),
+            &NewPost::discussion(
+                cs,
+                author,
+                &format!("Week {week}: {title}"),
+                &format!("Notes and questions for week {week}."),
+            ),
         )
         .await?;
     }
     let recursion = posts::create(
         txn,
-        cs,
-        bob,
-        "Why does my recursive fib take forever for n = 45?",
-        "fib(40) is fine, fib(45) never seems to finish. Is my laptop broken?",
+        &NewPost::discussion(
+            cs,
+            bob,
+            "Why does my recursive fib take forever for n = 45?",
+            "fib(40) is fine, fib(45) never seems to finish. Is my laptop broken?",
+        ),
     )
     .await?;
     let c1 = comments::create_comment(
@@ -164,17 +169,23 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         cs,
         alice,
         "It recomputes the same values exponentially often. Try memoising.",
+        None,
     )
     .await?;
     notify(txn, &c1, bob).await?;
-    let r1 = comments::create_reply(txn, &c1, bob, "Memoising with a HashMap made it instant, thanks!").await?;
+    let r1 = comments::create_reply(txn, &c1, bob, "Memoising with a HashMap made it instant, thanks!", None).await?;
     notify(txn, &r1, alice).await?;
-    let r2 =
-        comments::create_reply(txn, &r1, tran, "Good. Next step: can you do it with O(1) memory? @alice, you too.")
-            .await?;
+    let r2 = comments::create_reply(
+        txn,
+        &r1,
+        tran,
+        "Good. Next step: can you do it with O(1) memory? @alice, you too.",
+        None,
+    )
+    .await?;
     notify(txn, &r2, bob).await?;
-    let c2 =
-        comments::create_comment(txn, recursion.id, cs, tran, "See lecture 7, slide 12, on the call tree.").await?;
+    let c2 = comments::create_comment(txn, recursion.id, cs, tran, "See lecture 7, slide 12, on the call tree.", None)
+        .await?;
     notify(txn, &c2, bob).await?;
     for (user, target) in [
         (alice, LikeTarget::Post(recursion.id)),
@@ -189,10 +200,12 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
     // MATH201 and HIST110: a little life each.
     let eigen = posts::create(
         txn,
-        math,
-        carol,
-        "Intuition for eigenvectors?",
-        "Directions a matrix only stretches: is that the whole story?",
+        &NewPost::discussion(
+            math,
+            carol,
+            "Intuition for eigenvectors?",
+            "Directions a matrix only stretches: is that the whole story?",
+        ),
     )
     .await?;
     let c3 = comments::create_comment(
@@ -201,26 +214,31 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         math,
         tran,
         "Mostly, yes. Try the 3Blue1Brown-style picture with a shear.",
+        None,
     )
     .await?;
     notify(txn, &c3, carol).await?;
-    let r3 = comments::create_reply(txn, &c3, alice, "The shear example finally made it click for me.").await?;
+    let r3 = comments::create_reply(txn, &c3, alice, "The shear example finally made it click for me.", None).await?;
     notify(txn, &r3, tran).await?;
     sync::set(txn, alice, LikeTarget::Post(eigen.id), true).await?;
-    let essay =
-        posts::create(txn, hist, dave, "Essay topics for the midterm", "Has anyone picked the Silk Road topic?")
-            .await?;
-    let c4 = comments::create_comment(txn, essay.id, hist, carol, "I did! Happy to share sources.").await?;
+    let essay = posts::create(
+        txn,
+        &NewPost::discussion(hist, dave, "Essay topics for the midterm", "Has anyone picked the Silk Road topic?"),
+    )
+    .await?;
+    let c4 = comments::create_comment(txn, essay.id, hist, carol, "I did! Happy to share sources.", None).await?;
     notify(txn, &c4, dave).await?;
     sync::set(txn, bob, LikeTarget::Post(essay.id), true).await?;
 
     // WRIT100, the mass course: an announcement that half the course likes (a hot post).
     let announcement = posts::create(
         txn,
-        writ,
-        tran,
-        "Announcement: essay deadline moved to Friday",
-        "The deadline for essay 1 is now Friday 23:59. Office hours Thursday.",
+        &NewPost::discussion(
+            writ,
+            tran,
+            "Announcement: essay deadline moved to Friday",
+            "The deadline for essay 1 is now Friday 23:59. Office hours Thursday.",
+        ),
     )
     .await?;
     txn.execute_raw(stmt(
@@ -231,9 +249,15 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
         [announcement.id.into()],
     ))
     .await?;
-    let c5 =
-        comments::create_comment(txn, announcement.id, writ, carol, "Thank you! Does this apply to the outline too?")
-            .await?;
+    let c5 = comments::create_comment(
+        txn,
+        announcement.id,
+        writ,
+        carol,
+        "Thank you! Does this apply to the outline too?",
+        None,
+    )
+    .await?;
     notify(txn, &c5, tran).await?;
     Ok(())
 }

@@ -410,6 +410,7 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
         parsed_documents: Arc::new(crate::documents::persisted::ParsedDocuments::new(&cache_budget)),
         persisted_queries,
         cursor_keys,
+        pseudonyms: crate::forum::audience::Pseudonyms::new(),
         cache_budget,
     })
 }

@@ -65,6 +65,8 @@ pub struct AppState {
     pub persisted_queries: Arc<crate::documents::persisted::PersistedQueries>,
     /// Sign the cursors this server hands out and verify those it is handed back.
     pub cursor_keys: crate::cursor::CursorKeys,
+    /// The names anonymous writers go by (`forum::audience`), keyed by a secret read once.
+    pub pseudonyms: crate::forum::audience::Pseudonyms,
     /// `CACHE_BUDGET_BYTES` split among the in-process caches, and their figures for /metrics.
     pub cache_budget: Arc<crate::cache::budget::CacheBudget>,
 }

@@ -225,7 +225,7 @@ async fn measure_with_server(
 ) -> AppResult<FeedResult> {
     let job = build_feed_fanout(state).await?;
     // The celebrity course gets its list when its first post is fanned out.
-    posts::create(&state.db, 1, 1, "the celebrity list starts here", "body").await?;
+    posts::create(&state.db, &posts::NewPost::discussion(1, 1, "the celebrity list starts here", "body")).await?;
     let report = job.process_one_batch().await?;
     if report.celebrity_posts != 1 {
         return Err(AppError::Internal("course 1 should be a celebrity".into()));
@@ -258,7 +258,8 @@ async fn measure_with_server(
     }
     let mut fanout_ms = Vec::new();
     for run in 0..bench.fanout_runs {
-        posts::create(&state.db, fanout_course, 2, &format!("fan-out run {run}"), "body").await?;
+        posts::create(&state.db, &posts::NewPost::discussion(fanout_course, 2, &format!("fan-out run {run}"), "body"))
+            .await?;
         let started = Instant::now();
         let report = job.process_one_batch().await?;
         fanout_ms.push(started.elapsed().as_secs_f64() * 1000.0);
@@ -271,7 +272,7 @@ async fn measure_with_server(
     }
     let mut celebrity_ms = Vec::new();
     for run in 0..bench.fanout_runs {
-        posts::create(&state.db, 1, 1, &format!("celebrity run {run}"), "body").await?;
+        posts::create(&state.db, &posts::NewPost::discussion(1, 1, &format!("celebrity run {run}"), "body")).await?;
         let started = Instant::now();
         let report = job.process_one_batch().await?;
         celebrity_ms.push(started.elapsed().as_secs_f64() * 1000.0);

@@ -46,6 +46,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0008_roster_and_identity"),
             sql_migration!("0009_notifications_and_hot_ranking"),
             sql_migration!("0010_user_provisioning"),
+            sql_migration!("0011_questions_and_staff"),
         ]
     }
 }

@@ -31,16 +31,25 @@ pub(crate) struct CommentRow {
     pub reply_count: i32,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub edited_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// NULL when signed; else whom the author is hidden from (`forum::audience`).
+    pub anonymous_to: Option<String>,
+    /// A reply's: the `anonymous_to` of what it answers (`replyTo` hides as that did).
+    pub reply_to_anonymous_to: Option<String>,
+    pub endorsed_by: Option<i64>,
+    pub endorsed_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 pub(crate) const MAX_COMMENT_CHARS: usize = 5_000;
 
-const COMMENT_COLUMNS: &str = "id, post_id, parent_id, reply_to_user_id, user_id, body, like_count, like_version, reply_count, created_at, edited_at";
+const COMMENT_COLUMNS: &str = "id, post_id, parent_id, reply_to_user_id, user_id, body, like_count, like_version, \
+                               reply_count, created_at, edited_at, anonymous_to, reply_to_anonymous_to, endorsed_by, \
+                               endorsed_at";
 
 /// A live comment or reply on a live post.
 pub(crate) async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<CommentRow>> {
     let sql = "SELECT c.id, c.post_id, p.course_id, c.parent_id, c.reply_to_user_id, c.user_id, c.body, \
-               c.like_count, c.like_version, c.reply_count, c.created_at, c.edited_at \
+               c.like_count, c.like_version, c.reply_count, c.created_at, c.edited_at, \
+               c.anonymous_to, c.reply_to_anonymous_to, c.endorsed_by, c.endorsed_at \
                FROM comments c JOIN posts p ON p.id = c.post_id \
                WHERE c.id = $1 AND c.deleted_at IS NULL AND p.deleted_at IS NULL";
     Ok(CommentRow::find_by_statement(stmt(sql, [id.into()])).one(db).await?)
@@ -103,7 +112,8 @@ pub(crate) async fn pages_of_threads(
 /// Live comments (or replies) by id, with their post's course, in one statement.
 pub(crate) async fn find_many(db: &impl ConnectionTrait, ids: &[i64]) -> AppResult<Vec<CommentRow>> {
     let sql = "SELECT c.id, c.post_id, p.course_id, c.parent_id, c.reply_to_user_id, c.user_id, c.body, \
-               c.like_count, c.like_version, c.reply_count, c.created_at, c.edited_at \
+               c.like_count, c.like_version, c.reply_count, c.created_at, c.edited_at, \
+               c.anonymous_to, c.reply_to_anonymous_to, c.endorsed_by, c.endorsed_at \
                FROM comments c JOIN posts p ON p.id = c.post_id \
                WHERE c.id = ANY($1) AND c.deleted_at IS NULL AND p.deleted_at IS NULL";
     Ok(CommentRow::find_by_statement(stmt(sql, [ids.to_vec().into()])).all(db).await?)
@@ -123,10 +133,11 @@ pub(crate) async fn create_comment<C: ConnectionTrait + TransactionTrait>(
     course_id: i64,
     user_id: i64,
     body: &str,
+    anonymous_to: Option<&str>,
 ) -> AppResult<CommentRow> {
     let txn = db.begin().await?;
     bump_post_comments(&txn, post_id, 1).await?;
-    let row = insert(&txn, post_id, course_id, None, None, user_id, body).await?;
+    let row = insert(&txn, post_id, course_id, (None, None, None), (user_id, anonymous_to), body).await?;
     txn.commit().await?;
     Ok(row)
 }
@@ -138,6 +149,7 @@ pub(crate) async fn create_reply<C: ConnectionTrait + TransactionTrait>(
     target: &CommentRow,
     user_id: i64,
     body: &str,
+    anonymous_to: Option<&str>,
 ) -> AppResult<CommentRow> {
     let root_id = target.parent_id.unwrap_or(target.id);
     let txn = db.begin().await?;
@@ -154,8 +166,8 @@ pub(crate) async fn create_reply<C: ConnectionTrait + TransactionTrait>(
     if bumped.is_none() {
         return Err(AppError::not_found("comment"));
     }
-    let row =
-        insert(&txn, target.post_id, target.course_id, Some(root_id), Some(target.user_id), user_id, body).await?;
+    let parent = (Some(root_id), Some(target.user_id), target.anonymous_to.as_deref());
+    let row = insert(&txn, target.post_id, target.course_id, parent, (user_id, anonymous_to), body).await?;
     txn.commit().await?;
     Ok(row)
 }
@@ -170,22 +182,36 @@ async fn bump_post_comments(txn: &impl ConnectionTrait, post_id: i64, delta: i64
     bumped.map(|_| ()).ok_or_else(|| AppError::not_found("post"))
 }
 
+/// `parent`: the root comment, whom the reply answers and whom that writer hid from (all
+/// `None` for a top-level comment); `author`: the writer and whom they hide from (`None`:
+/// signed).
 async fn insert(
     txn: &impl ConnectionTrait,
     post_id: i64,
     course_id: i64,
-    parent_id: Option<i64>,
-    reply_to_user_id: Option<i64>,
-    user_id: i64,
+    (parent_id, reply_to_user_id, reply_to_anonymous_to): (Option<i64>, Option<i64>, Option<&str>),
+    (user_id, anonymous_to): (i64, Option<&str>),
     body: &str,
 ) -> AppResult<CommentRow> {
     let sql = format!(
-        "INSERT INTO comments (post_id, parent_id, reply_to_user_id, user_id, body) VALUES ($1, $2, $3, $4, $5) \
-         RETURNING {COMMENT_COLUMNS}, $6::bigint AS course_id"
+        "INSERT INTO comments (post_id, parent_id, reply_to_user_id, user_id, body, anonymous_to, \
+                               reply_to_anonymous_to) \
+         VALUES ($1, $2, $3, $4, $5, $7, $8) RETURNING {COMMENT_COLUMNS}, $6::bigint AS course_id"
     );
+    let anonymous_to = anonymous_to.map(str::to_owned);
+    let reply_to_anonymous_to = reply_to_anonymous_to.map(str::to_owned);
     CommentRow::find_by_statement(stmt(
         &sql,
-        [post_id.into(), parent_id.into(), reply_to_user_id.into(), user_id.into(), body.into(), course_id.into()],
+        [
+            post_id.into(),
+            parent_id.into(),
+            reply_to_user_id.into(),
+            user_id.into(),
+            body.into(),
+            course_id.into(),
+            anonymous_to.into(),
+            reply_to_anonymous_to.into(),
+        ],
     ))
     .one(txn)
     .await?

@@ -2,9 +2,11 @@
 //! posts, two-level comments; `roster`, the one service that changes who belongs to a course.
 //! Visible SQL, one file per table family; no GraphQL in here.
 
+pub(crate) mod audience;
 pub(crate) mod comments;
 pub(crate) mod courses;
 pub(crate) mod paging;
 pub(crate) mod posts;
+pub(crate) mod questions;
 pub(crate) mod roster;
 pub(crate) mod users;

@@ -6,6 +6,7 @@ use sea_orm::{ConnectionTrait, FromQueryResult};
 
 use crate::db::stmt;
 use crate::error::{AppError, AppResult};
+use crate::forum::audience::PostKind;
 use crate::forum::paging::{Order, Page, PageRequest, page_sql};
 
 /// Serializable so the post cache (`crate::cache`) can keep it in Redis.
@@ -26,10 +27,37 @@ pub struct PostRow {
     pub view_count: i64,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub edited_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// `question`, `discussion` or `announcement` (`forum::audience::PostKind`). The fields
+    /// from here on have no serde default: a post-cache entry written before they existed
+    /// does not decode, and reads as a miss (reloaded), never as a public signed post.
+    pub kind: String,
+    /// NULL when signed; else whom the author is hidden from (`forum::audience`).
+    pub anonymous_to: Option<String>,
+    /// Only its author and staff read it.
+    pub private: bool,
+    pub pinned_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The accepted answer: a top-level comment of this question.
+    pub accepted_comment_id: Option<i64>,
+    /// When staff marked it resolved (without an accepted answer, or besides one).
+    pub resolved_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub endorsed_by: Option<i64>,
+    pub endorsed_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-const POST_COLUMNS: &str =
-    "id, course_id, user_id, title, body, like_count, like_version, comment_count, view_count, created_at, edited_at";
+impl PostRow {
+    pub(crate) fn kind(&self) -> AppResult<PostKind> {
+        PostKind::parse(&self.kind)
+    }
+
+    /// Resolved: it has an accepted answer, or staff marked it so.
+    pub(crate) fn resolved(&self) -> bool {
+        self.accepted_comment_id.is_some() || self.resolved_at.is_some()
+    }
+}
+
+pub(crate) const POST_COLUMNS: &str = "id, course_id, user_id, title, body, like_count, like_version, comment_count, view_count, \
+                            created_at, edited_at, kind, anonymous_to, private, pinned_at, accepted_comment_id, \
+                            resolved_at, endorsed_by, endorsed_at";
 
 fn select_post() -> String {
     format!("SELECT {POST_COLUMNS} FROM posts")
@@ -68,7 +96,8 @@ pub async fn find(db: &impl ConnectionTrait, id: i64) -> AppResult<Option<PostRo
 
 /// A course's posts, newest first (served by `posts_course_feed_idx`).
 pub async fn page_in_course(db: &impl ConnectionTrait, course_id: i64, page: &PageRequest) -> AppResult<Page<PostRow>> {
-    let sql = page_sql(&select_post(), "course_id = $1 AND deleted_at IS NULL", 1, page, Order::NewestFirst);
+    let sql =
+        page_sql(&select_post(), "course_id = $1 AND deleted_at IS NULL AND NOT private", 1, page, Order::NewestFirst);
     let mut values = vec![course_id.into()];
     values.extend(page.values());
     let rows = PostRow::find_by_statement(stmt(&sql, values)).all(db).await?;
@@ -126,7 +155,7 @@ pub async fn ranked_page(
 /// plus one hash of at most `MAX_RANKED_WALK` ids (18 ms on the same course).
 pub fn ranked_page_sql(ranking: Ranking) -> String {
     format!(
-        "{} WHERE course_id = $1 AND deleted_at IS NULL \
+        "{} WHERE course_id = $1 AND deleted_at IS NULL AND NOT private \
          AND NOT EXISTS (SELECT 1 FROM unnest($2::bigint[]) AS shown(id) WHERE shown.id = posts.id) \
          ORDER BY {} LIMIT $3",
         select_post(),
@@ -144,7 +173,13 @@ pub async fn pages_in_courses(
     if course_ids.is_empty() {
         return Ok(Default::default());
     }
-    let inner = page_sql(&select_post(), "course_id = parent.id AND deleted_at IS NULL", 1, page, Order::NewestFirst);
+    let inner = page_sql(
+        &select_post(),
+        "course_id = parent.id AND deleted_at IS NULL AND NOT private",
+        1,
+        page,
+        Order::NewestFirst,
+    );
     // The outer ORDER BY keeps each course's rows in page order: a join promises no order.
     let (_, order_by) = page.keyset_sql(Order::NewestFirst, 0);
     let sql = format!(
@@ -160,22 +195,46 @@ pub async fn pages_in_courses(
     Ok(course_ids.iter().map(|id| (*id, page.finish(by_course.remove(id).unwrap_or_default()))).collect())
 }
 
+/// What a new post is: where, by whom, and how it is shown.
+pub struct NewPost<'a> {
+    pub course_id: i64,
+    pub user_id: i64,
+    pub title: &'a str,
+    pub body: &'a str,
+    pub kind: PostKind,
+    /// `None`: signed; else whom the author is hidden from (`forum::audience`).
+    pub anonymous_to: Option<&'a str>,
+    pub private: bool,
+}
+
+impl<'a> NewPost<'a> {
+    /// A signed, public discussion.
+    pub fn discussion(course_id: i64, user_id: i64, title: &'a str, body: &'a str) -> Self {
+        Self { course_id, user_id, title, body, kind: PostKind::Discussion, anonymous_to: None, private: false }
+    }
+}
+
 /// Inserts a post and its `feed_outbox` row in ONE statement: either both commit or neither,
-/// so a post can never miss its fan-out, even if the process dies right after COMMIT.
-pub async fn create(
-    db: &impl ConnectionTrait,
-    course_id: i64,
-    user_id: i64,
-    title: &str,
-    body: &str,
-) -> AppResult<PostRow> {
+/// so a post can never miss its fan-out, even if the process dies right after COMMIT. A
+/// private post gets no outbox row: it never enters a timeline (it does when it is made
+/// public, `questions::make_public`).
+pub async fn create(db: &impl ConnectionTrait, new: &NewPost<'_>) -> AppResult<PostRow> {
     let sql = format!(
-        "WITH post AS (INSERT INTO posts (course_id, user_id, title, body) VALUES ($1, $2, $3, $4) \
-                       RETURNING {POST_COLUMNS}), \
-              outbox AS (INSERT INTO feed_outbox (post_id, course_id) SELECT id, course_id FROM post) \
+        "WITH post AS (INSERT INTO posts (course_id, user_id, title, body, kind, anonymous_to, private) \
+                       VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {POST_COLUMNS}), \
+              outbox AS (INSERT INTO feed_outbox (post_id, course_id) SELECT id, course_id FROM post WHERE NOT private) \
          SELECT {POST_COLUMNS} FROM post"
     );
-    PostRow::find_by_statement(stmt(&sql, [course_id.into(), user_id.into(), title.into(), body.into()]))
+    let values: [sea_orm::Value; 7] = [
+        new.course_id.into(),
+        new.user_id.into(),
+        new.title.into(),
+        new.body.into(),
+        new.kind.as_str().into(),
+        new.anonymous_to.map(str::to_owned).into(),
+        new.private.into(),
+    ];
+    PostRow::find_by_statement(stmt(&sql, values))
         .one(db)
         .await?
         .ok_or_else(|| AppError::Internal("INSERT … RETURNING returned no row".into()))
@@ -227,7 +286,8 @@ pub async fn newest_ids_in_courses(db: &impl ConnectionTrait, courses: &[i64], l
     }
     let rows = Id::find_by_statement(stmt(
         "SELECT p.id FROM unnest($1::bigint[]) AS c(id) CROSS JOIN LATERAL \
-           (SELECT id FROM posts WHERE course_id = c.id AND deleted_at IS NULL ORDER BY id DESC LIMIT $2) p \
+           (SELECT id FROM posts WHERE course_id = c.id AND deleted_at IS NULL AND NOT private \
+              ORDER BY id DESC LIMIT $2) p \
          ORDER BY p.id DESC LIMIT $2",
         [courses.to_vec().into(), limit.into()],
     ))
@@ -250,7 +310,7 @@ pub async fn newest_in_courses(
     let columns = POST_COLUMNS.split(", ").map(|c| format!("p.{c}")).collect::<Vec<_>>().join(", ");
     let sql = format!(
         "SELECT {columns} FROM unnest($1::bigint[]) AS c(id) CROSS JOIN LATERAL \
-           (SELECT {POST_COLUMNS} FROM posts WHERE course_id = c.id AND deleted_at IS NULL \
+           (SELECT {POST_COLUMNS} FROM posts WHERE course_id = c.id AND deleted_at IS NULL AND NOT private \
               AND id < $2 ORDER BY id DESC LIMIT $3) p \
          ORDER BY p.id DESC LIMIT $3"
     );

@@ -8,14 +8,16 @@ use async_graphql::{Context, ID};
 
 use super::context::{state, viewer};
 use super::ids::{self, NodeKind};
-use super::types::Course;
+use super::types::{Course, Tag};
 use crate::auth::Viewer;
 use crate::cache::pages::LoadStart;
 use crate::config::LikeMode;
 use crate::error::{AppError, AppResult, Service};
+use crate::forum::audience;
 use crate::forum::comments::{self, CommentRow};
 use crate::forum::courses::{self, Role};
 use crate::forum::posts::PostRow;
+use crate::forum::questions;
 use crate::likes::Membership;
 use crate::state::AppState;
 
@@ -70,13 +72,22 @@ fn keep_post(state: &AppState, row: &PostRow, start: Option<LoadStart>) {
     }
 }
 
+/// A post the viewer may read: a member of its course, and for a private post its author or
+/// staff. A private post of someone else is NOT_FOUND, as if it did not exist (FORBIDDEN
+/// would tell a classmate that a private question has this id).
 pub(crate) async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role)> {
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
     let (row, start) = find_post(state, viewer, id).await?;
     let role = viewer.require_member(&state.db, row.course_id).await?;
     keep_post(state, &row, start);
+    readable(viewer.user_id, role, &row)?;
     Ok((row, role))
+}
+
+/// NOT_FOUND for a post the reader may not see (`forum::audience::may_read`).
+pub(crate) fn readable(reader: i64, role: Role, row: &PostRow) -> AppResult<()> {
+    if audience::may_read(reader, role, row.user_id, row.private) { Ok(()) } else { Err(AppError::not_found("post")) }
 }
 
 /// As `post`, when this instance holds the post in memory (for a member, no Redis command and
@@ -84,7 +95,9 @@ pub(crate) async fn post(ctx: &Context<'_>, id: i64) -> AppResult<(PostRow, Role
 pub(crate) async fn post_in_memory(ctx: &Context<'_>, id: i64) -> AppResult<Option<(PostRow, Role)>> {
     let state = state(ctx)?;
     let Some(row) = state.course_pages.post(id) else { return Ok(None) };
-    let role = viewer(ctx)?.require_member(&state.db, row.course_id).await?;
+    let viewer = viewer(ctx)?;
+    let role = viewer.require_member(&state.db, row.course_id).await?;
+    readable(viewer.user_id, role, &row)?;
     Ok(Some((row, role)))
 }
 
@@ -98,11 +111,17 @@ pub(crate) async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostR
     let state = state(ctx)?;
     let (row, start) = find_post(state, viewer, id).await?;
     match viewer.require_member(&state.db, row.course_id).await {
-        Ok(_) => {
+        Ok(role) => {
             keep_post(state, &row, start);
+            readable(viewer.user_id, role, &row)?;
             Ok((row, Membership::Verified))
         }
-        Err(why) if why.unreachable() == Some(Service::Postgres) && state.likes.mode() == LikeMode::Buffered => {
+        // Unverified, a private post is refused: its readers cannot be told apart.
+        Err(why)
+            if why.unreachable() == Some(Service::Postgres)
+                && state.likes.mode() == LikeMode::Buffered
+                && !row.private =>
+        {
             tracing::warn!(post = id, error = %why, "memberships unreadable: a buffered like may go ahead unverified");
             Ok((row, Membership::Unverified { why }))
         }
@@ -112,14 +131,29 @@ pub(crate) async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostR
 
 /// A comment (`NodeKind::Comment`) or reply (`NodeKind::Reply`); the kind must match the row.
 pub(crate) async fn comment(ctx: &Context<'_>, kind: NodeKind, id: i64) -> AppResult<(CommentRow, Role)> {
+    let (row, _, role) = comment_in_post(ctx, kind, id).await?;
+    Ok((row, role))
+}
+
+/// As `comment`, with its post (from memory or the post cache): a comment of a private post
+/// the viewer may not read is NOT_FOUND, as the post is.
+pub(crate) async fn comment_in_post(
+    ctx: &Context<'_>,
+    kind: NodeKind,
+    id: i64,
+) -> AppResult<(CommentRow, PostRow, Role)> {
     let viewer = viewer(ctx)?;
-    let db = &state(ctx)?.db;
-    let row = comments::find(db, id)
+    let state = state(ctx)?;
+    let what = if kind == NodeKind::Reply { "reply" } else { "comment" };
+    let row = comments::find(&state.db, id)
         .await?
         .filter(|row| row.parent_id.is_some() == (kind == NodeKind::Reply))
-        .ok_or_else(|| AppError::not_found(if kind == NodeKind::Reply { "reply" } else { "comment" }))?;
-    let role = viewer.require_member(db, row.course_id).await?;
-    Ok((row, role))
+        .ok_or_else(|| AppError::not_found(what))?;
+    let role = viewer.require_member(&state.db, row.course_id).await?;
+    let (post, start) = find_post(state, viewer, row.post_id).await?;
+    keep_post(state, &post, start);
+    readable(viewer.user_id, role, &post).map_err(|_| AppError::not_found(what))?;
+    Ok((row, post, role))
 }
 
 /// Decodes an id naming a comment or a reply and loads it.
@@ -127,6 +161,15 @@ pub(crate) async fn any_comment(ctx: &Context<'_>, raw: &ID) -> AppResult<(Comme
     viewer(ctx)?;
     let (kind, id) = ids::decode_as(raw, &[NodeKind::Comment, NodeKind::Reply])?;
     comment(ctx, kind, id).await
+}
+
+/// A tag of a course the viewer belongs to, with the viewer's role there.
+pub(crate) async fn tag(ctx: &Context<'_>, id: i64) -> AppResult<(Tag, Role)> {
+    let viewer = viewer(ctx)?;
+    let db = &state(ctx)?.db;
+    let row = questions::find_tag(db, id).await?.ok_or_else(|| AppError::not_found("tag"))?;
+    let role = viewer.require_member(db, row.course_id).await?;
+    Ok((Tag(row), role))
 }
 
 /// Authors may change their own content; instructors may also delete anything in their course.

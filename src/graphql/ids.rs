@@ -15,6 +15,7 @@ pub enum NodeKind {
     Comment,
     Reply,
     Notification,
+    Tag,
 }
 
 impl NodeKind {
@@ -26,13 +27,22 @@ impl NodeKind {
             NodeKind::Comment => "Comment",
             NodeKind::Reply => "Reply",
             NodeKind::Notification => "Notification",
+            NodeKind::Tag => "Tag",
         }
     }
 
     fn parse(name: &str) -> Option<Self> {
-        [NodeKind::User, NodeKind::Course, NodeKind::Post, NodeKind::Comment, NodeKind::Reply, NodeKind::Notification]
-            .into_iter()
-            .find(|k| k.name() == name)
+        [
+            NodeKind::User,
+            NodeKind::Course,
+            NodeKind::Post,
+            NodeKind::Comment,
+            NodeKind::Reply,
+            NodeKind::Notification,
+            NodeKind::Tag,
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
     }
 }
 
@@ -74,6 +84,11 @@ pub(crate) fn decode_as(raw: &ID, expected: &[NodeKind]) -> AppResult<(NodeKind,
 /// Decodes a global id of exactly one kind, returning the database id.
 pub(crate) fn decode_one(raw: &ID, expected: NodeKind) -> AppResult<i64> {
     decode_as(raw, &[expected]).map(|(_, id)| id)
+}
+
+/// Decodes a list of global ids of one kind.
+pub(crate) fn decode_all(raw: &[ID], expected: NodeKind) -> AppResult<Vec<i64>> {
+    raw.iter().map(|id| decode_one(id, expected)).collect()
 }
 
 fn truncate(raw: &str) -> String {

@@ -23,6 +23,7 @@ use crate::forum::comments::{self, CommentRow, Thread};
 use crate::forum::courses::{self, CourseRow};
 use crate::forum::paging::{Page, PageRequest};
 use crate::forum::posts::{self, PostRow};
+use crate::forum::questions::{self, TagRow};
 use crate::forum::users::{self, UserRow};
 use crate::likes::{LikeTarget, Likes};
 use crate::state::AppState;
@@ -191,6 +192,32 @@ impl Loader<i64> for ViewLoader {
     }
 }
 
+/// The tags of every post a request shows, in one statement.
+pub(crate) struct PostTagsLoader(DatabaseConnection);
+
+impl Loader<i64> for PostTagsLoader {
+    type Value = Vec<TagRow>;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[i64]) -> Result<HashMap<i64, Vec<TagRow>>, LoadError> {
+        let mut tags = questions::tags_of_posts(&self.0, keys).await.map_err(Arc::new)?;
+        Ok(keys.iter().map(|id| (*id, tags.remove(id).unwrap_or_default())).collect())
+    }
+}
+
+/// Whether each post a request shows has a comment or reply by someone but its author.
+pub(crate) struct AnsweredLoader(DatabaseConnection);
+
+impl Loader<i64> for AnsweredLoader {
+    type Value = bool;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[i64]) -> Result<HashMap<i64, bool>, LoadError> {
+        let answered = questions::answered(&self.0, keys).await.map_err(Arc::new)?;
+        Ok(keys.iter().map(|id| (*id, answered.contains(id))).collect())
+    }
+}
+
 /// How a DataLoader starts a batch task.
 type Spawner = Box<dyn Fn(BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()> + Send + Sync>;
 
@@ -207,6 +234,8 @@ pub(crate) struct Loaders {
     pub thread_pages: DataLoader<ThreadPageLoader>,
     pub course_pages: DataLoader<CoursePageLoader>,
     pub posts: DataLoader<PostLoader>,
+    pub post_tags: DataLoader<PostTagsLoader>,
+    pub answered: DataLoader<AnsweredLoader>,
     /// False for loaders that outlive a request (a websocket connection's): nothing is cached.
     liked_cached: bool,
 }
@@ -257,6 +286,8 @@ impl Loaders {
             course_pages: DataLoader::new(CoursePageLoader(db.clone(), app.course_pages.clone()), spawner())
                 .delay(delay),
             posts: DataLoader::new(PostLoader(app.post_cache.clone()), spawner()).delay(delay),
+            post_tags: DataLoader::new(PostTagsLoader(db.clone()), spawner()).delay(delay),
+            answered: DataLoader::new(AnsweredLoader(db.clone()), spawner()).delay(delay),
             liked_cached: true,
         }
     }

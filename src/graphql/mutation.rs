@@ -15,9 +15,12 @@ use super::errors::nullable;
 use super::ids::{self, NodeKind, encode};
 use super::loaders::record_liked;
 use super::types::{AnyComment, Comment, DeletePayload, Post, Reply, ViewResult, ViewTicket};
-use crate::error::AppError;
+use crate::error::{AppError, AppResult};
+use crate::forum::audience::PostKind;
 use crate::forum::comments::{self, MAX_COMMENT_CHARS};
-use crate::forum::posts::{self, MAX_BODY_CHARS, MAX_TITLE_CHARS, validate_text};
+use crate::forum::courses::{self, Role};
+use crate::forum::posts::{self, MAX_BODY_CHARS, MAX_TITLE_CHARS, NewPost, PostRow, validate_text};
+use crate::forum::questions;
 use crate::kv::ratelimit::WriteKind;
 use crate::likes::{LikeTarget, Membership, ShownCount};
 use crate::live::{Activity, ActivityKind};
@@ -67,6 +70,8 @@ pub(crate) struct PostMutations;
 impl PostMutations {
     /// Posts in a course the signed-in user belongs to; it shows in the course's `posts`, its
     /// members' `homeFeed` and `courseActivity` (POST_CREATED).
+    // Each argument after `ctx` is one of the field's GraphQL arguments (the schema's shape).
+    #[allow(clippy::too_many_arguments)]
     async fn create_post(
         &self,
         ctx: &Context<'_>,
@@ -75,29 +80,60 @@ impl PostMutations {
         title: String,
         #[graphql(desc = "1 to 20,000 characters after trimming; no control characters but newlines and tabs.")]
         body: String,
+        #[graphql(
+            desc = "QUESTION, DISCUSSION (the default) or ANNOUNCEMENT (staff only).",
+            default_with = "PostKind::Discussion"
+        )]
+        kind: PostKind,
+        #[graphql(
+            desc = "Hide your name from classmates (and from staff too if the course says EVERYONE) behind a pseudonym; BAD_USER_INPUT where the course does not allow it (`Course.anonymity` OFF).",
+            default
+        )]
+        anonymous: bool,
+        #[graphql(desc = "A QUESTION only its author and staff can read (staff may make it public later).", default)]
+        private: bool,
+        #[graphql(desc = "0 to 3 of the course's tags (`Course.tags`), by global id.", default)] tag_ids: Vec<ID>,
     ) -> Result<Option<Post>> {
         nullable(async {
             let viewer = viewer(ctx)?;
             let course_id = ids::decode_one(&course_id, NodeKind::Course)?;
             let title = validate_text("title", &title, MAX_TITLE_CHARS)?;
             let body = validate_text("body", &body, MAX_BODY_CHARS)?;
+            let tag_ids = ids::decode_all(&tag_ids, NodeKind::Tag)?;
+            questions::check_tag_list(&tag_ids)?;
+            if private && kind != PostKind::Question {
+                return Err(AppError::bad_input("only a QUESTION can be private").into());
+            }
             // The limit before any reading of the text: a writer over it costs one script call.
             within_limit(ctx, viewer.user_id, WriteKind::Post).await?;
             let mentioned = notifications::checked_mentions(&[&title, &body])?;
-            let (course, _) = access::course(ctx, course_id).await?;
+            let (course, role) = access::course(ctx, course_id).await?;
+            if kind == PostKind::Announcement {
+                require_staff(role, "post an announcement")?;
+            }
             let state = state(ctx)?;
-            let (row, notified) = if mentioned.is_empty() {
-                (posts::create(&state.db, course.course_id, viewer.user_id, &title, &body).await?, Vec::new())
+            let anonymous_to = if anonymous {
+                Some(courses::anonymity(&state.db, course.course_id).await?.anonymous_to()?)
             } else {
-                let txn = state.db.begin().await?;
-                let row = posts::create(&txn, course.course_id, viewer.user_id, &title, &body).await?;
-                let notified = record_notifications(ctx, &txn, Cause::post(&row), &mentioned).await?;
-                txn.commit().await?;
-                (row, notified)
+                None
             };
+            let new = NewPost {
+                course_id: course.course_id,
+                user_id: viewer.user_id,
+                title: &title,
+                body: &body,
+                kind,
+                anonymous_to,
+                private,
+            };
+            let txn = state.db.begin().await?;
+            let row = posts::create(&txn, &new).await?;
+            questions::set_tags(&txn, row.id, row.course_id, &tag_ids).await?;
+            let notified = record_notifications(ctx, &txn, Cause::post(&row), &mentioned).await?;
+            txn.commit().await?;
             // Its id may have been asked for before it existed: drop any "missing" marker.
             state.post_cache.invalidate(row.id).await;
-            publish(ctx, row.course_id, ActivityKind::PostCreated, row.id, row.id).await?;
+            publish(ctx, &row, ActivityKind::PostCreated, row.id).await?;
             notify(ctx, &notified).await;
             Ok(Post::from(row))
         })
@@ -162,7 +198,7 @@ impl PostMutations {
             if !deleted {
                 return Err(AppError::not_found("post").into());
             }
-            publish(ctx, post.course_id, ActivityKind::PostDeleted, post.id, post.id).await?;
+            publish(ctx, &post, ActivityKind::PostDeleted, post.id).await?;
             let withdrawn = notifications::withdraw_post(&state(ctx)?.db, post.id).await?;
             unread_moved(ctx, &withdrawn).await;
             Ok(DeletePayload { deleted_id: encode(NodeKind::Post, post.id), post: None, comment: None })
@@ -183,6 +219,7 @@ impl CommentMutations {
         #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
         #[graphql(desc = "1 to 5,000 characters after trimming; no control characters but newlines and tabs.")]
         body: String,
+        #[graphql(desc = "Write under a pseudonym, as `createPost`'s `anonymous`.", default)] anonymous: bool,
     ) -> Result<Option<Comment>> {
         nullable(async {
             let viewer = viewer(ctx)?;
@@ -191,12 +228,14 @@ impl CommentMutations {
             within_limit(ctx, viewer.user_id, WriteKind::Comment).await?;
             let mentioned = notifications::checked_mentions(&[&body])?;
             let (post, _) = access::post(ctx, post_id).await?;
+            let anonymous_to = anonymous_to(ctx, anonymous, post.course_id).await?;
             let txn = state(ctx)?.db.begin().await?;
-            let row = comments::create_comment(&txn, post.id, post.course_id, viewer.user_id, &body).await?;
+            let row =
+                comments::create_comment(&txn, post.id, post.course_id, viewer.user_id, &body, anonymous_to).await?;
             let notified = record_notifications(ctx, &txn, Cause::comment(&row, post.user_id), &mentioned).await?;
             txn.commit().await?;
             state(ctx)?.post_cache.invalidate(row.post_id).await;
-            publish(ctx, row.course_id, ActivityKind::CommentCreated, row.id, row.post_id).await?;
+            publish(ctx, &post, ActivityKind::CommentCreated, row.id).await?;
             notify(ctx, &notified).await;
             Ok(Comment::from(row))
         })
@@ -211,6 +250,7 @@ impl CommentMutations {
         #[graphql(desc = "The global id of the Comment or Reply answered.")] comment_id: ID,
         #[graphql(desc = "1 to 5,000 characters after trimming; no control characters but newlines and tabs.")]
         body: String,
+        #[graphql(desc = "Write under a pseudonym, as `createPost`'s `anonymous`.", default)] anonymous: bool,
     ) -> Result<Option<Reply>> {
         nullable(async {
             let viewer = viewer(ctx)?;
@@ -218,13 +258,14 @@ impl CommentMutations {
             let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
             within_limit(ctx, viewer.user_id, WriteKind::Comment).await?;
             let mentioned = notifications::checked_mentions(&[&body])?;
-            let (target, _) = access::comment(ctx, kind, comment_id).await?;
+            let (target, post, _) = access::comment_in_post(ctx, kind, comment_id).await?;
+            let anonymous_to = anonymous_to(ctx, anonymous, target.course_id).await?;
             let txn = state(ctx)?.db.begin().await?;
-            let row = comments::create_reply(&txn, &target, viewer.user_id, &body).await?;
+            let row = comments::create_reply(&txn, &target, viewer.user_id, &body, anonymous_to).await?;
             let notified = record_notifications(ctx, &txn, Cause::comment(&row, target.user_id), &mentioned).await?;
             txn.commit().await?;
             state(ctx)?.post_cache.invalidate(row.post_id).await;
-            publish(ctx, row.course_id, ActivityKind::ReplyCreated, row.id, row.post_id).await?;
+            publish(ctx, &post, ActivityKind::ReplyCreated, row.id).await?;
             notify(ctx, &notified).await;
             Ok(Reply::from(row))
         })
@@ -269,7 +310,7 @@ impl CommentMutations {
             let viewer = viewer(ctx)?;
             let (kind, comment_id) = ids::decode_as(&comment_id, COMMENT_KINDS)?;
             within_limit(ctx, viewer.user_id, WriteKind::Delete).await?;
-            let (comment, role) = access::comment(ctx, kind, comment_id).await?;
+            let (comment, post, role) = access::comment_in_post(ctx, kind, comment_id).await?;
             require_author_or_instructor(viewer.user_id, comment.user_id, role)?;
             if !comments::soft_delete(&state(ctx)?.db, &comment).await? {
                 return Err(AppError::not_found("comment").into());
@@ -282,7 +323,7 @@ impl CommentMutations {
             } else {
                 (NodeKind::Comment, ActivityKind::CommentDeleted)
             };
-            publish(ctx, comment.course_id, activity, comment.id, comment.post_id).await?;
+            publish(ctx, &post, activity, comment.id).await?;
             // The parents as they are now, read from PostgreSQL (not the cache just invalidated).
             let db = &state(ctx)?.db;
             let post = posts::find(db, comment.post_id).await?.map(Post::from);
@@ -418,9 +459,31 @@ async fn within_limit(ctx: &Context<'_>, user_id: i64, kind: WriteKind) -> Resul
 }
 
 /// Announces a committed content change to the course's live subscribers.
-async fn publish(ctx: &Context<'_>, course_id: i64, kind: ActivityKind, node_id: i64, post_id: i64) -> Result<()> {
-    state(ctx)?.publisher.activity(Activity { course_id, kind, node_id, post_id }).await;
+/// Publishes an event of `post` (the post itself, or the post of the comment or reply
+/// `node_id`): a private post's events reach only its author and staff.
+pub(super) async fn publish(ctx: &Context<'_>, post: &PostRow, kind: ActivityKind, node_id: i64) -> Result<()> {
+    let private_to = post.private.then_some(post.user_id);
+    let activity = Activity { course_id: post.course_id, kind, node_id, post_id: post.id, private_to };
+    state(ctx)?.publisher.activity(activity).await;
     Ok(())
+}
+
+/// What an anonymous write records (`anonymous_to`), as the course allows it now; `None`
+/// for a signed one (no statement).
+async fn anonymous_to(ctx: &Context<'_>, anonymous: bool, course_id: i64) -> Result<Option<&'static str>> {
+    if !anonymous {
+        return Ok(None);
+    }
+    Ok(Some(courses::anonymity(&state(ctx)?.db, course_id).await?.anonymous_to()?))
+}
+
+/// Staff only: FORBIDDEN for a student, saying what they tried.
+pub(super) fn require_staff(role: Role, what: &str) -> AppResult<()> {
+    if role == Role::Instructor {
+        Ok(())
+    } else {
+        Err(AppError::Forbidden(format!("only staff (the course's instructors) may {what}")))
+    }
 }
 
 /// Writes the notifications of a cause inside its transaction.

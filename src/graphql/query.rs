@@ -164,5 +164,6 @@ async fn node_by_id(ctx: &Context<'_>, id: &ID) -> Result<Node> {
         NodeKind::Comment => Node::Comment(access::comment(ctx, kind, raw_id).await?.0.into()),
         NodeKind::Reply => Node::Reply(access::comment(ctx, kind, raw_id).await?.0.into()),
         NodeKind::Notification => Node::Notification(super::notifications::by_id(ctx, raw_id).await?),
+        NodeKind::Tag => Node::Tag(access::tag(ctx, raw_id).await?.0),
     })
 }

@@ -20,6 +20,7 @@ use super::ids::{self, NodeKind, encode};
 use super::revocation::{AccessScope, until_access_lost};
 use super::types::{Comment, Likeable, LiveLikes, Post, Reply};
 use crate::error::AppError;
+use crate::forum::audience;
 use crate::forum::comments;
 use crate::likes::LikeTarget;
 use crate::live::hub::CountWatch;
@@ -142,13 +143,19 @@ impl Subscription {
         let state = state(ctx)?;
         // Watching before the access check: a change during it is not missed.
         let access_watch = state.memberships.watch(viewer.user_id);
-        let (course, _) = access::course(ctx, ids::decode_one(&course_id, NodeKind::Course)?).await?;
+        let (course, role) = access::course(ctx, ids::decode_one(&course_id, NodeKind::Course)?).await?;
         let (receiver, guard) = state.live.watch_activity(course.course_id);
         let held = Arc::new((guard, permit));
+        let reader = viewer.user_id;
         let activity = BroadcastStream::new(receiver).filter_map(move |item| {
             let _held = held.clone();
             // A subscriber too far behind skips what it missed rather than stalling the channel.
-            async move { item.ok().map(CourseActivity) }
+            // A private post's events reach only its author and staff (decided from the message
+            // alone: no read per event and subscriber).
+            let item = item.ok().filter(|activity| {
+                activity.private_to.is_none_or(|author| audience::may_read(reader, role, author, true))
+            });
+            async move { item.map(CourseActivity) }
         });
         Ok(until_access_lost(activity, access_watch, access_scope(state, viewer.user_id, vec![course.course_id])))
     }

@@ -172,7 +172,8 @@ pub(crate) struct Notified {
 }
 
 /// Writes the notifications of `cause` (a reply to `answers`, a mention of each of `handles`
-/// who is a member of the course) in ONE statement, inside the caller's transaction, and trims
+/// who is a member of the course and may read the post: of a private one, its author and
+/// staff only) in ONE statement, inside the caller's transaction, and trims
 /// each recipient to their newest `kept`. Returns the rows written (none for a cause already
 /// notified).
 pub(crate) async fn record(
@@ -193,7 +194,9 @@ pub(crate) async fn record(
                chosen AS ( \
                  SELECT DISTINCT ON (c.recipient_id) c.recipient_id, c.kind FROM candidates c \
                  JOIN course_members m ON m.course_id = $1 AND m.user_id = c.recipient_id \
+                 JOIN posts p ON p.id = $2 \
                  WHERE c.recipient_id <> $4 \
+                   AND (NOT p.private OR m.role = 'instructor' OR c.recipient_id = p.user_id) \
                  ORDER BY c.recipient_id, c.precedence), \
                inserted AS ( \
                  INSERT INTO notifications (recipient_id, course_id, kind, actor_id, post_id, comment_id) \

@@ -339,6 +339,14 @@ fn row(id: i64, like_count: i32, like_version: i64) -> PostRow {
         view_count: 0,
         created_at: chrono::Utc::now(),
         edited_at: None,
+        kind: "discussion".into(),
+        anonymous_to: None,
+        private: false,
+        pinned_at: None,
+        accepted_comment_id: None,
+        resolved_at: None,
+        endorsed_by: None,
+        endorsed_at: None,
     }
 }
 
@@ -351,7 +359,7 @@ fn counts(post: i64, count: i32, version: i64) -> LiveMessage {
 }
 
 fn activity(course_id: i64, kind: ActivityKind, post_id: i64) -> LiveMessage {
-    LiveMessage::Activity { activity: Activity { course_id, kind, node_id: post_id, post_id } }
+    LiveMessage::Activity { activity: Activity { course_id, kind, node_id: post_id, post_id, private_to: None } }
 }
 
 /// A load that started before a change and stores after it: dropped if the change may alter

@@ -39,9 +39,32 @@ impl Comment {
     pub(super) async fn post(&self, ctx: &Context<'_>) -> Result<Post> {
         post_of(ctx, self.row(ctx).await?).await
     }
-    /// Who wrote it.
-    pub(super) async fn author(&self, ctx: &Context<'_>) -> Result<User> {
-        Ok(User(user(ctx, self.row(ctx).await?.user_id).await?))
+    /// Who wrote it; null when they wrote it anonymously and are hidden from you (`pseudonym`
+    /// names them).
+    pub(super) async fn author(&self, ctx: &Context<'_>) -> Result<Option<User>> {
+        let row = self.row(ctx).await?;
+        shown_author(ctx, row.course_id, row.user_id, row.anonymous_to.as_deref()).await
+    }
+    /// Whether it was written anonymously.
+    pub(super) async fn anonymous(&self, ctx: &Context<'_>) -> Result<bool> {
+        Ok(self.row(ctx).await?.anonymous_to.is_some())
+    }
+    /// The name an anonymous writer goes by in this thread (the same for every reader); null
+    /// when signed.
+    pub(super) async fn pseudonym(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        let row = self.row(ctx).await?;
+        pseudonym(ctx, row.post_id, row.user_id, row.anonymous_to.as_deref()).await
+    }
+    /// Staff's endorsement; null if none.
+    pub(super) async fn endorsement(&self, ctx: &Context<'_>) -> Result<Option<Endorsement>> {
+        let row = self.row(ctx).await?;
+        Ok(Endorsement::of(row.endorsed_by, row.endorsed_at))
+    }
+    /// Whether it is its question's accepted answer.
+    pub(super) async fn is_accepted_answer(&self, ctx: &Context<'_>) -> Result<bool> {
+        let row = self.row(ctx).await?;
+        let post = loaders(ctx)?.posts.load_one(row.post_id).await?;
+        Ok(post.is_some_and(|post| post.accepted_comment_id == Some(row.id)))
     }
     /// The text as written (trimmed), at most 5,000 characters.
     pub(super) async fn body(&self, ctx: &Context<'_>) -> Result<&String> {

@@ -71,6 +71,15 @@ impl Course {
     /// page forward only: their cursor holds the posts the walk has shown, and each page is the
     /// best ranked of the others as the ranking is now, so a walk never shows a post twice nor
     /// skips one while likes move them; a walk ends after 1,000 posts.
+    /// Whom members may hide from when they write anonymously here (`createPost(anonymous:)`).
+    pub(super) async fn anonymity(&self, ctx: &Context<'_>) -> Result<audience::Anonymity> {
+        Ok(crate::forum::courses::anonymity(&state(ctx)?.db, self.course_id).await?)
+    }
+    /// The course's tags (folders), by name: staff define them, posts carry 0 to 3.
+    pub(super) async fn tags(&self, ctx: &Context<'_>) -> Result<Vec<Tag>> {
+        let rows = crate::forum::questions::tags_of_course(&state(ctx)?.db, self.course_id).await?;
+        Ok(rows.into_iter().map(Tag).collect())
+    }
     #[graphql(complexity = "page_cost(first, last, child_complexity)")]
     // Each argument after `ctx` is one of the field's GraphQL arguments (the schema's shape).
     #[allow(clippy::too_many_arguments)]

@@ -8,6 +8,7 @@ mod course;
 mod notification;
 mod post;
 mod reply;
+mod tag;
 mod user;
 
 pub(crate) use comment::Comment;
@@ -15,6 +16,7 @@ pub(crate) use course::*;
 pub(crate) use notification::Notification;
 pub(crate) use post::Post;
 pub(crate) use reply::Reply;
+pub(crate) use tag::{Endorsement, Tag, pseudonym, shown_author};
 pub(crate) use user::User;
 
 use std::future::Future;
@@ -28,11 +30,13 @@ use super::ids::{NodeKind, encode};
 use super::loaders::{liked_by_me, loaders, prime_liked, user};
 use crate::cursor::{CursorKeys, KeyCursor, MAX_RANKED_WALK, PostsCursor, RankCursor};
 use crate::error::AppError;
+use crate::forum::audience::{self, PostKind};
 use crate::forum::comments::{CommentRow, Thread};
 use crate::forum::courses::{CourseRow, Role};
 use crate::forum::paging::{Page, PageRequest};
 use crate::forum::posts::PostRow;
 use crate::forum::posts::{self, Ranking};
+use crate::forum::questions::TagRow;
 use crate::forum::users::UserRow;
 use crate::likes::LikeTarget;
 
@@ -83,6 +87,7 @@ pub(crate) enum Node {
     Comment(Comment),
     Reply(Reply),
     Notification(Notification),
+    Tag(Tag),
 }
 
 /// A top-level comment or a reply: what comment mutations return.
@@ -90,7 +95,18 @@ pub(crate) enum Node {
 #[graphql(
     field(name = "id", ty = "ID", desc = "Global id: a Comment's or a Reply's, as the concrete type says."),
     field(name = "body", ty = "&String", desc = "The text as written (trimmed), at most 5,000 characters."),
-    field(name = "author", ty = "User", desc = "Who wrote it."),
+    field(
+        name = "author",
+        ty = "Option<User>",
+        desc = "Who wrote it; null when they wrote it anonymously and are hidden from you (`pseudonym` names them)."
+    ),
+    field(name = "anonymous", ty = "bool", desc = "Whether it was written anonymously."),
+    field(
+        name = "pseudonym",
+        ty = "Option<String>",
+        desc = "The name an anonymous writer goes by in this thread (the same for every reader); null when signed."
+    ),
+    field(name = "endorsement", ty = "Option<Endorsement>", desc = "Staff's endorsement; null if none."),
     field(name = "like_count", ty = "i32", desc = "How many users like it."),
     field(name = "liked_by_me", ty = "bool", desc = "Whether the signed-in user likes it."),
     field(name = "created_at", ty = "DateTime<Utc>", desc = "When it was written."),

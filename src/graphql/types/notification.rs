@@ -19,6 +19,18 @@ pub enum NotificationKind {
 
 pub(crate) struct Notification(pub NotificationRow);
 
+impl Notification {
+    /// Whom the writer of the cause (the comment or reply, else the post) hid from. A cause
+    /// that is gone counts as hidden from everyone: nothing of it is shown.
+    async fn cause_anonymous_to(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        let hidden = || Some("everyone".to_owned());
+        Ok(match self.0.comment_id {
+            Some(id) => loaders(ctx)?.comments.load_one(id).await?.map_or_else(hidden, |c| c.anonymous_to),
+            None => loaders(ctx)?.posts.load_one(self.0.post_id).await?.map_or_else(hidden, |p| p.anonymous_to),
+        })
+    }
+}
+
 /// Something that happened to you: a reply to what you wrote, a mention of your handle, or
 /// something of yours passing 10, 100 or 1,000 likes.
 #[Object]
@@ -50,7 +62,15 @@ impl Notification {
     /// Who wrote the reply or the mention; null for a like milestone.
     async fn actor(&self, ctx: &Context<'_>) -> Result<Option<User>> {
         let Some(actor_id) = self.0.actor_id else { return Ok(None) };
-        Ok(Some(User(user(ctx, actor_id).await?)))
+        let anonymous_to = self.cause_anonymous_to(ctx).await?;
+        shown_author(ctx, self.0.course_id, actor_id, anonymous_to.as_deref()).await
+    }
+    /// The pseudonym of an actor who wrote the cause anonymously (then `actor` is null unless
+    /// you may see them); null otherwise.
+    async fn actor_pseudonym(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        let Some(actor_id) = self.0.actor_id else { return Ok(None) };
+        let anonymous_to = self.cause_anonymous_to(ctx).await?;
+        pseudonym(ctx, self.0.post_id, actor_id, anonymous_to.as_deref()).await
     }
     /// The course it happened in.
     async fn course(&self) -> Course {

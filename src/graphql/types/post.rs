@@ -43,9 +43,57 @@ impl Post {
         let course = row.map(Course::from_row).ok_or_else(|| AppError::Internal("post without course".into()))?;
         Ok(course.in_list())
     }
-    /// Who wrote it.
-    pub(super) async fn author(&self, ctx: &Context<'_>) -> Result<User> {
-        Ok(User(user(ctx, self.row(ctx).await?.user_id).await?))
+    /// QUESTION, DISCUSSION or ANNOUNCEMENT.
+    pub(super) async fn kind(&self, ctx: &Context<'_>) -> Result<PostKind> {
+        Ok(self.row(ctx).await?.kind()?)
+    }
+    /// Who wrote it; null when they wrote it anonymously and are hidden from you (classmates
+    /// always; staff too when the course hides writers from everyone). `pseudonym` names them.
+    pub(super) async fn author(&self, ctx: &Context<'_>) -> Result<Option<User>> {
+        let row = self.row(ctx).await?;
+        shown_author(ctx, row.course_id, row.user_id, row.anonymous_to.as_deref()).await
+    }
+    /// Whether it was written anonymously.
+    pub(super) async fn anonymous(&self, ctx: &Context<'_>) -> Result<bool> {
+        Ok(self.row(ctx).await?.anonymous_to.is_some())
+    }
+    /// The name an anonymous writer goes by in this thread: the same for every reader, stable
+    /// within the thread, different in every other one. Null when signed.
+    pub(super) async fn pseudonym(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        let row = self.row(ctx).await?;
+        pseudonym(ctx, row.id, row.user_id, row.anonymous_to.as_deref()).await
+    }
+    /// A private question: only its author and staff see it (staff may make it public).
+    pub(super) async fn private(&self, ctx: &Context<'_>) -> Result<bool> {
+        Ok(self.row(ctx).await?.private)
+    }
+    /// Pinned by staff: it leads the course's first page in every order.
+    pub(super) async fn pinned(&self, ctx: &Context<'_>) -> Result<bool> {
+        Ok(self.row(ctx).await?.pinned_at.is_some())
+    }
+    /// A question with an accepted answer, or that staff marked resolved. False for other kinds.
+    pub(super) async fn resolved(&self, ctx: &Context<'_>) -> Result<bool> {
+        Ok(self.row(ctx).await?.resolved())
+    }
+    /// Whether anyone but its author has commented or replied (deleted ones not counted).
+    pub(super) async fn answered(&self, ctx: &Context<'_>) -> Result<bool> {
+        Ok(loaders(ctx)?.answered.load_one(self.0.id).await?.unwrap_or(false))
+    }
+    /// The top-level comment the asker or staff accepted as the answer; null if none (or it
+    /// was deleted since).
+    pub(super) async fn accepted_answer(&self, ctx: &Context<'_>) -> Result<Option<Comment>> {
+        let Some(id) = self.row(ctx).await?.accepted_comment_id else { return Ok(None) };
+        Ok(loaders(ctx)?.comments.load_one(id).await?.map(Comment::from))
+    }
+    /// Staff's endorsement of the post; null if none.
+    pub(super) async fn endorsement(&self, ctx: &Context<'_>) -> Result<Option<Endorsement>> {
+        let row = self.row(ctx).await?;
+        Ok(Endorsement::of(row.endorsed_by, row.endorsed_at))
+    }
+    /// Its tags (0 to 3 of the course's), by name.
+    pub(super) async fn tags(&self, ctx: &Context<'_>) -> Result<Vec<Tag>> {
+        let tags = loaders(ctx)?.post_tags.load_one(self.0.id).await?.unwrap_or_default();
+        Ok(tags.into_iter().map(Tag).collect())
     }
     /// The title as written (trimmed), at most 200 characters.
     pub(super) async fn title(&self, ctx: &Context<'_>) -> Result<&String> {

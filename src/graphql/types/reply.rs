@@ -42,15 +42,40 @@ impl Reply {
         let row = loaders(ctx)?.comments.load_one(root).await?;
         row.map(Comment::from).ok_or_else(|| AppError::not_found("comment").into())
     }
-    /// The user this reply answers (the author of the comment or reply it was written to).
-    pub(super) async fn reply_to(&self, ctx: &Context<'_>) -> Result<User> {
+    /// The user this reply answers (the author of the comment or reply it was written to);
+    /// null when that was written anonymously and its writer is hidden from you
+    /// (`replyToPseudonym` names them).
+    pub(super) async fn reply_to(&self, ctx: &Context<'_>) -> Result<Option<User>> {
         let row = self.row(ctx).await?;
         let id = row.reply_to_user_id.ok_or_else(|| AppError::Internal("reply without reply_to".into()))?;
-        Ok(User(user(ctx, id).await?))
+        shown_author(ctx, row.course_id, id, row.reply_to_anonymous_to.as_deref()).await
     }
-    /// Who wrote it.
-    pub(super) async fn author(&self, ctx: &Context<'_>) -> Result<User> {
-        Ok(User(user(ctx, self.row(ctx).await?.user_id).await?))
+    /// The pseudonym of whom this reply answers, when that was written anonymously.
+    pub(super) async fn reply_to_pseudonym(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        let row = self.row(ctx).await?;
+        let id = row.reply_to_user_id.ok_or_else(|| AppError::Internal("reply without reply_to".into()))?;
+        pseudonym(ctx, row.post_id, id, row.reply_to_anonymous_to.as_deref()).await
+    }
+    /// Who wrote it; null when they wrote it anonymously and are hidden from you (`pseudonym`
+    /// names them).
+    pub(super) async fn author(&self, ctx: &Context<'_>) -> Result<Option<User>> {
+        let row = self.row(ctx).await?;
+        shown_author(ctx, row.course_id, row.user_id, row.anonymous_to.as_deref()).await
+    }
+    /// Whether it was written anonymously.
+    pub(super) async fn anonymous(&self, ctx: &Context<'_>) -> Result<bool> {
+        Ok(self.row(ctx).await?.anonymous_to.is_some())
+    }
+    /// The name an anonymous writer goes by in this thread (the same for every reader); null
+    /// when signed.
+    pub(super) async fn pseudonym(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        let row = self.row(ctx).await?;
+        pseudonym(ctx, row.post_id, row.user_id, row.anonymous_to.as_deref()).await
+    }
+    /// Staff's endorsement; null if none.
+    pub(super) async fn endorsement(&self, ctx: &Context<'_>) -> Result<Option<Endorsement>> {
+        let row = self.row(ctx).await?;
+        Ok(Endorsement::of(row.endorsed_by, row.endorsed_at))
     }
     /// The text as written (trimmed), at most 5,000 characters.
     pub(super) async fn body(&self, ctx: &Context<'_>) -> Result<&String> {
