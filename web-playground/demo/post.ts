@@ -2,28 +2,48 @@
 // arrive live (likeCounts), and so do new comments and replies and deletions (courseActivity).
 // Anyone replies to a comment or to a reply; authors edit and delete what they wrote, and the
 // course's instructors may delete anything (the server decides: a refusal shows its code).
+// A post shows its kind, tags and a question's state; anonymous writing shows its pseudonym
+// (and, to those who may see through it, the writer too); comments and replies can be written
+// anonymously where the course allows it.
 import { gql, subscribe, errorText } from './api';
-import { noun, esc } from './text';
+import { noun, esc, byline, badges } from './text';
 import { app, onLeave } from './page';
 
-type Author = { id: string; handle: string; displayName?: string };
+/** A writer: null when they wrote anonymously and are hidden from the reader. */
+type Author = { id: string; handle: string; displayName?: string } | null;
+type Endorsement = { by: { handle: string }; at: string } | null;
 type Reply = {
-  id: string; body: string; author: Author; replyTo: Author; likeCount: number; likedByMe: boolean;
-  createdAt: string; editedAt: string | null; comment?: { id: string };
+  id: string; body: string; author: Author; pseudonym: string | null; replyTo: Author; replyToPseudonym: string | null;
+  likeCount: number; likedByMe: boolean; createdAt: string; editedAt: string | null; endorsement: Endorsement;
+  comment?: { id: string };
 };
 type Comment = {
-  id: string; body: string; author: Author; likeCount: number; likedByMe: boolean;
-  createdAt: string; editedAt: string | null; replies: { nodes: Reply[] };
+  id: string; body: string; author: Author; pseudonym: string | null; likeCount: number; likedByMe: boolean;
+  createdAt: string; editedAt: string | null; endorsement: Endorsement; isAcceptedAnswer: boolean;
+  replies: { nodes: Reply[] };
 };
 type Post = {
   id: string; title: string; body: string; likeCount: number; likedByMe: boolean; commentCount: number;
-  author: Author; course: { id: string; code: string; title: string; myRole: string };
-  createdAt: string; editedAt: string | null;
+  author: Author; pseudonym: string | null; course: { id: string; code: string; title: string; myRole: string; anonymity: string };
+  createdAt: string; editedAt: string | null; kind: string; private: boolean; pinned: boolean; resolved: boolean;
+  answered: boolean; endorsement: Endorsement; tags: { id: string; name: string }[];
+  acceptedAnswer: { id: string } | null;
 };
 
-const REPLY_FIELDS = `id body likeCount likedByMe createdAt editedAt author { id handle } replyTo { id handle } comment { id }`;
-const COMMENT_FIELDS = `id body likeCount likedByMe createdAt editedAt author { id handle }
+const WHO = `author { id handle } anonymous pseudonym endorsement { by { handle } at }`;
+const REPLY_FIELDS = `id body likeCount likedByMe createdAt editedAt ${WHO} replyTo { id handle } replyToPseudonym comment { id }`;
+const COMMENT_FIELDS = `id body likeCount likedByMe createdAt editedAt ${WHO} isAcceptedAnswer
   replies(first: 20) { nodes { ${REPLY_FIELDS} } }`;
+/** Comments a page: with their replies (20 each) a page stays under the server's query cost limit. */
+const COMMENTS_PAGE = 25;
+const POST_STATE = `kind private pinned resolved answered endorsement { by { handle } at } tags { id name } acceptedAnswer { id }`;
+
+/** Staff's endorsement of a comment or reply, and the accepted answer, as markers. */
+const marks = (c: { endorsement: Endorsement; isAcceptedAnswer?: boolean }) =>
+  (c.isAcceptedAnswer ? ' <span class="kind accepted" data-testid="badge-accepted">✓ accepted answer</span>' : '') +
+  (c.endorsement ? ` <span class="kind endorsed" data-testid="badge-endorsed">endorsed by @${esc(c.endorsement.by.handle)}</span>` : '');
+/** How a writer is addressed in "Reply to …": "@alice", or their pseudonym. */
+const addressOf = (author: Author, pseudonym: string | null) => (author ? `@${author.handle}` : pseudonym ?? 'someone');
 /** How many ids one likeCounts subscription may watch. */
 const MAX_WATCHED = 100;
 
@@ -38,16 +58,20 @@ const confirmHtml = (what: string) => `<span class="confirm" data-testid="confir
 
 export async function post(postId: string) {
   const data = await gql(
-    `query($id: ID!) { me { id } post(id: $id) { id title body likeCount likedByMe commentCount createdAt editedAt
-       author { id handle displayName } course { id code title myRole }
-       comments(first: 50) { pageInfo { hasNextPage } nodes { ${COMMENT_FIELDS} } } } }`,
-    { id: postId },
+    `query($id: ID!, $first: Int!) { me { id } post(id: $id) { id title body likeCount likedByMe commentCount createdAt editedAt
+       author { id handle displayName } anonymous pseudonym ${POST_STATE} course { id code title myRole anonymity }
+       comments(first: $first) { pageInfo { hasNextPage endCursor } nodes { ${COMMENT_FIELDS} } } } }`,
+    { id: postId, first: COMMENTS_PAGE },
   );
   const me: string = data.me.id;
-  const p: Post & { comments: { nodes: Comment[] } } = data.post;
+  const p: Post & { comments: { nodes: Comment[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } } } = data.post;
   const staff = p.course.myRole === 'INSTRUCTOR';
-  const mayEdit = (a: Author) => a.id === me;
-  const mayDelete = (a: Author) => a.id === me || staff;
+  const mayEdit = (a: Author) => a?.id === me;
+  const mayDelete = (a: Author) => a?.id === me || staff;
+  // Where the course allows it, comments and replies can be written under a pseudonym.
+  const anonymousBox = (testid: string) =>
+    p.course.anonymity === 'OFF' ? '' : `<label class="anon-choice"><input type="checkbox" name="anonymous" data-testid="${testid}">
+      Anonymous${p.course.anonymity === 'EVERYONE' ? ' (to everyone, instructors too)' : ' (to other students)'}</label>`;
   /** Edit and Delete for what the signed-in user may change; Reply for comments and replies. */
   const actions = (id: string, author: Author, what: string, reply: boolean) =>
     `<div class="actions" data-actions-of="${esc(id)}" data-what="${what}">
@@ -58,8 +82,9 @@ export async function post(postId: string) {
 
   app.innerHTML = `<p><a href="#/course/${esc(p.course.id)}">← ${esc(p.course.code)}</a></p>
     <article class="card" data-testid="post" data-id="${esc(p.id)}">
+      <div data-testid="post-badges">${badges(p)}</div>
       <h1 data-testid="post-title">${esc(p.title)}</h1>
-      <div class="muted">@${esc(p.author.handle)} · ${when(p.createdAt, p.editedAt)}</div>
+      <div class="muted"><span data-testid="post-author">${byline(p.author, p.pseudonym)}</span> · ${when(p.createdAt, p.editedAt)}</div>
       <p class="body" data-testid="post-body">${esc(p.body)}</p>
       <button class="like" data-testid="like" aria-pressed="false"></button>
       <span data-testid="like-count"></span> <span data-testid="like-noun"></span> · <span data-testid="comment-count">${p.commentCount}</span> <span data-testid="comment-noun">${noun(p.commentCount, 'comment')}</span>
@@ -67,7 +92,9 @@ export async function post(postId: string) {
     </article>
     <h2>Comments</h2>
     <div id="comments" data-testid="comments"></div>
+    <p><button id="more-comments" data-testid="more-comments" hidden>More comments</button> <span class="error" id="more-comments-error"></span></p>
     <form id="comment-form" class="card"><textarea name="body" data-testid="comment-body" placeholder="Write a comment"></textarea>
+      ${anonymousBox('comment-anonymous')}
       <button data-testid="comment-submit">Comment</button> <span class="error" id="comment-error" data-testid="comment-error"></span></form>`;
   const article = app.querySelector<HTMLElement>('[data-testid=post]')!;
 
@@ -124,16 +151,20 @@ export async function post(postId: string) {
   const likeButton = (id: string, liked: boolean, count: number) =>
     `<button class="like small" data-testid="like-comment" data-target="${esc(id)}" aria-pressed="${liked}">${liked ? '♥' : '♡'}</button>
      <span data-like-of="${esc(id)}">${count}</span>`;
-  const replyHtml = (r: Reply) => `<div data-testid="reply" data-id="${esc(r.id)}" data-author="${esc(r.author.handle)}">
-    <span class="muted">@${esc(r.author.handle)} → @${esc(r.replyTo.handle)} · ${when(r.createdAt, r.editedAt)} · ${likeButton(r.id, r.likedByMe, r.likeCount)}</span>
+  const replyHtml = (r: Reply) => `<div data-testid="reply" data-id="${esc(r.id)}" data-author="${esc(addressOf(r.author, r.pseudonym))}">
+    <span class="muted"><span data-testid="reply-author">${byline(r.author, r.pseudonym)}</span> → ${byline(r.replyTo, r.replyToPseudonym)} · ${when(r.createdAt, r.editedAt)} · ${likeButton(r.id, r.likedByMe, r.likeCount)}${marks(r)}</span>
     <p class="body" data-testid="reply-text">${esc(r.body)}</p>
     ${actions(r.id, r.author, 'reply', true)}</div>`;
+  // Comments come oldest first. New ones (yours, or live) go at the end, marked fresh; pages
+  // loaded later ("More comments") go before them, and skip any already shown.
   const addComment = (c: Comment, bump = false) => {
     if (shown.has(c.id)) return;
     shown.add(c.id);
     (c.replies?.nodes ?? []).forEach((r) => shown.add(r.id));
-    commentsEl.insertAdjacentHTML('beforeend', `<div class="card" data-testid="comment" data-id="${esc(c.id)}" data-author="${esc(c.author.handle)}">
-      <div class="muted">@${esc(c.author.handle)} · ${when(c.createdAt, c.editedAt)} · ${likeButton(c.id, c.likedByMe, c.likeCount)}</div>
+    const firstFresh = commentsEl.querySelector(':scope > [data-fresh]');
+    const [where, at] = bump || !firstFresh ? (['beforeend', commentsEl] as const) : (['beforebegin', firstFresh] as const);
+    at.insertAdjacentHTML(where, `<div ${bump ? 'data-fresh ' : ''}class="card${c.isAcceptedAnswer ? ' accepted' : ''}" data-testid="comment" data-id="${esc(c.id)}" data-author="${esc(addressOf(c.author, c.pseudonym))}">
+      <div class="muted"><span data-testid="comment-author">${byline(c.author, c.pseudonym)}</span> · ${when(c.createdAt, c.editedAt)} · ${likeButton(c.id, c.likedByMe, c.likeCount)}${marks(c)}</div>
       <p class="body" data-testid="comment-text">${esc(c.body)}</p>
       ${actions(c.id, c.author, 'comment', true)}
       <div class="replies">${(c.replies?.nodes ?? []).map(replyHtml).join('')}</div></div>`);
@@ -274,20 +305,26 @@ export async function post(postId: string) {
     const thread = bar.closest<HTMLElement>('[data-testid=comment]')!;
     const handle = bar.closest<HTMLElement>('[data-author]')!.dataset.author!;
     thread.insertAdjacentHTML('beforeend', `<form class="reply-form" data-testid="reply-form">
-      <textarea name="body" data-testid="reply-body" placeholder="Reply to @${esc(handle)}"></textarea>
+      <textarea name="body" data-testid="reply-body" placeholder="Reply to ${esc(handle)}"></textarea>
+      ${anonymousBox('reply-anonymous')}
       <button data-testid="reply-submit">Reply</button> <button type="button" data-action="cancel-reply">Cancel</button>
       <span class="error" data-testid="reply-error"></span></form>`);
     const form = thread.querySelector<HTMLFormElement>('form.reply-form')!;
     form.querySelector('textarea')!.focus();
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      const body = String(new FormData(form).get('body') ?? '').trim();
+      const fields = new FormData(form);
+      const body = String(fields.get('body') ?? '').trim();
       if (!body) return;
+      const anonymous = fields.get('anonymous') === 'on';
       const errEl = form.querySelector('[data-testid=reply-error]')!;
       errEl.textContent = '';
       form.querySelector<HTMLButtonElement>('[data-testid=reply-submit]')!.disabled = true;
       try {
-        const res = await gql(`mutation($to: ID!, $body: String!) { createReply(commentId: $to, body: $body) { ${REPLY_FIELDS} } }`, { to, body });
+        const res = await gql(
+          `mutation($to: ID!, $body: String!, $anonymous: Boolean!) { createReply(commentId: $to, body: $body, anonymous: $anonymous) { ${REPLY_FIELDS} } }`,
+          { to, body, anonymous },
+        );
         addReply(res.createReply, res.createReply.comment.id);
         form.remove();
       } catch (err) {
@@ -371,19 +408,42 @@ export async function post(postId: string) {
   }
 
   p.comments.nodes.forEach((c) => addComment(c));
+  const moreComments = app.querySelector<HTMLButtonElement>('#more-comments')!;
+  let commentsAfter: string | null = p.comments.pageInfo.endCursor;
+  moreComments.hidden = !p.comments.pageInfo.hasNextPage;
+  moreComments.addEventListener('click', async () => {
+    moreComments.disabled = true;
+    const errEl = app.querySelector('#more-comments-error')!;
+    errEl.textContent = '';
+    try {
+      const res = await gql(
+        `query($id: ID!, $first: Int!, $after: String) { post(id: $id) { id
+           comments(first: $first, after: $after) { pageInfo { hasNextPage endCursor } nodes { ${COMMENT_FIELDS} } } } }`,
+        { id: p.id, first: COMMENTS_PAGE, after: commentsAfter },
+      );
+      res.post.comments.nodes.forEach((c: Comment) => addComment(c));
+      commentsAfter = res.post.comments.pageInfo.endCursor;
+      moreComments.hidden = !res.post.comments.pageInfo.hasNextPage;
+    } catch (err) {
+      errEl.textContent = errorText(err);
+    } finally {
+      moreComments.disabled = false;
+    }
+  });
 
   app.querySelector<HTMLFormElement>('#comment-form')!.addEventListener('submit', async (e) => {
     e.preventDefault();
     const form = e.target as HTMLFormElement;
-    const body = String(new FormData(form).get('body') ?? '').trim();
+    const fields = new FormData(form);
+    const body = String(fields.get('body') ?? '').trim();
     if (!body) return;
     const errEl = app.querySelector('#comment-error')!;
     errEl.textContent = '';
     try {
-      const res = await gql(`mutation($id: ID!, $body: String!) { createComment(postId: $id, body: $body) { ${COMMENT_FIELDS} } }`, {
-        id: p.id,
-        body,
-      });
+      const res = await gql(
+        `mutation($id: ID!, $body: String!, $anonymous: Boolean!) { createComment(postId: $id, body: $body, anonymous: $anonymous) { ${COMMENT_FIELDS} } }`,
+        { id: p.id, body, anonymous: fields.get('anonymous') === 'on' },
+      );
       addComment(res.createComment, true);
       form.reset();
     } catch (err) {
