@@ -1,13 +1,18 @@
 // A course's page: its posts page by page (Relay first/after), newest, hot or top first
-// (orderBy; the order stays in the URL, #/course/<id>/top), and a form to start a post. New
-// posts (anyone's) arrive at the top live, deleted ones leave, and counts follow
-// (courseActivity for comments, likeCounts for likes).
+// (orderBy; the order stays in the URL, #/course/<id>/top), and a form to start a post: a
+// discussion, a question (private if asked) or, for instructors, an announcement, with up to
+// three of the course's tags, and anonymous where the course allows it. New posts (anyone's)
+// arrive at the top live, deleted ones leave, and counts follow (courseActivity for comments,
+// likeCounts for likes).
 import { gql, subscribe, errorText } from './api';
-import { counted, esc } from './text';
+import { counted, esc, byline, badges } from './text';
 import { app, onLeave } from './page';
 
 const PAGE_SIZE = 5;
-const POST_FIELDS = `id title likeCount likedByMe commentCount createdAt author { handle }`;
+const POST_FIELDS = `id title likeCount likedByMe commentCount createdAt author { id handle } anonymous pseudonym
+  kind private pinned resolved answered endorsement { by { handle } } tags { id name }`;
+/** How many tags a post may carry. */
+const MAX_TAGS = 3;
 /** How many ids one likeCounts subscription may watch. */
 const MAX_WATCHED = 100;
 
@@ -22,22 +27,45 @@ const ORDER_LABELS: Record<PostOrder, [string, string]> = {
 export const orderOf = (part: string | undefined): PostOrder =>
   ORDERS.find((o) => o === part?.toUpperCase()) ?? 'NEW';
 
-type PostItem = { id: string; title: string; likeCount: number; commentCount: number; author: { handle: string } };
+type PostItem = {
+  id: string; title: string; likeCount: number; commentCount: number; author: { handle: string } | null;
+  pseudonym: string | null; kind: string; private: boolean; pinned: boolean; resolved: boolean; answered: boolean;
+  endorsement: { by: { handle: string } } | null; tags: { id: string; name: string }[];
+};
+type Tag = { id: string; name: string };
+
+/** What anonymous writing means in a course, for the checkbox's label; null where it is off. */
+const ANONYMITY_TEXT: Record<string, string | null> = {
+  OFF: null,
+  CLASSMATES: 'other students see a pseudonym; instructors see your name',
+  EVERYONE: 'everyone sees a pseudonym, instructors too',
+};
 
 /** One post in the list; its counts are patched in place (data-likes, data-comments). */
 const itemHtml = (p: PostItem, fresh = false) => `<div class="card${fresh ? ' fresh' : ''}" data-testid="post-item" data-id="${esc(p.id)}">
-  <a href="#/post/${esc(p.id)}">${esc(p.title)}</a>${fresh ? ' <span class="kind" data-testid="new-badge">new</span>' : ''}
-  <div class="muted">@${esc(p.author.handle)} · <span data-likes="${p.likeCount}">${counted(p.likeCount, 'like')}</span>
+  <a href="#/post/${esc(p.id)}">${esc(p.title)}</a>${fresh ? ' <span class="kind" data-testid="new-badge">new</span>' : ''} ${badges(p)}
+  <div class="muted">${byline(p.author, p.pseudonym)} · <span data-likes="${p.likeCount}">${counted(p.likeCount, 'like')}</span>
     · <span data-comments="${p.commentCount}">${counted(p.commentCount, 'comment')}</span></div></div>`;
 
 export async function course(courseId: string, initialOrder: PostOrder) {
-  const head = await gql(`query($id: ID!) { course(id: $id) { id code title } }`, { id: courseId });
+  const head = await gql(`query($id: ID!) { course(id: $id) { id code title myRole anonymity tags { id name } } }`, { id: courseId });
+  const staff = head.course.myRole === 'INSTRUCTOR';
+  const tags: Tag[] = head.course.tags ?? [];
+  const anonymity = ANONYMITY_TEXT[head.course.anonymity] ?? null;
   app.innerHTML = `<p><a href="#/courses">← courses</a></p>
     <h1>${esc(head.course.code)} · ${esc(head.course.title)}</h1>
     <details class="card" id="new-post" data-testid="new-post"><summary data-testid="new-post-open">Start a post</summary>
       <form id="post-form">
+        <label>Kind <select name="kind" data-testid="post-form-kind">
+          <option value="DISCUSSION">Discussion</option><option value="QUESTION">Question</option>
+          ${staff ? '<option value="ANNOUNCEMENT">Announcement (notifies every member)</option>' : ''}</select></label>
         <label>Title <input name="title" data-testid="post-form-title" maxlength="200" required></label>
         <textarea name="body" data-testid="post-form-body" placeholder="What do you want to say or ask?" required></textarea>
+        ${tags.length ? `<fieldset class="tag-picker" data-testid="post-form-tags"><legend>Tags (up to ${MAX_TAGS})</legend>
+          ${tags.map((t) => `<label class="chip"><input type="checkbox" name="tag" value="${esc(t.id)}" data-testid="post-form-tag"> ${esc(t.name)}</label>`).join(' ')}</fieldset>` : ''}
+        <label hidden data-testid="post-form-private-label"><input type="checkbox" name="private" data-testid="post-form-private">
+          Private: only you and the instructors can read it</label>
+        ${anonymity ? `<label><input type="checkbox" name="anonymous" data-testid="post-form-anonymous"> Anonymous: ${anonymity}</label>` : ''}
         <button data-testid="post-form-submit">Post</button> <span class="error" data-testid="post-form-error"></span>
       </form></details>
     <p class="order" role="group" aria-label="Order of posts" data-testid="post-order">
@@ -123,6 +151,15 @@ export async function course(courseId: string, initialOrder: PostOrder) {
   const countOf = (id: string, what: 'likes' | 'comments') => Number(itemOf(id)?.querySelector<HTMLElement>(`[data-${what}]`)?.dataset[what] ?? 0);
 
   const form = app.querySelector<HTMLFormElement>('#post-form')!;
+  // "Private" is for questions only; at most MAX_TAGS tags can be ticked.
+  const syncForm = () => {
+    const kind = form.querySelector<HTMLSelectElement>('[name=kind]')!.value;
+    form.querySelector<HTMLElement>('[data-testid=post-form-private-label]')!.hidden = kind !== 'QUESTION';
+    const boxes = [...form.querySelectorAll<HTMLInputElement>('[name=tag]')];
+    const full = boxes.filter((b) => b.checked).length >= MAX_TAGS;
+    boxes.forEach((b) => (b.disabled = full && !b.checked));
+  };
+  form.addEventListener('change', syncForm);
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     const fields = new FormData(form);
@@ -138,11 +175,20 @@ export async function course(courseId: string, initialOrder: PostOrder) {
     submit.disabled = true;
     try {
       const res = await gql(
-        `mutation($course: ID!, $title: String!, $body: String!) { createPost(courseId: $course, title: $title, body: $body) { ${POST_FIELDS} } }`,
-        { course: courseId, title, body },
+        `mutation($course: ID!, $title: String!, $body: String!, $kind: PostKind!, $anonymous: Boolean!, $private: Boolean!, $tagIds: [ID!]!) {
+           createPost(courseId: $course, title: $title, body: $body, kind: $kind, anonymous: $anonymous, private: $private, tagIds: $tagIds) { ${POST_FIELDS} } }`,
+        {
+          course: courseId, title, body,
+          kind: String(fields.get('kind') ?? 'DISCUSSION'),
+          anonymous: fields.get('anonymous') === 'on',
+          // Only a question can be private; the box hides for other kinds but may stay ticked.
+          private: fields.get('kind') === 'QUESTION' && fields.get('private') === 'on',
+          tagIds: fields.getAll('tag').map(String),
+        },
       );
       addFresh(res.createPost);
       form.reset();
+      syncForm();
       app.querySelector<HTMLDetailsElement>('#new-post')!.open = false;
     } catch (err) {
       errEl.textContent = errorText(err);
