@@ -286,3 +286,166 @@ test("an instructor deletes a student's comment; a refused edit shows the server
     assert.match(await a.page.getByTestId('edit-error').innerText(), /^Not found \(deleted meanwhile\?\) \(NOT_FOUND\): /);
   });
 });
+
+/** Tags for a course, made in its database (no mutation makes them yet): [{ id, name }] as
+ * the API names them. */
+async function addTags(code, names) {
+  const values = names.map((n) => `('${n.replaceAll("'", "''")}')`).join(', ');
+  await server.sql(`INSERT INTO course_tags (course_id, name) SELECT c.id, v.name FROM courses c, (VALUES ${values}) AS v(name) WHERE c.code = '${code}'`);
+  const course = demoUser(server, 'alice').courses;
+  for (const id of course) {
+    const { course: c } = await graphqlAs(server, demoUser(server, 'alice').token, 'query($id: ID!) { course(id: $id) { code tags { id name } } }', { id });
+    if (c.code === code) return c.tags;
+  }
+  throw new Error(`alice is not in ${code}`);
+}
+
+const item = (page, title) => page.getByTestId('post-item').filter({ hasText: title });
+const badgesOf = (locator) => locator.locator('[data-testid^=badge-]').evaluateAll((els) => els.map((e) => e.dataset.testid.slice(6)));
+
+test('a private question with tags: its author and the instructor see it, marked; another student never does', async () => {
+  await screenshotsOnFailure('forum-question', () => pages, async () => {
+    const tags = await addTags('CS101', ['exam', 'lab', 'recursion', 'setup']);
+    const a = await signedIn('alice');
+    const b = await signedIn('bob');
+    const t = await signedIn('dr_tran');
+    for (const { page } of [a, b, t]) {
+      await page.getByTestId('course-CS101').click();
+      await page.locator('[data-testid=posts][data-pages="1"]').waitFor();
+      await liveOn(page);
+    }
+    // Students ask and discuss; only staff announce.
+    assert.deepEqual(await a.page.getByTestId('post-form-kind').locator('option').evaluateAll((os) => os.map((o) => o.value)),
+      ['DISCUSSION', 'QUESTION']);
+    assert.deepEqual(await t.page.getByTestId('post-form-kind').locator('option').evaluateAll((os) => os.map((o) => o.value)),
+      ['DISCUSSION', 'QUESTION', 'ANNOUNCEMENT']);
+    // The course does not allow anonymous writing: no such box.
+    assert.equal(await a.page.getByTestId('post-form-anonymous').count(), 0);
+
+    const title = `Is recursion on the exam? ${Date.now()}`;
+    await a.page.getByTestId('new-post-open').click();
+    await a.page.getByTestId('post-form-kind').selectOption('QUESTION');
+    await a.page.getByTestId('post-form-private').check();
+    // At most three tags: the fourth box locks once three are ticked.
+    const boxes = a.page.getByTestId('post-form-tag');
+    for (const i of [0, 2, 1]) await boxes.nth(i).check();
+    assert.equal(await boxes.nth(3).isDisabled(), true);
+    await boxes.nth(1).uncheck();
+    assert.equal(await boxes.nth(3).isDisabled(), false);
+    await startPost(a.page, title, 'And if so, which kind?');
+    const mine = item(a.page, title);
+    await mine.waitFor({ timeout: 3000 });
+    assert.deepEqual(await badgesOf(mine), ['question', 'private', 'unanswered']);
+    assert.deepEqual(await mine.getByTestId('tag').allInnerTexts(), [tags[0].name, tags[2].name]);
+
+    // The instructor's list gets it live, marked private; Bob's does not.
+    await item(t.page, title).waitFor({ timeout: 3000 });
+    assert.deepEqual(await badgesOf(item(t.page, title)), ['question', 'private', 'unanswered']);
+    const id = await mine.getAttribute('data-id');
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(await item(b.page, title).count(), 0);
+    await b.page.goto(`${server.url}/demo/#/post/${encodeURIComponent(id)}`);
+    await b.page.getByTestId('error').waitFor();
+    assert.match(await b.page.getByTestId('error').innerText(), /NOT_FOUND|not found/i);
+
+    // The instructor answers: the question is answered, no longer "unanswered".
+    await t.page.goto(`${server.url}/demo/#/post/${encodeURIComponent(id)}`);
+    await t.page.getByTestId('post-title').getByText(title).waitFor();
+    assert.deepEqual(await badgesOf(t.page.getByTestId('post-badges')), ['question', 'private', 'unanswered']);
+    await t.page.getByTestId('comment-body').fill('Yes: tail recursion, see week 7.');
+    await t.page.getByTestId('comment-submit').click();
+    await comment(t.page, 'Yes: tail recursion, see week 7.').waitFor({ timeout: 3000 });
+    await a.page.goto(t.page.url());
+    await a.page.getByTestId('post-title').getByText(title).waitFor();
+    assert.deepEqual(await badgesOf(a.page.getByTestId('post-badges')), ['question', 'private']);
+    assert.deepEqual(await a.page.getByTestId('post-badges').getByTestId('tag').allInnerTexts(), [tags[0].name, tags[2].name]);
+
+    // And the instructor's announcement reads as one, live on Bob's list too.
+    await b.page.goto(`${server.url}/demo/#/courses`);
+    await b.page.getByTestId('course-CS101').click();
+    await b.page.locator('[data-testid=posts][data-pages="1"]').waitFor();
+    await liveOn(b.page);
+    await t.page.goBack();
+    await t.page.locator('[data-testid=posts][data-pages="1"]').waitFor();
+    await t.page.getByTestId('new-post-open').click();
+    await t.page.getByTestId('post-form-kind').selectOption('ANNOUNCEMENT');
+    assert.equal(await t.page.getByTestId('post-form-private').isVisible(), false, 'private is for questions');
+    await startPost(t.page, `Room change ${title}`, 'Lecture 8 is in B201.');
+    await item(b.page, `Room change ${title}`).waitFor({ timeout: 3000 });
+    assert.deepEqual(await badgesOf(item(b.page, `Room change ${title}`)), ['announcement']);
+    assert.deepEqual([...a.blocked, ...b.blocked, ...t.blocked], []);
+  });
+});
+
+test('anonymous writing where the course allows it: classmates see a pseudonym, the writer and staff see through it', async () => {
+  await screenshotsOnFailure('forum-anonymous', () => pages, async () => {
+    await server.sql(`UPDATE courses SET anonymity = 'classmates' WHERE code = 'CS101'`);
+    const a = await signedIn('alice');
+    const b = await signedIn('bob');
+    const t = await signedIn('dr_tran');
+    for (const { page } of [a, b, t]) {
+      await page.getByTestId('course-CS101').click();
+      await page.locator('[data-testid=posts][data-pages="1"]').waitFor();
+      await liveOn(page);
+    }
+    const title = `A silly question ${Date.now()}`;
+    await a.page.getByTestId('new-post-open').click();
+    assert.match(await a.page.getByTestId('post-form-anonymous').locator('..').innerText(), /other students see a pseudonym/);
+    await a.page.getByTestId('post-form-anonymous').check();
+    await startPost(a.page, title, 'What is a stack frame, really?');
+    await item(a.page, title).waitFor({ timeout: 3000 });
+    const pseudonym = await item(a.page, title).getByTestId('pseudonym').innerText();
+    assert.match(pseudonym, /^as Anonymous /);
+    const name = pseudonym.slice(3);
+    assert.match(await item(a.page, title).locator('.muted').innerText(), /^@alice as Anonymous /);
+    // Bob sees the pseudonym alone, live; the instructor sees through it.
+    await item(b.page, title).waitFor({ timeout: 3000 });
+    assert.equal(await item(b.page, title).getByTestId('pseudonym').innerText(), name);
+    assert.doesNotMatch(await item(b.page, title).innerText(), /alice/);
+    await item(t.page, title).waitFor({ timeout: 3000 });
+    assert.match(await item(t.page, title).locator('.muted').innerText(), new RegExp(`^@alice as ${name}`));
+
+    // On the post: Bob comments signed; Alice replies anonymously, under the same name.
+    await b.page.getByTestId('post-item').filter({ hasText: title }).locator('a').click();
+    await b.page.getByTestId('post-title').getByText(title).waitFor();
+    assert.equal(await b.page.getByTestId('post-author').innerText(), name);
+    await a.page.goto(b.page.url());
+    await a.page.getByTestId('post-title').waitFor();
+    await liveOn(a.page);
+    await liveOn(b.page);
+    await b.page.getByTestId('comment-body').fill('The locals and return address of one call.');
+    await b.page.getByTestId('comment-submit').click();
+    const bobs = comment(a.page, 'The locals and return address of one call.');
+    await bobs.waitFor({ timeout: 3000 });
+    await bobs.locator('[data-actions-of]').first().getByTestId('reply-button').click();
+    await a.page.getByTestId('reply-anonymous').check();
+    await a.page.getByTestId('reply-body').fill('Thanks, and who pops it?');
+    await a.page.getByTestId('reply-submit').click();
+    const anonReply = reply(b.page, 'Thanks, and who pops it?');
+    await anonReply.waitFor({ timeout: 3000 });
+    assert.equal(await anonReply.getByTestId('reply-author').innerText(), name, 'the same name in the whole thread');
+    assert.doesNotMatch(await anonReply.innerText(), /alice/);
+    // Bob answers the pseudonym: the form and the reply name it, not Alice.
+    await anonReply.getByTestId('reply-button').click();
+    assert.equal(await b.page.getByTestId('reply-body').getAttribute('placeholder'), `Reply to ${name}`);
+    await b.page.getByTestId('reply-body').fill('The caller, on return.');
+    await b.page.getByTestId('reply-submit').click();
+    const answer = reply(b.page, 'The caller, on return.');
+    await answer.waitFor({ timeout: 3000 });
+    assert.match(await answer.locator('.muted').innerText(), new RegExp(`^@bob → ${name}`));
+    // Alice still edits what she wrote anonymously (she is its author).
+    assert.equal(await reply(a.page, 'Thanks, and who pops it?').getByTestId('edit').count(), 1);
+    // Bob's bell names who replied to him by the pseudonym.
+    await b.page.getByTestId('bell').click();
+    const note = b.page.getByTestId('notification').filter({ hasText: title }).first();
+    await note.waitFor({ timeout: 3000 });
+    assert.equal(await note.getByTestId('notification-actor').innerText(), name);
+
+    // Where the course keeps writing signed, the box is absent.
+    await a.page.goto(`${server.url}/demo/#/courses`);
+    await a.page.getByTestId('course-MATH201').click();
+    await a.page.locator('[data-testid=posts][data-pages="1"]').waitFor();
+    assert.equal(await a.page.getByTestId('post-form-anonymous').count(), 0);
+    assert.deepEqual([...a.blocked, ...b.blocked, ...t.blocked], []);
+  });
+});
