@@ -11,8 +11,10 @@ use serde::Serialize;
 use crate::auth::TokenKeys;
 use crate::db::stmt;
 use crate::error::{AppError, AppResult};
+use crate::forum::audience::{Anonymity, PostKind};
 use crate::forum::courses::Role;
 use crate::forum::posts::NewPost;
+use crate::forum::questions;
 use crate::forum::{comments, posts, roster};
 use crate::graphql::ids::{NodeKind, encode};
 use crate::likes::{LikeTarget, sync};
@@ -155,12 +157,15 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
     }
     let recursion = posts::create(
         txn,
-        &NewPost::discussion(
-            cs,
-            bob,
-            "Why does my recursive fib take forever for n = 45?",
-            "fib(40) is fine, fib(45) never seems to finish. Is my laptop broken?",
-        ),
+        &NewPost {
+            kind: PostKind::Question,
+            ..NewPost::discussion(
+                cs,
+                bob,
+                "Why does my recursive fib take forever for n = 45?",
+                "fib(40) is fine, fib(45) never seems to finish. Is my laptop broken?",
+            )
+        },
     )
     .await?;
     let c1 = comments::create_comment(
@@ -187,6 +192,9 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
     let c2 = comments::create_comment(txn, recursion.id, cs, tran, "See lecture 7, slide 12, on the call tree.", None)
         .await?;
     notify(txn, &c2, bob).await?;
+    // The question's states: alice's answer accepted by the asker and endorsed by staff,
+    // tagged; every other state on a post of its own.
+    write_question_states(txn, cs, (tran, alice, bob), recursion.id, &c1).await?;
     for (user, target) in [
         (alice, LikeTarget::Post(recursion.id)),
         (tran, LikeTarget::Post(recursion.id)),
@@ -233,12 +241,15 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
     // WRIT100, the mass course: an announcement that half the course likes (a hot post).
     let announcement = posts::create(
         txn,
-        &NewPost::discussion(
-            writ,
-            tran,
-            "Announcement: essay deadline moved to Friday",
-            "The deadline for essay 1 is now Friday 23:59. Office hours Thursday.",
-        ),
+        &NewPost {
+            kind: PostKind::Announcement,
+            ..NewPost::discussion(
+                writ,
+                tran,
+                "Announcement: essay deadline moved to Friday",
+                "The deadline for essay 1 is now Friday 23:59. Office hours Thursday.",
+            )
+        },
     )
     .await?;
     txn.execute_raw(stmt(
@@ -259,6 +270,75 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
     )
     .await?;
     notify(txn, &c5, tran).await?;
+    Ok(())
+}
+
+/// CS101's questions, answers and staff: the course allows anonymity to classmates and has
+/// three tags; the fib question (`question`, answered by `answer`) is tagged, accepted and
+/// endorsed; an instructor's announcement is pinned; an anonymous question waits unanswered;
+/// a private question is seen by its author and staff only.
+async fn write_question_states(
+    txn: &impl ConnectionTrait,
+    cs: i64,
+    (tran, alice, bob): (i64, i64, i64),
+    question: i64,
+    answer: &comments::CommentRow,
+) -> AppResult<()> {
+    questions::set_anonymity(txn, cs, Anonymity::Classmates).await?;
+    let mut tags = HashMap::new();
+    for name in ["Homework", "Lectures", "Exams"] {
+        tags.insert(name, questions::create_tag(txn, cs, name).await?.id);
+    }
+    questions::set_tags(txn, question, cs, &[tags["Homework"], tags["Lectures"]]).await?;
+    questions::accept_answer(txn, question, Some(answer.id)).await?;
+    questions::endorse_comment(txn, answer, Some(tran)).await?;
+
+    let exam = posts::create(
+        txn,
+        &NewPost {
+            kind: PostKind::Announcement,
+            ..NewPost::discussion(
+                cs,
+                tran,
+                "Midterm: Thursday 9:00, room B2",
+                "Bring your student card. Closed book; one page of notes allowed.",
+            )
+        },
+    )
+    .await?;
+    questions::set_tags(txn, exam.id, cs, &[tags["Exams"]]).await?;
+    questions::pin(txn, exam.id, true).await?;
+
+    let shy = posts::create(
+        txn,
+        &NewPost {
+            kind: PostKind::Question,
+            anonymous_to: Some(Anonymity::Classmates.anonymous_to()?),
+            ..NewPost::discussion(
+                cs,
+                bob,
+                "Is it fine to ask for help on the homework in office hours?",
+                "I am not sure what counts as getting too much help.",
+            )
+        },
+    )
+    .await?;
+    questions::set_tags(txn, shy.id, cs, &[tags["Homework"]]).await?;
+
+    posts::create(
+        txn,
+        &NewPost {
+            kind: PostKind::Question,
+            private: true,
+            ..NewPost::discussion(
+                cs,
+                alice,
+                "Extension for lab 4?",
+                "I was ill this week (note attached by email). Could I hand lab 4 in on Monday?",
+            )
+        },
+    )
+    .await?;
     Ok(())
 }
 

@@ -95,6 +95,20 @@ impl Anonymity {
     }
 }
 
+/// Whom a course lets its members hide from when they write anonymously
+/// (`forum::audience::Anonymity`); NOT_FOUND for no such course.
+pub(crate) async fn course_anonymity(db: &impl ConnectionTrait, course_id: i64) -> AppResult<Anonymity> {
+    #[derive(FromQueryResult)]
+    struct Setting {
+        anonymity: String,
+    }
+    let row = Setting::find_by_statement(stmt("SELECT anonymity FROM courses WHERE id = $1", [course_id.into()]))
+        .one(db)
+        .await?
+        .ok_or_else(|| AppError::not_found("course"))?;
+    Anonymity::parse(&row.anonymity)
+}
+
 /// Whether a reader sees who wrote something: `anonymous_to` is the row's column (NULL when
 /// signed), `role` the reader's in the course.
 pub(crate) fn author_visible(reader: i64, role: Role, author: i64, anonymous_to: Option<&str>) -> bool {

@@ -137,20 +137,3 @@ pub(crate) async fn member_counts(db: &impl ConnectionTrait, course_ids: &[i64])
     .await?;
     Ok(rows.into_iter().map(|row| (row.course_id, row.n)).collect())
 }
-
-/// Whom a course lets its members hide from when they write anonymously
-/// (`forum::audience::Anonymity`); NOT_FOUND for no such course.
-pub(crate) async fn anonymity(
-    db: &impl ConnectionTrait,
-    course_id: i64,
-) -> AppResult<crate::forum::audience::Anonymity> {
-    #[derive(FromQueryResult)]
-    struct Setting {
-        anonymity: String,
-    }
-    let row = Setting::find_by_statement(stmt("SELECT anonymity FROM courses WHERE id = $1", [course_id.into()]))
-        .one(db)
-        .await?
-        .ok_or_else(|| AppError::not_found("course"))?;
-    crate::forum::audience::Anonymity::parse(&row.anonymity)
-}

@@ -16,9 +16,9 @@ use super::ids::{self, NodeKind, encode};
 use super::loaders::record_liked;
 use super::types::{AnyComment, Comment, DeletePayload, Post, Reply, ViewResult, ViewTicket};
 use crate::error::{AppError, AppResult};
-use crate::forum::audience::PostKind;
+use crate::forum::audience::{self, PostKind};
 use crate::forum::comments::{self, MAX_COMMENT_CHARS};
-use crate::forum::courses::{self, Role};
+use crate::forum::courses::Role;
 use crate::forum::posts::{self, MAX_BODY_CHARS, MAX_TITLE_CHARS, NewPost, PostRow, validate_text};
 use crate::forum::questions;
 use crate::kv::ratelimit::WriteKind;
@@ -113,7 +113,7 @@ impl PostMutations {
             }
             let state = state(ctx)?;
             let anonymous_to = if anonymous {
-                Some(courses::anonymity(&state.db, course.course_id).await?.anonymous_to()?)
+                Some(audience::course_anonymity(&state.db, course.course_id).await?.anonymous_to()?)
             } else {
                 None
             };
@@ -474,7 +474,7 @@ async fn anonymous_to(ctx: &Context<'_>, anonymous: bool, course_id: i64) -> Res
     if !anonymous {
         return Ok(None);
     }
-    Ok(Some(courses::anonymity(&state(ctx)?.db, course_id).await?.anonymous_to()?))
+    Ok(Some(audience::course_anonymity(&state(ctx)?.db, course_id).await?.anonymous_to()?))
 }
 
 /// Staff only: FORBIDDEN for a student, saying what they tried.

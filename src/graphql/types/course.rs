@@ -73,7 +73,7 @@ impl Course {
     /// skips one while likes move them; a walk ends after 1,000 posts.
     /// Whom members may hide from when they write anonymously here (`createPost(anonymous:)`).
     pub(super) async fn anonymity(&self, ctx: &Context<'_>) -> Result<audience::Anonymity> {
-        Ok(crate::forum::courses::anonymity(&state(ctx)?.db, self.course_id).await?)
+        Ok(audience::course_anonymity(&state(ctx)?.db, self.course_id).await?)
     }
     /// The course's tags (folders), by name: staff define them, posts carry 0 to 3.
     pub(super) async fn tags(&self, ctx: &Context<'_>) -> Result<Vec<Tag>> {
