@@ -305,7 +305,9 @@ const badgesOf = (locator) => locator.locator('[data-testid^=badge-]').evaluateA
 
 test('a private question with tags: its author and the instructor see it, marked; another student never does', async () => {
   await screenshotsOnFailure('forum-question', () => pages, async () => {
-    const tags = await addTags('CS101', ['exam', 'lab', 'recursion', 'setup']);
+    // The seed gives CS101 three tags; a fourth shows the limit of three a post.
+    const tags = await addTags('CS101', ['Labs']);
+    assert.equal(tags.length, 4);
     const a = await signedIn('alice');
     const b = await signedIn('bob');
     const t = await signedIn('dr_tran');
@@ -319,8 +321,6 @@ test('a private question with tags: its author and the instructor see it, marked
       ['DISCUSSION', 'QUESTION']);
     assert.deepEqual(await t.page.getByTestId('post-form-kind').locator('option').evaluateAll((os) => os.map((o) => o.value)),
       ['DISCUSSION', 'QUESTION', 'ANNOUNCEMENT']);
-    // The course does not allow anonymous writing: no such box.
-    assert.equal(await a.page.getByTestId('post-form-anonymous').count(), 0);
 
     const title = `Is recursion on the exam? ${Date.now()}`;
     await a.page.getByTestId('new-post-open').click();
