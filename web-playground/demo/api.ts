@@ -3,9 +3,32 @@
 import { createClient, type Client } from 'graphql-ws';
 
 export class GraphQLError extends Error {
-  constructor(public errors: { message: string; extensions?: { code?: string } }[]) {
+  constructor(public errors: { message: string; extensions?: { code?: string; retryAfterMs?: number } }[]) {
     super(errors.map((e) => e.message).join('; '));
   }
+  /** The first error's `extensions.code` (FORBIDDEN, NOT_FOUND, ...), if the server gave one. */
+  get code(): string | undefined {
+    return this.errors[0]?.extensions?.code;
+  }
+}
+
+/** What the server's error codes mean to the person who clicked. */
+const CODE_TEXT: Record<string, string> = {
+  FORBIDDEN: 'Not allowed',
+  NOT_FOUND: 'Not found (deleted meanwhile?)',
+  BAD_USER_INPUT: 'Not accepted',
+  UNAUTHENTICATED: 'Signed out',
+  RATE_LIMITED: 'Too many writes',
+};
+
+/** An error as a line to show: "Not allowed (FORBIDDEN): <server message>", and for
+ * RATE_LIMITED when to try again. */
+export function errorText(err: unknown): string {
+  if (!(err instanceof GraphQLError)) return err instanceof Error ? err.message : String(err);
+  const code = err.code;
+  const wait = err.errors[0]?.extensions?.retryAfterMs;
+  const retry = code === 'RATE_LIMITED' && wait ? ` Try again in ${Math.ceil(wait / 1000)} s.` : '';
+  return `${code ? `${CODE_TEXT[code] ?? code} (${code}): ` : ''}${err.message}${retry}`;
 }
 
 let token: string | null = null;

@@ -8,7 +8,7 @@
 // just after the server read the count), so an answer's count is used only if no event came
 // meanwhile: the events alone then keep the count right.
 import { gql, subscribe, onLive } from './api';
-import { counted, esc } from './text';
+import { counted, esc, byline } from './text';
 
 type Notification = {
   id: string;
@@ -17,11 +17,13 @@ type Notification = {
   read: boolean;
   createdAt: string;
   actor: { handle: string; displayName: string } | null;
+  /** The pseudonym of an actor who wrote anonymously (actor is then null unless you may see them). */
+  actorPseudonym: string | null;
   post: { id: string; title: string };
   comment: { __typename: 'Comment' | 'Reply'; id: string } | null;
 };
 
-const FIELDS = `id kind milestone read createdAt actor { handle displayName } post { id title } comment { __typename id }`;
+const FIELDS = `id kind milestone read createdAt actor { handle displayName } actorPseudonym post { id title } comment { __typename id }`;
 /** How many of the newest notifications the panel shows. */
 const LIST_SIZE = 10;
 
@@ -132,7 +134,7 @@ const KIND_LABELS: Record<Notification['kind'], string> = { REPLY: 'reply', MENT
 /** What happened, in words: "@bob commented on <post>", "Your reply on <post> reached 10 likes". */
 function sentence(n: Notification) {
   const post = `<a data-testid="notification-post" href="#/post/${esc(n.post.id)}">${esc(n.post.title)}</a>`;
-  const actor = `<strong data-testid="notification-actor">${n.actor ? `@${esc(n.actor.handle)}` : 'someone'}</strong>`;
+  const actor = `<strong data-testid="notification-actor">${byline(n.actor, n.actorPseudonym)}</strong>`;
   const commentNoun = n.comment?.__typename === 'Reply' ? 'reply' : 'comment';
   switch (n.kind) {
     case 'MENTION':

@@ -22,8 +22,8 @@ function databaseUrl(name) {
   return `${adminUrl.slice(0, slash)}/${name}`;
 }
 
-async function psql(sql) {
-  await run('psql', ['-X', '-q', '-w', '-v', 'ON_ERROR_STOP=1', '-d', adminUrl, '-c', sql]);
+async function psql(sql, url = adminUrl) {
+  await run('psql', ['-X', '-q', '-w', '-v', 'ON_ERROR_STOP=1', '-d', url, '-c', sql]);
 }
 
 export function freePort() {
@@ -92,7 +92,9 @@ export async function startServer(extraEnv = {}) {
     }
     /** Mints a bearer token for a user (global id) valid for `ttl` (e.g. `4s`). */
     const token = async (user, ttl) => (await run(bin, ['token', '--user', user, '--ttl', ttl], { env })).stdout.trim();
-    return { url, demo, stop, token, log: () => log };
+    /** Runs SQL on the server's own database: for settings no mutation can make yet. */
+    const sql = (text) => psql(text, env.DATABASE_URL);
+    return { url, demo, stop, token, sql, log: () => log };
   } catch (err) {
     await stop();
     throw err;

@@ -1,0 +1,250 @@
+// A course's page: its posts page by page (Relay first/after), newest, hot or top first
+// (orderBy; the order stays in the URL, #/course/<id>/top), and a form to start a post: a
+// discussion, a question (private if asked) or, for instructors, an announcement, with up to
+// three of the course's tags, and anonymous where the course allows it. New posts (anyone's)
+// arrive at the top live, deleted ones leave, and counts follow (courseActivity for comments,
+// likeCounts for likes).
+import { gql, subscribe, errorText } from './api';
+import { counted, esc, byline, badges } from './text';
+import { app, onLeave } from './page';
+
+const PAGE_SIZE = 5;
+const POST_FIELDS = `id title likeCount likedByMe commentCount createdAt author { id handle } anonymous pseudonym
+  kind private pinned resolved answered endorsement { by { handle } } tags { id name }`;
+/** How many tags a post may carry. */
+const MAX_TAGS = 3;
+/** How many ids one likeCounts subscription may watch. */
+const MAX_WATCHED = 100;
+
+/** The orders of `Course.posts(orderBy:)`; the route's third part picks one (#/course/<id>/top). */
+const ORDERS = ['NEW', 'HOT', 'TOP'] as const;
+export type PostOrder = (typeof ORDERS)[number];
+const ORDER_LABELS: Record<PostOrder, [string, string]> = {
+  NEW: ['New', 'newest first'],
+  HOT: ['Hot', 'liked and discussed lately'],
+  TOP: ['Top', 'most liked first'],
+};
+export const orderOf = (part: string | undefined): PostOrder =>
+  ORDERS.find((o) => o === part?.toUpperCase()) ?? 'NEW';
+
+type PostItem = {
+  id: string; title: string; likeCount: number; commentCount: number; author: { handle: string } | null;
+  pseudonym: string | null; kind: string; private: boolean; pinned: boolean; resolved: boolean; answered: boolean;
+  endorsement: { by: { handle: string } } | null; tags: { id: string; name: string }[];
+};
+type Tag = { id: string; name: string };
+
+/** What anonymous writing means in a course, for the checkbox's label; null where it is off. */
+const ANONYMITY_TEXT: Record<string, string | null> = {
+  OFF: null,
+  CLASSMATES: 'other students see a pseudonym; instructors see your name',
+  EVERYONE: 'everyone sees a pseudonym, instructors too',
+};
+
+/** One post in the list; its counts are patched in place (data-likes, data-comments). */
+const itemHtml = (p: PostItem, fresh = false) => `<div class="card${fresh ? ' fresh' : ''}" data-testid="post-item" data-id="${esc(p.id)}">
+  <a href="#/post/${esc(p.id)}">${esc(p.title)}</a>${fresh ? ' <span class="kind" data-testid="new-badge">new</span>' : ''} ${badges(p)}
+  <div class="muted">${byline(p.author, p.pseudonym)} · <span data-likes="${p.likeCount}">${counted(p.likeCount, 'like')}</span>
+    · <span data-comments="${p.commentCount}">${counted(p.commentCount, 'comment')}</span></div></div>`;
+
+export async function course(courseId: string, initialOrder: PostOrder) {
+  const head = await gql(`query($id: ID!) { course(id: $id) { id code title myRole anonymity tags { id name } } }`, { id: courseId });
+  const staff = head.course.myRole === 'INSTRUCTOR';
+  const tags: Tag[] = head.course.tags ?? [];
+  const anonymity = ANONYMITY_TEXT[head.course.anonymity] ?? null;
+  app.innerHTML = `<p><a href="#/courses">← courses</a></p>
+    <h1>${esc(head.course.code)} · ${esc(head.course.title)}</h1>
+    <details class="card" id="new-post" data-testid="new-post"><summary data-testid="new-post-open">Start a post</summary>
+      <form id="post-form">
+        <label>Kind <select name="kind" data-testid="post-form-kind">
+          <option value="DISCUSSION">Discussion</option><option value="QUESTION">Question</option>
+          ${staff ? '<option value="ANNOUNCEMENT">Announcement (notifies every member)</option>' : ''}</select></label>
+        <label>Title <input name="title" data-testid="post-form-title" maxlength="200" required></label>
+        <textarea name="body" data-testid="post-form-body" placeholder="What do you want to say or ask?" required></textarea>
+        ${tags.length ? `<fieldset class="tag-picker" data-testid="post-form-tags"><legend>Tags (up to ${MAX_TAGS})</legend>
+          ${tags.map((t) => `<label class="chip"><input type="checkbox" name="tag" value="${esc(t.id)}" data-testid="post-form-tag"> ${esc(t.name)}</label>`).join(' ')}</fieldset>` : ''}
+        <label hidden data-testid="post-form-private-label"><input type="checkbox" name="private" data-testid="post-form-private">
+          Private: only you and the instructors can read it</label>
+        ${anonymity ? `<label><input type="checkbox" name="anonymous" data-testid="post-form-anonymous"> Anonymous: ${anonymity}</label>` : ''}
+        <button data-testid="post-form-submit">Post</button> <span class="error" data-testid="post-form-error"></span>
+      </form></details>
+    <p class="order" role="group" aria-label="Order of posts" data-testid="post-order">
+      ${ORDERS.map((o) => `<button data-order="${o}" data-testid="order-${o}" title="${ORDER_LABELS[o][1]}"
+        aria-pressed="false">${ORDER_LABELS[o][0]}</button>`).join(' ')}</p>
+    <div id="posts" data-testid="posts"></div>
+    <p><button id="more" data-testid="more-posts" hidden>More posts</button> <span id="page-info" class="muted"></span></p>`;
+  const postsEl = app.querySelector<HTMLElement>('#posts')!;
+  const more = app.querySelector<HTMLButtonElement>('#more')!;
+  const info = app.querySelector('#page-info')!;
+  const itemOf = (id: string) => postsEl.querySelector<HTMLElement>(`[data-testid=post-item][data-id="${CSS.escape(id)}"]`);
+  // The list in one order: its cursor only means something in that order (the server refuses
+  // a cursor of another), so switching starts over from the first page. `shown` moves with
+  // every switch; a page that arrives for an older switch is dropped, so quick clicks cannot
+  // mix two orders in one list.
+  let order = initialOrder;
+  let after: string | null = null;
+  let pages = 0;
+  let shown = 0;
+  const describe = () => {
+    info.textContent = `${counted(postsEl.children.length, 'post')}, ${counted(pages, 'page')}, ${ORDER_LABELS[order][1]}`;
+  };
+  const loadPage = async () => {
+    const mine = shown;
+    more.disabled = true;
+    try {
+      const data = await gql(
+        `query($id: ID!, $first: Int!, $after: String, $order: PostOrder!) { course(id: $id) {
+           posts(first: $first, after: $after, orderBy: $order) { pageInfo { hasNextPage endCursor } edges { cursor node { ${POST_FIELDS} } } } } }`,
+        { id: courseId, first: PAGE_SIZE, after, order },
+      );
+      if (mine !== shown) return;
+      const conn = data.course.posts;
+      pages += 1;
+      postsEl.setAttribute('data-pages', String(pages));
+      // A post that arrived live at the top may come again in a later page: it stays once.
+      const nodes: PostItem[] = conn.edges.map((e: any) => e.node).filter((n: PostItem) => !itemOf(n.id));
+      postsEl.insertAdjacentHTML('beforeend', nodes.map((n) => itemHtml(n)).join(''));
+      after = conn.pageInfo.endCursor;
+      more.hidden = !conn.pageInfo.hasNextPage;
+      describe();
+      watchLikes();
+    } catch (err) {
+      if (mine === shown) info.innerHTML = `<span class="error" data-testid="posts-error">${esc(errorText(err))}</span>`;
+    } finally {
+      if (mine === shown) more.disabled = false;
+    }
+  };
+  const show = (next: PostOrder) => {
+    order = next;
+    shown += 1;
+    after = null;
+    pages = 0;
+    postsEl.innerHTML = '';
+    more.hidden = true;
+    app.querySelectorAll<HTMLButtonElement>('[data-order]').forEach((b) => b.setAttribute('aria-pressed', String(b.dataset.order === order)));
+    postsEl.setAttribute('data-order', order);
+    postsEl.setAttribute('data-pages', '0');
+    return loadPage();
+  };
+  app.querySelector('[data-testid=post-order]')!.addEventListener('click', (e) => {
+    const b = (e.target as HTMLElement).closest<HTMLButtonElement>('[data-order]');
+    if (!b || b.dataset.order === order) return;
+    // Kept in the URL for a reload or a link, without a hashchange (which would rebuild the page).
+    history.replaceState(null, '', `#/course/${encodeURIComponent(courseId)}${b.dataset.order === 'NEW' ? '' : `/${b.dataset.order!.toLowerCase()}`}`);
+    void show(b.dataset.order as PostOrder);
+  });
+  more.addEventListener('click', loadPage);
+
+  /** A new post goes on top, in every order: it is what the reader has not seen yet. */
+  const addFresh = (p: PostItem) => {
+    if (itemOf(p.id)) return;
+    postsEl.insertAdjacentHTML('afterbegin', itemHtml(p, true));
+    describe();
+    watchLikes();
+  };
+  const setCount = (id: string, what: 'likes' | 'comments', n: number) => {
+    const el = itemOf(id)?.querySelector<HTMLElement>(`[data-${what}]`);
+    if (!el) return;
+    el.dataset[what] = String(n);
+    el.textContent = counted(Math.max(0, n), what === 'likes' ? 'like' : 'comment');
+  };
+  const countOf = (id: string, what: 'likes' | 'comments') => Number(itemOf(id)?.querySelector<HTMLElement>(`[data-${what}]`)?.dataset[what] ?? 0);
+
+  const form = app.querySelector<HTMLFormElement>('#post-form')!;
+  // "Private" is for questions only; at most MAX_TAGS tags can be ticked.
+  const syncForm = () => {
+    const kind = form.querySelector<HTMLSelectElement>('[name=kind]')!.value;
+    form.querySelector<HTMLElement>('[data-testid=post-form-private-label]')!.hidden = kind !== 'QUESTION';
+    const boxes = [...form.querySelectorAll<HTMLInputElement>('[name=tag]')];
+    const full = boxes.filter((b) => b.checked).length >= MAX_TAGS;
+    boxes.forEach((b) => (b.disabled = full && !b.checked));
+  };
+  form.addEventListener('change', syncForm);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const fields = new FormData(form);
+    const title = String(fields.get('title') ?? '').trim();
+    const body = String(fields.get('body') ?? '').trim();
+    const errEl = form.querySelector('[data-testid=post-form-error]')!;
+    errEl.textContent = '';
+    if (!title || !body) {
+      errEl.textContent = 'A post needs a title and a text.';
+      return;
+    }
+    const submit = form.querySelector<HTMLButtonElement>('[data-testid=post-form-submit]')!;
+    submit.disabled = true;
+    try {
+      const res = await gql(
+        `mutation($course: ID!, $title: String!, $body: String!, $kind: PostKind!, $anonymous: Boolean!, $private: Boolean!, $tagIds: [ID!]!) {
+           createPost(courseId: $course, title: $title, body: $body, kind: $kind, anonymous: $anonymous, private: $private, tagIds: $tagIds) { ${POST_FIELDS} } }`,
+        {
+          course: courseId, title, body,
+          kind: String(fields.get('kind') ?? 'DISCUSSION'),
+          anonymous: fields.get('anonymous') === 'on',
+          // Only a question can be private; the box hides for other kinds but may stay ticked.
+          private: fields.get('kind') === 'QUESTION' && fields.get('private') === 'on',
+          tagIds: fields.getAll('tag').map(String),
+        },
+      );
+      addFresh(res.createPost);
+      form.reset();
+      syncForm();
+      app.querySelector<HTMLDetailsElement>('#new-post')!.open = false;
+    } catch (err) {
+      errEl.textContent = errorText(err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+
+  // Live like counts of the posts listed; renewed (once per burst) as the list grows.
+  let stopLikes: (() => void) | null = null;
+  let watchTimer: ReturnType<typeof setTimeout> | null = null;
+  let watching = '';
+  let left = false;
+  function watchLikes() {
+    if (watchTimer || left) return;
+    watchTimer = setTimeout(() => {
+      watchTimer = null;
+      if (left) return;
+      const ids = [...postsEl.querySelectorAll<HTMLElement>('[data-testid=post-item]')].map((el) => el.dataset.id!).slice(0, MAX_WATCHED);
+      if (ids.join() === watching || ids.length === 0) return;
+      watching = ids.join();
+      stopLikes?.();
+      stopLikes = subscribe(`subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount } }`, { ids }, (d: any) =>
+        setCount(d.likeCounts.id, 'likes', d.likeCounts.likeCount),
+      );
+    }, 250);
+  }
+  onLeave(() => {
+    left = true;
+    if (watchTimer) clearTimeout(watchTimer);
+    stopLikes?.();
+  });
+  // Live: new posts, deleted posts, and comment counts moving.
+  onLeave(
+    subscribe(
+      `subscription($course: ID!) { courseActivity(courseId: $course) { kind nodeId postId post { ${POST_FIELDS} } } }`,
+      { course: courseId },
+      (d: any) => {
+        const a = d.courseActivity;
+        if (a.kind === 'POST_CREATED' && a.post) addFresh(a.post);
+        if (a.kind === 'POST_DELETED') {
+          itemOf(a.nodeId)?.remove();
+          describe();
+        }
+        if ((a.kind === 'COMMENT_CREATED' || a.kind === 'REPLY_CREATED') && itemOf(a.postId)) {
+          setCount(a.postId, 'comments', countOf(a.postId, 'comments') + 1);
+        }
+        // A deleted comment takes its replies along: how many, the post's new count says.
+        if ((a.kind === 'COMMENT_DELETED' || a.kind === 'REPLY_DELETED') && itemOf(a.postId)) {
+          gql(`query($id: ID!) { post(id: $id) { id commentCount } }`, { id: a.postId }).then(
+            (r) => r.post && setCount(r.post.id, 'comments', r.post.commentCount),
+            () => {},
+          );
+        }
+      },
+    ),
+  );
+  await show(order);
+}
