@@ -22,6 +22,13 @@ pub enum ActivityKind {
     CommentDeleted,
     /// A reply was deleted; `nodeId` is its id.
     ReplyDeleted,
+    /// A post changed state (an accepted answer, resolved, endorsed, pinned, made public,
+    /// its tags); `post` holds it as it is now.
+    PostUpdated,
+    /// A top-level comment changed state (endorsed); `comment` holds it as it is now.
+    CommentUpdated,
+    /// A reply changed state (endorsed); `reply` holds it as it is now.
+    ReplyUpdated,
 }
 
 /// A committed change in a course: ids only; subscribers resolve the rest lazily.

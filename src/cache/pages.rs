@@ -6,7 +6,8 @@
 //! alter a page is published on the live channel (`live_message::LiveMessage`), and this
 //! instance hears it through its relay; the writing instance also applies it here before it
 //! answers, so a writer reads its own write.
-//! - a post created or deleted in the course (`Activity`): the course's pages are dropped;
+//! - a post created, deleted or updated (pinned, made public…) in the course (`Activity`): the
+//!   course's pages are dropped;
 //! - a comment or reply created or deleted (`Activity`, its post's `commentCount`), a post
 //!   edited (`PostsChanged`) or deleted: the pages showing that post, and the post, are dropped;
 //! - committed like counts (`Counts`) and view counts (`ViewCounts`): patched into the rows,
@@ -440,7 +441,12 @@ impl CoursePages {
                 ActivityKind::CommentCreated
                 | ActivityKind::ReplyCreated
                 | ActivityKind::CommentDeleted
-                | ActivityKind::ReplyDeleted => vec![Change::Post(activity.post_id)],
+                | ActivityKind::ReplyDeleted
+                | ActivityKind::CommentUpdated
+                | ActivityKind::ReplyUpdated => vec![Change::Post(activity.post_id)],
+                // A post's state moved: its row, and which pages show it (a pin leads the first
+                // page, a post made public joins the course's pages).
+                ActivityKind::PostUpdated => vec![Change::Course(activity.course_id), Change::Post(activity.post_id)],
             },
             LiveMessage::PostsChanged { posts } => posts.iter().map(|id| Change::Post(*id)).collect(),
             LiveMessage::ViewCounts { counts } => {

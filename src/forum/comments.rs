@@ -230,7 +230,8 @@ pub(crate) async fn edit(db: &impl ConnectionTrait, comment: &CommentRow, body: 
 }
 
 /// Soft-deletes a comment and, for a root comment, its replies with it; counters follow the
-/// rows that really changed. Returns false when it was already gone, or its post is.
+/// rows that really changed, and a question whose accepted answer this was has none after.
+/// Returns false when it was already gone, or its post is.
 ///
 /// Locks, in the module's order: the post's row (its `comment_count`), then in ascending id
 /// every comment row this writes (the comment, a root's live replies, a reply's root for its
@@ -268,7 +269,7 @@ pub(crate) async fn soft_delete<C: ConnectionTrait + TransactionTrait>(
     }
     let doomed: Vec<i64> = locked.iter().map(|row| row.id).filter(|id| Some(*id) != comment.parent_id).collect();
     let deleted = doomed.len() as i64;
-    txn.execute_raw(stmt("UPDATE comments SET deleted_at = now() WHERE id = ANY($1)", [doomed.into()])).await?;
+    txn.execute_raw(stmt("UPDATE comments SET deleted_at = now() WHERE id = ANY($1)", [doomed.clone().into()])).await?;
     if let Some(root_id) = comment.parent_id {
         txn.execute_raw(stmt(
             "UPDATE comments SET reply_count = reply_count - 1 WHERE id = $1 AND reply_count > 0",
@@ -276,9 +277,14 @@ pub(crate) async fn soft_delete<C: ConnectionTrait + TransactionTrait>(
         ))
         .await?;
     }
+    // A deleted accepted answer is no answer: the question is resolved again only if staff
+    // marked it so.
     txn.execute_raw(stmt(
-        "UPDATE posts SET comment_count = GREATEST(comment_count - $2, 0) WHERE id = $1",
-        [comment.post_id.into(), deleted.into()],
+        "UPDATE posts SET comment_count = GREATEST(comment_count - $2, 0), \
+                          accepted_comment_id = CASE WHEN accepted_comment_id = ANY($3) THEN NULL \
+                                                     ELSE accepted_comment_id END \
+         WHERE id = $1",
+        [comment.post_id.into(), deleted.into(), doomed.into()],
     ))
     .await?;
     txn.commit().await?;

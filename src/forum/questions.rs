@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, FromQueryResult};
+use sea_orm::{ConnectionTrait, FromQueryResult, TransactionSession, TransactionTrait};
 
 use crate::db::stmt;
 use crate::error::{AppError, AppResult};
@@ -152,13 +152,21 @@ pub(crate) async fn rename_tag(db: &impl ConnectionTrait, tag: &TagRow, name: &s
     if taken.is_some() {
         return Err(AppError::Conflict("the course has a tag of that name already".into()));
     }
-    TagRow::find_by_statement(stmt(
+    let renamed = TagRow::find_by_statement(stmt(
         "UPDATE course_tags SET name = $2 WHERE id = $1 RETURNING id, course_id, name",
         [tag.id.into(), name.into()],
     ))
     .one(db)
-    .await?
-    .ok_or_else(|| AppError::not_found("tag"))
+    .await
+    .map_err(AppError::from);
+    match renamed {
+        Ok(row) => row.ok_or_else(|| AppError::not_found("tag")),
+        // 23505: unique_violation, a tag of that name made meanwhile.
+        Err(err) if err.sqlstate().as_deref() == Some("23505") => {
+            Err(AppError::Conflict("the course has a tag of that name already".into()))
+        }
+        Err(err) => Err(err),
+    }
 }
 
 /// Deletes a tag; the posts that carried it lose it (ON DELETE CASCADE). Returns the posts
@@ -257,20 +265,38 @@ pub(crate) async fn endorse_comment(db: &impl ConnectionTrait, comment: &Comment
     if result.rows_affected() == 1 { Ok(()) } else { Err(AppError::not_found("comment")) }
 }
 
-/// Pins or unpins a post; BAD_USER_INPUT past `MAX_PINNED_PER_COURSE` pins in its course.
-pub(crate) async fn pin(db: &impl ConnectionTrait, post_id: i64, pinned: bool) -> AppResult<PostRow> {
+/// Pins or unpins a post; BAD_USER_INPUT past `MAX_PINNED_PER_COURSE` pins in its course,
+/// NOT_FOUND once the post is deleted. Pinning again keeps the first pin's time.
+pub(crate) async fn pin<C: ConnectionTrait + TransactionTrait>(
+    db: &C,
+    post: &PostRow,
+    pinned: bool,
+) -> AppResult<PostRow> {
     if !pinned {
-        return update_post(db, "pinned_at = NULL WHERE id = $1", vec![post_id.into()]).await;
+        return update_post(db, "pinned_at = NULL WHERE id = $1", vec![post.id.into()]).await;
     }
-    update_post(
-        db,
+    let txn = db.begin().await?;
+    // One pin at a time per course (its row is the lock): two pins racing for the last place
+    // do not both count the same free one.
+    txn.execute_raw(stmt("SELECT 1 FROM courses WHERE id = $1 FOR NO KEY UPDATE", [post.course_id.into()])).await?;
+    let pinned = update_post(
+        &txn,
         "pinned_at = COALESCE(pinned_at, now()) WHERE id = $1 \
          AND (pinned_at IS NOT NULL OR (SELECT count(*) FROM posts o WHERE o.course_id = posts.course_id \
               AND o.pinned_at IS NOT NULL AND o.deleted_at IS NULL) < $2)",
-        vec![post_id.into(), MAX_PINNED_PER_COURSE.into()],
+        vec![post.id.into(), MAX_PINNED_PER_COURSE.into()],
     )
-    .await
-    .map_err(|_| AppError::bad_input(format!("a course pins at most {MAX_PINNED_PER_COURSE} posts: unpin one first")))
+    .await;
+    match pinned {
+        Ok(row) => {
+            txn.commit().await?;
+            Ok(row)
+        }
+        Err(AppError::NotFound(_)) if posts::find(&txn, post.id).await?.is_some() => {
+            Err(AppError::bad_input(format!("a course pins at most {MAX_PINNED_PER_COURSE} posts: unpin one first")))
+        }
+        Err(err) => Err(err),
+    }
 }
 
 /// Makes a private question public, keeping its anonymity, and writes its `feed_outbox` row

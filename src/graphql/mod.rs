@@ -14,6 +14,7 @@ pub(crate) mod metrics;
 pub(crate) mod mutation;
 pub(crate) mod notifications;
 pub(crate) mod query;
+pub(crate) mod questions;
 pub(crate) mod revocation;
 pub(crate) mod roster;
 pub(crate) mod socket;

@@ -40,6 +40,7 @@ pub struct Mutation(
     ViewMutations,
     NotificationMutations,
     super::roster::RosterMutations,
+    super::questions::QuestionMutations,
 );
 
 #[derive(Default)]
@@ -158,39 +159,62 @@ impl PostMutations {
     }
 
     /// Changes the title and/or body of your own post (FORBIDDEN for anyone else's) and sets
-    /// its `editedAt`.
+    /// its `editedAt`; and/or its tags, which its author or staff may change (staff changing
+    /// only the tags of someone's post leave `editedAt` alone).
     async fn edit_post(
         &self,
         ctx: &Context<'_>,
         #[graphql(desc = "The post's global id (`Post.id`).")] post_id: ID,
         #[graphql(desc = "The new title (1 to 200 characters after trimming); omit to keep the old one.")]
         title: Option<String>,
-        #[graphql(
-            desc = "The new body (1 to 20,000 characters after trimming); omit to keep the old one. Give `title`, `body` or both, else BAD_USER_INPUT."
-        )]
+        #[graphql(desc = "The new body (1 to 20,000 characters after trimming); omit to keep the old one.")]
         body: Option<String>,
+        #[graphql(
+            desc = "The post's tags from now on: 0 to 3 of the course's (`Course.tags`), by global id; omit to keep them. Give `title`, `body` or `tagIds`, else BAD_USER_INPUT."
+        )]
+        tag_ids: Option<Vec<ID>>,
     ) -> Result<Option<Post>> {
         nullable(async {
             let viewer = viewer(ctx)?;
             let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
-            if title.is_none() && body.is_none() {
-                return Err(AppError::bad_input("give a new `title`, a new `body`, or both").into());
+            if title.is_none() && body.is_none() && tag_ids.is_none() {
+                return Err(AppError::bad_input("give a new `title`, `body` or `tagIds`").into());
             }
             let title = title.map(|t| validate_text("title", &t, MAX_TITLE_CHARS)).transpose()?;
             let body = body.map(|b| validate_text("body", &b, MAX_BODY_CHARS)).transpose()?;
+            let tag_ids = tag_ids.map(|ids| ids::decode_all(&ids, NodeKind::Tag)).transpose()?;
+            if let Some(tag_ids) = &tag_ids {
+                questions::check_tag_list(tag_ids)?;
+            }
+            let text_edited = title.is_some() || body.is_some();
             within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
-            let (post, _) = access::post(ctx, post_id).await?;
-            require_author(viewer.user_id, post.user_id)?;
+            let (post, role) = access::post(ctx, post_id).await?;
+            if text_edited {
+                require_author(viewer.user_id, post.user_id)?;
+            } else {
+                require_author_or_instructor(viewer.user_id, post.user_id, role)?;
+            }
             let state = state(ctx)?;
             // Mentions are counted in the post as edited, and refused (the edit rolled back)
             // past the limit; people it already mentioned are not notified again.
             let txn = state.db.begin().await?;
-            let row = posts::edit(&txn, post.id, title.as_deref(), body.as_deref()).await?;
-            let mentioned = notifications::checked_mentions(&[&row.title, &row.body])?;
-            let notified = record_notifications(ctx, &txn, Cause::post(&row), &mentioned).await?;
+            if let Some(tag_ids) = &tag_ids {
+                questions::set_tags(&txn, post.id, post.course_id, tag_ids).await?;
+            }
+            let (row, notified) = if text_edited {
+                let row = posts::edit(&txn, post.id, title.as_deref(), body.as_deref()).await?;
+                let mentioned = notifications::checked_mentions(&[&row.title, &row.body])?;
+                let notified = record_notifications(ctx, &txn, Cause::post(&row), &mentioned).await?;
+                (row, notified)
+            } else {
+                (posts::find(&txn, post.id).await?.ok_or_else(|| AppError::not_found("post"))?, Vec::new())
+            };
             txn.commit().await?;
             state.post_cache.invalidate(post.id).await;
             state.publisher.posts_changed(&[post.id]).await;
+            if tag_ids.is_some() {
+                publish(ctx, &row, ActivityKind::PostUpdated, row.id).await?;
+            }
             notify(ctx, &notified).await;
             Ok(Post::from(row))
         })
@@ -475,7 +499,7 @@ fn client_ip(ctx: &Context<'_>) -> Result<std::net::IpAddr> {
 const COMMENT_KINDS: &[NodeKind] = &[NodeKind::Comment, NodeKind::Reply];
 
 /// Counts a write of `kind` against the viewer's limit, or refuses it with RATE_LIMITED.
-async fn within_limit(ctx: &Context<'_>, user_id: i64, kind: WriteKind) -> Result<()> {
+pub(super) async fn within_limit(ctx: &Context<'_>, user_id: i64, kind: WriteKind) -> Result<()> {
     state(ctx)?.write_limits.check(user_id, kind).await?;
     Ok(())
 }

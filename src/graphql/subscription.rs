@@ -132,7 +132,8 @@ impl Subscription {
         Ok(super::notifications::updates(state(ctx)?, viewer.user_id, permit).await?)
     }
 
-    /// New posts, comments and replies in a course as they commit, and deletions.
+    /// New posts, comments and replies in a course as they commit, their changes of state
+    /// (answers accepted, endorsements, pins…) and deletions.
     async fn course_activity(
         &self,
         ctx: &Context<'_>,
@@ -290,7 +291,8 @@ fn coalesced(
 /// it was deleted since, or for deletions).
 pub(crate) struct CourseActivity(Activity);
 
-/// One event in a course: what happened, to what, and (for creations) the new object.
+/// One event in a course: what happened, to what, and (for creations and updates) the object
+/// as it is now.
 #[Object]
 impl CourseActivity {
     /// What happened.
@@ -301,9 +303,11 @@ impl CourseActivity {
     /// The global id of the post, comment or reply the event is about.
     async fn node_id(&self) -> ID {
         let kind = match self.0.kind {
-            ActivityKind::PostCreated | ActivityKind::PostDeleted => NodeKind::Post,
-            ActivityKind::CommentCreated | ActivityKind::CommentDeleted => NodeKind::Comment,
-            ActivityKind::ReplyCreated | ActivityKind::ReplyDeleted => NodeKind::Reply,
+            ActivityKind::PostCreated | ActivityKind::PostDeleted | ActivityKind::PostUpdated => NodeKind::Post,
+            ActivityKind::CommentCreated | ActivityKind::CommentDeleted | ActivityKind::CommentUpdated => {
+                NodeKind::Comment
+            }
+            ActivityKind::ReplyCreated | ActivityKind::ReplyDeleted | ActivityKind::ReplyUpdated => NodeKind::Reply,
         };
         encode(kind, self.0.node_id)
     }
@@ -314,27 +318,28 @@ impl CourseActivity {
         encode(NodeKind::Post, self.0.post_id)
     }
 
-    /// The new post for POST_CREATED; null for other kinds, or when it was deleted since.
+    /// The post for POST_CREATED and POST_UPDATED, as it is now; null for other kinds, or when
+    /// it was deleted since.
     async fn post(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Post>> {
-        if self.0.kind != ActivityKind::PostCreated {
+        if !matches!(self.0.kind, ActivityKind::PostCreated | ActivityKind::PostUpdated) {
             return Ok(None);
         }
         Ok(state(ctx)?.post_cache.get(self.0.node_id).await?.map(Post::from))
     }
 
-    /// The new comment for COMMENT_CREATED; null for other kinds, or when it (or its post) was
-    /// deleted since.
+    /// The comment for COMMENT_CREATED and COMMENT_UPDATED, as it is now; null for other kinds,
+    /// or when it (or its post) was deleted since.
     async fn comment(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Comment>> {
-        if self.0.kind != ActivityKind::CommentCreated {
+        if !matches!(self.0.kind, ActivityKind::CommentCreated | ActivityKind::CommentUpdated) {
             return Ok(None);
         }
         Ok(comments::find(&state(ctx)?.db, self.0.node_id).await?.map(Comment::from))
     }
 
-    /// The new reply for REPLY_CREATED; null for other kinds, or when it (or its post) was
-    /// deleted since.
+    /// The reply for REPLY_CREATED and REPLY_UPDATED, as it is now; null for other kinds, or
+    /// when it (or its post) was deleted since.
     async fn reply(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Reply>> {
-        if self.0.kind != ActivityKind::ReplyCreated {
+        if !matches!(self.0.kind, ActivityKind::ReplyCreated | ActivityKind::ReplyUpdated) {
             return Ok(None);
         }
         Ok(comments::find(&state(ctx)?.db, self.0.node_id).await?.filter(|c| c.parent_id.is_some()).map(Reply::from))

@@ -37,6 +37,8 @@ struct Fixture {
     comment: String,
     reply: String,
     other_post: String,
+    /// A tag of CS101, made by its instructor.
+    tag: String,
 }
 
 impl Fixture {
@@ -92,7 +94,15 @@ impl Fixture {
             )
             .await;
         let other_post = data["createPost"]["id"].as_str().unwrap().to_owned();
-        let f = Fixture { app, w, mode, worker, post, comment, reply, other_post };
+        let data = app
+            .gql_ok(
+                Some(&app.token(w.instructor)),
+                "mutation($c: ID!) { createTag(courseId: $c, name: \"hw1\") { id } }",
+                json!({ "c": gid("Course", w.course) }),
+            )
+            .await;
+        let tag = data["createTag"]["id"].as_str().unwrap().to_owned();
+        let f = Fixture { app, w, mode, worker, post, comment, reply, other_post, tag };
         // The same world in both modes: alice's likes are rows and counters in PostgreSQL (in
         // buffered mode once the worker has applied them) and she sees them as hers.
         f.apply_likes().await;
@@ -421,6 +431,54 @@ fn mutation_table(f: &Fixture) -> Vec<Mutation> {
             json!({ "id": f.reply }),
         ),
         ("startPostView", "mutation($id: ID!) { startPostView(postId: $id) { ticket } }", json!({ "id": f.post })),
+        (
+            "acceptAnswer",
+            "mutation($id: ID!, $c: ID) { acceptAnswer(postId: $id, commentId: $c) { id resolved } }",
+            json!({ "id": f.post, "c": f.comment }),
+        ),
+        (
+            "markResolved",
+            "mutation($id: ID!) { markResolved(postId: $id, resolved: true) { id resolved } }",
+            json!({ "id": f.post }),
+        ),
+        (
+            "endorse(post)",
+            "mutation($id: ID!) { endorse(id: $id, endorsed: true) { id endorsement { at } } }",
+            json!({ "id": f.post }),
+        ),
+        (
+            "endorse(comment)",
+            "mutation($id: ID!) { endorse(id: $id, endorsed: true) { id endorsement { at } } }",
+            json!({ "id": f.comment }),
+        ),
+        (
+            "endorse(reply)",
+            "mutation($id: ID!) { endorse(id: $id, endorsed: true) { id endorsement { at } } }",
+            json!({ "id": f.reply }),
+        ),
+        ("pinPost", "mutation($id: ID!) { pinPost(postId: $id, pinned: true) { id pinned } }", json!({ "id": f.post })),
+        ("makePostPublic", "mutation($id: ID!) { makePostPublic(postId: $id) { id title } }", json!({ "id": f.post })),
+        (
+            "tagPost (editPost(tagIds))",
+            "mutation($id: ID!, $t: ID!) { editPost(postId: $id, tagIds: [$t]) { id tags { name } } }",
+            json!({ "id": f.post, "t": f.tag }),
+        ),
+        (
+            "createTag",
+            "mutation($id: ID!) { createTag(courseId: $id, name: \"intruder\") { id name } }",
+            json!({ "id": course }),
+        ),
+        (
+            "renameTag",
+            "mutation($id: ID!) { renameTag(tagId: $id, name: \"intruder\") { id name } }",
+            json!({ "id": f.tag }),
+        ),
+        ("deleteTag", "mutation($id: ID!) { deleteTag(tagId: $id) { deletedId } }", json!({ "id": f.tag })),
+        (
+            "setCourseAnonymity",
+            "mutation($id: ID!) { setCourseAnonymity(courseId: $id, anonymity: EVERYONE) { id anonymity } }",
+            json!({ "id": course }),
+        ),
     ]
 }
 

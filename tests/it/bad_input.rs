@@ -204,6 +204,17 @@ const ID_SLOTS: &[(&str, &str, &[&str])] = &[
         "mutation($id: ID!) { setCourseMemberRole(courseId: $id, userId: \"VXNlcjox\", role: STUDENT) { changed } }",
         &["Course"],
     ),
+    ("acceptAnswer", "mutation($id: ID!) { acceptAnswer(postId: $id, commentId: null) { id } }", &["Post"]),
+    ("markResolved", "mutation($id: ID!) { markResolved(postId: $id, resolved: true) { id } }", &["Post"]),
+    ("endorse", "mutation($id: ID!) { endorse(id: $id, endorsed: true) { id } }", &["Post", "Comment", "Reply"]),
+    ("pinPost", "mutation($id: ID!) { pinPost(postId: $id, pinned: true) { id } }", &["Post"]),
+    ("makePostPublic", "mutation($id: ID!) { makePostPublic(postId: $id) { id } }", &["Post"]),
+    ("createTag", "mutation($id: ID!) { createTag(courseId: $id, name: \"t\") { id } }", &["Course"]),
+    (
+        "setCourseAnonymity",
+        "mutation($id: ID!) { setCourseAnonymity(courseId: $id, anonymity: EVERYONE) { id } }",
+        &["Course"],
+    ),
     ("node", "query($id: ID!) { node(id: $id) { id } }", &KINDS),
 ];
 

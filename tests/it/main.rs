@@ -52,6 +52,7 @@ mod operations;
 mod otel;
 mod pagination;
 mod post_cache;
+mod questions;
 mod ranking;
 mod recount_race;
 mod roster;

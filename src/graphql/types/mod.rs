@@ -16,7 +16,7 @@ pub(crate) use course::*;
 pub(crate) use notification::Notification;
 pub(crate) use post::Post;
 pub(crate) use reply::Reply;
-pub(crate) use tag::{Endorsement, Tag, pseudonym, shown_author};
+pub(crate) use tag::{Endorsable, Endorsement, Tag, pseudonym, shown_author};
 pub(crate) use user::User;
 
 use std::future::Future;

@@ -1,4 +1,5 @@
-//! `Tag`: one of a course's folders, and `Endorsement`: staff vouching for a post or comment.
+//! `Tag`: one of a course's folders, and `Endorsement`: staff vouching for a post or comment
+//! (`Endorsable`: what can carry one).
 
 use super::*;
 
@@ -28,6 +29,20 @@ impl Endorsement {
     pub(crate) fn of(by: Option<i64>, at: Option<DateTime<Utc>>) -> Option<Self> {
         Some(Self { by: by?, at: at? })
     }
+}
+
+/// What staff can endorse (`endorse` returns it): its concrete type and `id` are the object's
+/// own, so a normalized client cache writes the endorsement into the `Post`, `Comment` or
+/// `Reply` it already holds.
+#[derive(Interface)]
+#[graphql(
+    field(name = "id", ty = "ID", desc = "Global id of the post, comment or reply."),
+    field(name = "endorsement", ty = "Option<Endorsement>", desc = "Staff's endorsement; null if none.")
+)]
+pub(crate) enum Endorsable {
+    Post(Post),
+    Comment(Comment),
+    Reply(Reply),
 }
 
 /// Staff vouching for a post, comment or reply.

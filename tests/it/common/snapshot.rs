@@ -20,6 +20,14 @@ pub const SNAPSHOT: &[&str] = &[
     "SELECT count(*) AS v FROM comment_likes",
     "SELECT count(*) AS v FROM course_members",
     "SELECT count(*) AS v FROM users",
+    // The state staff and askers change: kinds, privacy, pins, answers, endorsements, tags and
+    // each course's anonymity.
+    "SELECT coalesce(sum(hashtext(concat_ws('|', id, kind, private, pinned_at, accepted_comment_id, resolved_at, \
+     endorsed_by, endorsed_at))::bigint), 0)::bigint AS v FROM posts",
+    "SELECT coalesce(sum(hashtext(concat_ws('|', id, endorsed_by, endorsed_at))::bigint), 0)::bigint AS v FROM comments",
+    "SELECT coalesce(sum(hashtext(concat_ws('|', id, course_id, name))::bigint), 0)::bigint AS v FROM course_tags",
+    "SELECT coalesce(sum(hashtext(concat_ws('|', post_id, tag_id))::bigint), 0)::bigint AS v FROM post_tags",
+    "SELECT coalesce(sum(hashtext(concat_ws('|', id, anonymity))::bigint), 0)::bigint AS v FROM courses",
 ];
 
 /// The `SNAPSHOT` counts, and the like events waiting in the streams for the worker (buffered
