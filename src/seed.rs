@@ -278,8 +278,8 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
 /// three tags; the fib question (`question`, answered by `answer`) is tagged, accepted and
 /// endorsed; an instructor's announcement is pinned; an anonymous question waits unanswered;
 /// a private question is seen by its author and staff only.
-async fn write_question_states(
-    txn: &impl ConnectionTrait,
+async fn write_question_states<C: ConnectionTrait + TransactionTrait>(
+    txn: &C,
     cs: i64,
     (tran, alice, bob): (i64, i64, i64),
     question: i64,
@@ -309,7 +309,7 @@ async fn write_question_states(
     .await?;
     notifications::announcements::announce(txn, cs, exam.id, tran).await?;
     questions::set_tags(txn, exam.id, cs, &[tags["Exams"]]).await?;
-    questions::pin(txn, exam.id, true).await?;
+    questions::pin(txn, &exam, true).await?;
 
     let shy = posts::create(
         txn,
