@@ -14,6 +14,7 @@
 mod common;
 
 mod adversarial;
+mod anonymity;
 mod apq;
 mod authorization;
 mod bad_input;
