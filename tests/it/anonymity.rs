@@ -906,6 +906,48 @@ async fn a_classmate_receives_nothing_that_names_the_anonymous_author_or_the_pri
 
 in_each_like_mode!(a_classmate_receives_nothing_that_names_the_anonymous_author_or_the_private_question);
 
+/// `answered` tells whether anyone but the asker wrote under a question. An asker who wrote
+/// there with the other face (signed under their anonymous question, or anonymously under their
+/// signed one) counts as anyone else: `answered: false` would tell every classmate that the
+/// signed commenter is the anonymous asker. With the same face nothing new is told (the name
+/// or the pseudonym is the same already), and it does not count.
+#[tokio::test]
+async fn answered_never_links_an_askers_signed_and_anonymous_writing() {
+    let app = TestApp::spawn().await;
+    let cast = Cast::create(&app, "classmates").await;
+    for (asked_anonymously, commented_anonymously, answered) in
+        [(true, false, true), (false, true, true), (true, true, false), (false, false, false)]
+    {
+        let options = if asked_anonymously { ", kind: QUESTION, anonymous: true" } else { ", kind: QUESTION" };
+        let question = post(&app, cast.a, cast.course, "Why is the sky blue?", "Rayleigh?", options).await;
+        comment(&app, cast.a, question, "Found it myself.", commented_anonymously).await;
+        for reader in [cast.b, cast.s, cast.a] {
+            let data = app
+                .gql_ok(
+                    Some(&app.token(reader)),
+                    "query($p: ID!) { post(id: $p) { answered comments { nodes { author { id } pseudonym } } } }",
+                    json!({ "p": gid("Post", question) }),
+                )
+                .await;
+            assert_eq!(
+                data["post"]["answered"], answered,
+                "asked anonymously: {asked_anonymously}, commented anonymously: {commented_anonymously}: {data}"
+            );
+        }
+    }
+    // Anyone else's comment answers, whatever the faces.
+    let question = post(&app, cast.a, cast.course, "Why?", "Because.", ", kind: QUESTION, anonymous: true").await;
+    comment(&app, cast.c, question, "Because.", true).await;
+    let data = app
+        .gql_ok(
+            Some(&app.token(cast.b)),
+            "query($p: ID!) { post(id: $p) { answered } }",
+            json!({ "p": gid("Post", question) }),
+        )
+        .await;
+    assert_eq!(data["post"]["answered"], true);
+}
+
 /// A course hiding writers from everyone hides them from staff too; the author still sees
 /// themselves; and turning the setting back later unmasks nothing written under it.
 #[tokio::test]
