@@ -120,10 +120,13 @@ pub(crate) async fn create_tag(db: &impl ConnectionTrait, course_id: i64, name: 
     #[derive(FromQueryResult)]
     struct Outcome {
         id: Option<i64>,
-        full: bool,
+        at_limit: bool,
     }
     let outcome = Outcome::find_by_statement(stmt(
-        "WITH counted AS (SELECT count(*) >= $3 AS full FROM course_tags WHERE course_id = $1),               made AS (INSERT INTO course_tags (course_id, name) SELECT $1, $2 FROM counted WHERE NOT full                        ON CONFLICT (course_id, lower(name)) DO NOTHING RETURNING id)          SELECT (SELECT id FROM made) AS id, (SELECT full FROM counted) AS full",
+        "WITH counted AS (SELECT count(*) >= $3 AS at_limit FROM course_tags WHERE course_id = $1), \
+              made AS (INSERT INTO course_tags (course_id, name) SELECT $1, $2 FROM counted WHERE NOT at_limit \
+                       ON CONFLICT (course_id, lower(name)) DO NOTHING RETURNING id) \
+         SELECT (SELECT id FROM made) AS id, (SELECT at_limit FROM counted) AS at_limit",
         [course_id.into(), name.into(), MAX_TAGS_PER_COURSE.into()],
     ))
     .one(db)
@@ -131,7 +134,7 @@ pub(crate) async fn create_tag(db: &impl ConnectionTrait, course_id: i64, name: 
     .ok_or_else(|| AppError::Internal("a tag insert returned no row".into()))?;
     match outcome {
         Outcome { id: Some(id), .. } => Ok(TagRow { id, course_id, name: name.to_owned() }),
-        Outcome { full: true, .. } => {
+        Outcome { at_limit: true, .. } => {
             Err(AppError::bad_input(format!("a course has at most {MAX_TAGS_PER_COURSE} tags")))
         }
         Outcome { .. } => Err(AppError::Conflict("the course has a tag of that name already".into())),

@@ -143,19 +143,29 @@ impl Subscription {
         let state = state(ctx)?;
         // Watching before the access check: a change during it is not missed.
         let access_watch = state.memberships.watch(viewer.user_id);
-        let (course, role) = access::course(ctx, ids::decode_one(&course_id, NodeKind::Course)?).await?;
+        let (course, _) = access::course(ctx, ids::decode_one(&course_id, NodeKind::Course)?).await?;
         let (receiver, guard) = state.live.watch_activity(course.course_id);
         let held = Arc::new((guard, permit));
-        let reader = viewer.user_id;
+        let (reader, course_id) = (viewer.user_id, course.course_id);
+        let (memberships, db) = (state.memberships.clone(), state.db.clone());
         let activity = BroadcastStream::new(receiver).filter_map(move |item| {
             let _held = held.clone();
-            // A subscriber too far behind skips what it missed rather than stalling the channel.
-            // A private post's events reach only its author and staff (decided from the message
-            // alone: no read per event and subscriber).
-            let item = item.ok().filter(|activity| {
-                activity.private_to.is_none_or(|author| audience::may_read(reader, role, author, true))
-            });
-            async move { item.map(CourseActivity) }
+            let (memberships, db) = (memberships.clone(), db.clone());
+            async move {
+                // A subscriber too far behind skips what it missed rather than stalling the channel.
+                let activity = item.ok()?;
+                // A private post's events reach only its author and staff, by the reader's role
+                // now (from memory; a statement only when memory cannot vouch): someone demoted
+                // while subscribed stops receiving them. Public events cost nothing here.
+                if let Some(author) = activity.private_to
+                    && author != reader
+                {
+                    let roles = memberships.roles_of_user(&db, reader).await.ok()?;
+                    let role = roles.get(&course_id).copied()?;
+                    audience::may_read(reader, role, author, true).then_some(())?;
+                }
+                Some(CourseActivity(activity))
+            }
         });
         Ok(until_access_lost(activity, access_watch, access_scope(state, viewer.user_id, vec![course.course_id])))
     }

@@ -66,11 +66,6 @@ impl Course {
     pub(super) async fn my_role(&self, ctx: &Context<'_>) -> Result<Role> {
         Ok(viewer(ctx)?.require_member(&state(ctx)?.db, self.course_id).await?)
     }
-    /// The course's posts in `orderBy` order (newest first by default); deleted posts are left
-    /// out. 1 to 100 a page, 20 by default. NEW pages both ways with keyset cursors. HOT and TOP
-    /// page forward only: their cursor holds the posts the walk has shown, and each page is the
-    /// best ranked of the others as the ranking is now, so a walk never shows a post twice nor
-    /// skips one while likes move them; a walk ends after 1,000 posts.
     /// Whom members may hide from when they write anonymously here (`createPost(anonymous:)`).
     pub(super) async fn anonymity(&self, ctx: &Context<'_>) -> Result<audience::Anonymity> {
         Ok(audience::course_anonymity(&state(ctx)?.db, self.course_id).await?)
@@ -80,6 +75,11 @@ impl Course {
         let rows = crate::forum::questions::tags_of_course(&state(ctx)?.db, self.course_id).await?;
         Ok(rows.into_iter().map(Tag).collect())
     }
+    /// The course's posts in `orderBy` order (newest first by default); deleted posts are left
+    /// out. 1 to 100 a page, 20 by default. NEW pages both ways with keyset cursors. HOT and TOP
+    /// page forward only: their cursor holds the posts the walk has shown, and each page is the
+    /// best ranked of the others as the ranking is now, so a walk never shows a post twice nor
+    /// skips one while likes move them; a walk ends after 1,000 posts.
     #[graphql(complexity = "page_cost(first, last, child_complexity)")]
     // Each argument after `ctx` is one of the field's GraphQL arguments (the schema's shape).
     #[allow(clippy::too_many_arguments)]
