@@ -316,7 +316,10 @@ pub(crate) async fn make_public(db: &impl ConnectionTrait, post_id: i64) -> AppR
     }
 }
 
-/// Which of `post_ids` have a live comment or reply by someone other than their author.
+/// Which of `post_ids` have a live comment or reply by someone other than their author. The
+/// author writing there under the other face (signed under their anonymous post, or
+/// anonymously under their signed one) counts as someone else: readers who cannot tell it is
+/// the author must not learn it from `answered`.
 pub(crate) async fn answered(db: &impl ConnectionTrait, post_ids: &[i64]) -> AppResult<Vec<i64>> {
     #[derive(FromQueryResult)]
     struct Id {
@@ -324,7 +327,8 @@ pub(crate) async fn answered(db: &impl ConnectionTrait, post_ids: &[i64]) -> App
     }
     let rows = Id::find_by_statement(stmt(
         "SELECT p.id FROM posts p WHERE p.id = ANY($1) AND EXISTS \
-           (SELECT 1 FROM comments c WHERE c.post_id = p.id AND c.user_id <> p.user_id AND c.deleted_at IS NULL)",
+           (SELECT 1 FROM comments c WHERE c.post_id = p.id AND c.deleted_at IS NULL \
+              AND (c.user_id <> p.user_id OR (c.anonymous_to IS NULL) <> (p.anonymous_to IS NULL)))",
         [post_ids.to_vec().into()],
     ))
     .all(db)

@@ -15,6 +15,7 @@ mod common;
 
 mod adversarial;
 mod announcements;
+mod anonymity;
 mod apq;
 mod authorization;
 mod bad_input;

@@ -138,6 +138,26 @@ impl GqlSocket {
         }
     }
 
+    /// The next text frame exactly as the server sent it (a protocol `ping` is answered, and
+    /// returned too), or None on timeout or close: for a test that records every byte a client
+    /// receives.
+    pub async fn next_text(&mut self, timeout: Duration) -> Option<String> {
+        loop {
+            match tokio::time::timeout(timeout, self.ws.next()).await {
+                Ok(Some(Ok(Message::Text(text)))) => {
+                    let text = text.to_string();
+                    if serde_json::from_str::<Value>(&text).is_ok_and(|m| m["type"] == "ping") {
+                        self.send(json!({ "type": "pong" })).await;
+                    }
+                    return Some(text);
+                }
+                Ok(Some(Ok(Message::Binary(bytes)))) => return Some(String::from_utf8_lossy(&bytes).into_owned()),
+                Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) | Err(_) => return None,
+                Ok(Some(Ok(_))) => continue,
+            }
+        }
+    }
+
     /// The payload `data` of the next `next`/`data` message.
     pub async fn next_data(&mut self, timeout: Duration) -> Option<Value> {
         let message = self.next_message(timeout).await?;
