@@ -19,6 +19,8 @@
 //!   statements and latency.
 //! - `revoke`: members with an open subscription removed by SQL `DELETE`, one at a time; the
 //!   time until each one's subscription ends with FORBIDDEN.
+//! - `announce`: announcements to a course of 10,000 members: the writer's latency, SQL
+//!   statements and rows beside an ordinary post's, then members' notification pages.
 //! - `hostile`: 32 course-page readers alone, then beside 4 hostile clients (fragment chains,
 //!   persisted-query floods, forged cursors, mention bombs, deep subscriptions), each bounded
 //!   in requests and time; the readers' throughput kept, the server's RSS against its cache
@@ -34,6 +36,7 @@
 //!   - `--subscriptions N` (40): deep `courseActivity` subscriptions held by the hostile members.
 //!   - `--comment-interval-ms T` (500): an ordinary member's pace of comments, each an event.
 
+mod announce;
 mod ceiling;
 mod feed;
 mod fixture;
@@ -216,6 +219,9 @@ enum Scenario {
     },
     /// Home feed: read latency with a celebrity course, and fan-out of one post to 2,000 members.
     Feed(feed::FeedBench),
+    /// Announcements to a course of 10,000 members: the writer's latency and statements, and a
+    /// member's notification page after them.
+    Announce(announce::AnnounceBench),
     /// Ordinary readers alone, then beside hostile clients: what the hostile clients cost them.
     Hostile(hostile::HostileConfig),
 }
@@ -276,6 +282,10 @@ async fn main() -> std::process::ExitCode {
         }),
         Scenario::Feed(bench) => feed::run(&cli, bench).await.map(|result| {
             feed::print(&result);
+            true
+        }),
+        Scenario::Announce(bench) => announce::run(&cli, bench).await.map(|result| {
+            announce::print(&result);
             true
         }),
         // A missed goal is in the table; only a bench error fails the run.
