@@ -127,8 +127,14 @@ impl CacheHooks {
 /// What an entry says.
 #[derive(Clone, Debug)]
 enum Entry {
-    Live { row: PostRow, fresh_until: i64 },
-    Missing { fresh_until: i64 },
+    /// Boxed: a row is far larger than a "missing" marker, and entries travel in vectors.
+    Live {
+        row: Box<PostRow>,
+        fresh_until: i64,
+    },
+    Missing {
+        fresh_until: i64,
+    },
 }
 
 impl Entry {
@@ -142,7 +148,7 @@ impl Entry {
     /// stale (its reload is someone else's job), "missing" only while fresh.
     fn answer(&self, now: i64) -> Option<Option<PostRow>> {
         match self {
-            Entry::Live { row, .. } => Some(Some(row.clone())),
+            Entry::Live { row, .. } => Some(Some(PostRow::clone(row))),
             Entry::Missing { fresh_until } if *fresh_until > now => Some(None),
             Entry::Missing { .. } => None,
         }
@@ -265,7 +271,7 @@ impl PostCache {
         for (id, entry) in ids.iter().copied().zip(entries) {
             let result = match entry {
                 Some(Entry::Live { row, fresh_until }) => {
-                    found.insert(id, row);
+                    found.insert(id, *row);
                     if fresh_until > now {
                         "hit"
                     } else {
@@ -639,7 +645,7 @@ fn parse_entry(fields: &[Option<String>]) -> Option<Entry> {
             row.like_version = field(4)?.parse().ok()?;
             row.comment_count = field(5)?.parse().ok()?;
             row.view_count = field(6)?.parse().ok()?;
-            Some(Entry::Live { row, fresh_until })
+            Some(Entry::Live { row: Box::new(row), fresh_until })
         }
         _ => None,
     }

@@ -92,6 +92,8 @@ pub(crate) enum Node {
 
 /// A top-level comment or a reply: what comment mutations return.
 #[derive(Interface)]
+// clippy reads each `field(...)`'s `ty = "bool"` as the same attribute given twice.
+#[allow(clippy::duplicated_attributes)]
 #[graphql(
     field(name = "id", ty = "ID", desc = "Global id: a Comment's or a Reply's, as the concrete type says."),
     field(name = "body", ty = "&String", desc = "The text as written (trimmed), at most 5,000 characters."),
