@@ -3,7 +3,8 @@
 //! viewer's membership may have changed (`membership::MembershipWatch`: a notification about
 //! them, or "everything changed" after the listener reconnected), it reads the memberships
 //! again, and if a watched course is no longer among them the stream yields one FORBIDDEN error
-//! and ends (the client sees `next` with the error, then `complete`).
+//! and ends (the client sees `next` with the error, then `complete`). A subscription watching a
+//! private post of someone else ends the same way when its viewer stops being staff.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use futures_util::{Stream, StreamExt};
 
 use crate::error::AppError;
+use crate::forum::courses::Role;
 use crate::membership::{MembershipWatch, Memberships};
 use crate::telemetry::names;
 
@@ -23,13 +25,17 @@ pub(crate) struct AccessScope {
     pub db: sea_orm::DatabaseConnection,
     pub user_id: i64,
     pub courses: Vec<i64>,
+    /// Courses where the user must also stay staff: they watch a private post there that is
+    /// not theirs, which only staff may read.
+    pub staff_in: Vec<i64>,
 }
 
 impl AccessScope {
-    /// Whether the user still belongs to every watched course.
+    /// Whether the user still belongs to every watched course (as staff where it must be).
     async fn holds(&self) -> Result<bool, AppError> {
         let roles = self.memberships.roles_of_user(&self.db, self.user_id).await?;
-        Ok(self.courses.iter().all(|course| roles.contains_key(course)))
+        Ok(self.courses.iter().all(|course| roles.contains_key(course))
+            && self.staff_in.iter().all(|course| roles.get(course) == Some(&Role::Instructor)))
     }
 }
 

@@ -101,22 +101,29 @@ impl Subscription {
         }
         let mut targets = HashMap::new();
         let mut courses = Vec::new();
+        let mut staff_in = Vec::new();
         for id in &ids {
             let (kind, raw) = ids::decode_as(id, &[NodeKind::Post, NodeKind::Comment, NodeKind::Reply])?;
-            let (target, course_id) = match kind {
-                NodeKind::Post => (LikeTarget::Post(raw), access::post(ctx, raw).await?.0.course_id),
-                _ => (LikeTarget::Comment(raw), access::comment(ctx, kind, raw).await?.0.course_id),
+            let (target, post) = match kind {
+                NodeKind::Post => (LikeTarget::Post(raw), access::post(ctx, raw).await?.0),
+                _ => (LikeTarget::Comment(raw), access::comment_in_post(ctx, kind, raw).await?.1),
             };
             targets.insert(target, kind);
-            if !courses.contains(&course_id) {
-                courses.push(course_id);
+            if !courses.contains(&post.course_id) {
+                courses.push(post.course_id);
+            }
+            // Someone else's private post: readable only while the viewer stays staff.
+            if post.private && post.user_id != viewer.user_id && !staff_in.contains(&post.course_id) {
+                staff_in.push(post.course_id);
             }
         }
         let state = state(ctx)?;
         let list: Vec<LikeTarget> = targets.keys().copied().collect();
         let watch = state.live.watch_counts(&list);
         let updates = coalesced(watch, targets, state.settings.live_coalesce, permit);
-        Ok(until_access_lost(updates, access_watch, access_scope(state, viewer.user_id, courses)))
+        let mut scope = access_scope(state, viewer.user_id, courses);
+        scope.staff_in = staff_in;
+        Ok(until_access_lost(updates, access_watch, scope))
     }
 
     /// Your notifications as they commit, on every instance: each new one (announcements of
@@ -174,7 +181,7 @@ impl Subscription {
 }
 
 fn access_scope(state: &AppState, user_id: i64, courses: Vec<i64>) -> AccessScope {
-    AccessScope { memberships: state.memberships.clone(), db: state.db.clone(), user_id, courses }
+    AccessScope { memberships: state.memberships.clone(), db: state.db.clone(), user_id, courses, staff_in: Vec::new() }
 }
 
 struct Coalescer {

@@ -283,11 +283,14 @@ pub(crate) struct NotificationRow {
 }
 
 /// The visible notifications of a user: theirs, from courses in `courses`, whose cause is not
-/// deleted. `$1` the user, `$2` the courses.
+/// deleted, on a post they may read now (a private one only as its author or as staff: someone
+/// notified while staff and demoted since reads nothing of it). `$1` the user, `$2` the courses.
 const VISIBLE: &str = "FROM notifications n \
      JOIN posts p ON p.id = n.post_id AND p.deleted_at IS NULL \
      LEFT JOIN comments c ON c.id = n.comment_id \
-     WHERE n.recipient_id = $1 AND n.course_id = ANY($2) AND (n.comment_id IS NULL OR c.deleted_at IS NULL)";
+     WHERE n.recipient_id = $1 AND n.course_id = ANY($2) AND (n.comment_id IS NULL OR c.deleted_at IS NULL) \
+       AND (NOT p.private OR p.user_id = $1 OR EXISTS (SELECT 1 FROM course_members s \
+            WHERE s.course_id = p.course_id AND s.user_id = $1 AND s.role = 'instructor'))";
 
 const OWN_COLUMNS: &str = "n.id, n.kind, n.course_id, n.actor_id, n.post_id, n.comment_id, n.milestone, n.created_at";
 
