@@ -27,14 +27,29 @@ use chrono::{DateTime, Utc};
 
 use crate::state::AppState;
 
-pub(crate) type AppSchema = Schema<query::Query, mutation::Mutation, subscription::Subscription>;
+pub(crate) type AppSchema = Schema<query::Query, Mutation, subscription::Subscription>;
+
+/// What can be changed. Every mutation needs a signed-in user, else UNAUTHENTICATED. Writes
+/// are limited per user per minute: one over its limit is RATE_LIMITED, with
+/// `extensions.retryAfterMs` saying when to try again. Ids are checked as in `Query`
+/// (BAD_USER_INPUT, NOT_FOUND, FORBIDDEN); text is trimmed and must not be empty.
+#[derive(async_graphql::MergedObject, Default)]
+pub struct Mutation(
+    mutation::PostMutations,
+    mutation::CommentMutations,
+    mutation::LikeMutations,
+    mutation::ViewMutations,
+    mutation::NotificationMutations,
+    roster::RosterMutations,
+    questions::QuestionMutations,
+);
 
 /// Deepest selection accepted (a post page with comments, replies and their authors fits).
 pub(crate) const MAX_DEPTH: usize = 16;
 
 /// The schema without runtime data: for SDL export.
-pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, mutation::Mutation, subscription::Subscription> {
-    Schema::build(query::Query, mutation::Mutation::default(), subscription::Subscription)
+pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, Mutation, subscription::Subscription> {
+    Schema::build(query::Query, Mutation::default(), subscription::Subscription)
         .limit_depth(MAX_DEPTH)
         .limit_directives(limits::MAX_DIRECTIVES)
         .extension(hooks::RequestHooks)

@@ -7,7 +7,7 @@
 //! `views::Views::admit`) after authentication and the checks of its arguments that need no
 //! I/O, and before anything reads the database: a refused write costs one Redis script.
 
-use async_graphql::{Context, ID, MergedObject, Object, Result};
+use async_graphql::{Context, ID, Object, Result};
 
 use super::access::{self, require_author, require_author_or_instructor};
 use super::context::{state, viewer};
@@ -27,21 +27,6 @@ use crate::live::{Activity, ActivityKind};
 use crate::notifications::{self, Cause, Notified, announcements};
 use crate::views::{ClientIp, ViewOutcome};
 use sea_orm::{ConnectionTrait, TransactionTrait};
-
-/// What can be changed. Every mutation needs a signed-in user, else UNAUTHENTICATED. Writes
-/// are limited per user per minute: one over its limit is RATE_LIMITED, with
-/// `extensions.retryAfterMs` saying when to try again. Ids are checked as in `Query`
-/// (BAD_USER_INPUT, NOT_FOUND, FORBIDDEN); text is trimmed and must not be empty.
-#[derive(MergedObject, Default)]
-pub struct Mutation(
-    PostMutations,
-    CommentMutations,
-    LikeMutations,
-    ViewMutations,
-    NotificationMutations,
-    super::roster::RosterMutations,
-    super::questions::QuestionMutations,
-);
 
 #[derive(Default)]
 pub(crate) struct NotificationMutations;

@@ -986,3 +986,57 @@ async fn hidden_from_everyone_is_hidden_from_staff_and_stays_hidden() {
         assert_eq!(data["c"]["author"]["id"], gid("User", cast.a), "{data}");
     }
 }
+
+/// An instructor demoted to student while they hold what staff may read of a private question
+/// (a notification of it, a live like count of it) loses both: the notification leaves their
+/// list and count, and the subscription ends with FORBIDDEN.
+#[tokio::test]
+async fn a_demoted_instructor_reads_nothing_more_of_a_private_question() {
+    let app = TestApp::spawn().await;
+    let cast = Cast::create(&app, "classmates").await;
+    let p = post(
+        &app,
+        cast.a,
+        cast.course,
+        "A private matter",
+        "Please advise, @prof_sterling.",
+        ", kind: QUESTION, private: true",
+    )
+    .await;
+    let token = app.token(cast.s);
+    let list = "query { notifications(first: 50) { unreadCount edges { node { post { id title } } } } }";
+    let listed = app.gql_ok(Some(&token), list, json!({})).await;
+    assert_eq!(
+        listed["notifications"]["unreadCount"], 1,
+        "staff are told of a mention in a private question: {listed}"
+    );
+    assert!(listed.to_string().contains("A private matter"), "{listed}");
+
+    let mut socket = GqlSocket::connect(app.addr, Some(&token)).await.expect("socket");
+    socket
+        .subscribe(
+            "likes",
+            "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount } }",
+            json!({ "ids": [gid("Post", p)] }),
+        )
+        .await;
+    until_subscriptions(&app, 1).await;
+
+    app.scalar_i64(
+        "UPDATE course_members SET role = 'student' WHERE course_id = $1 AND user_id = $2 RETURNING user_id AS v",
+        [cast.course.into(), cast.s.into()],
+    )
+    .await;
+    let ended = socket.next_message(Duration::from_secs(5)).await.expect("the subscription ends");
+    assert_eq!(ended["type"], "next", "{ended}");
+    assert_eq!(ended["payload"]["errors"][0]["extensions"]["code"], "FORBIDDEN", "{ended}");
+    let complete = socket.next_message(Duration::from_secs(5)).await.expect("complete");
+    assert_eq!(complete["type"], "complete", "{complete}");
+
+    let listed = app.gql_ok(Some(&token), list, json!({})).await;
+    assert_eq!(listed["notifications"]["unreadCount"], 0, "{listed}");
+    assert!(!listed.to_string().contains("A private matter"), "{listed}");
+    let direct =
+        app.gql(Some(&token), "query($id: ID!) { post(id: $id) { title } }", json!({ "id": gid("Post", p) })).await;
+    assert_eq!(error_code(&direct).as_deref(), Some("NOT_FOUND"), "{direct}");
+}
