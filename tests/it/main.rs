@@ -51,6 +51,7 @@ mod operations;
 mod otel;
 mod pagination;
 mod post_cache;
+mod post_filters;
 mod ranking;
 mod recount_race;
 mod roster;
