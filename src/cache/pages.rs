@@ -420,7 +420,7 @@ impl CoursePages {
             // The boundaries are the first and last unpinned posts: a pinned post that leads a
             // NEW page has a cursor of its own (above every unpinned post), never its id.
             let unpinned = || page.items.iter().filter(|row| row.pinned_at.is_none()).map(|row| row.id);
-            let boundaries = [unpinned().next(), unpinned().last()];
+            let boundaries = [unpinned().next(), unpinned().next_back()];
             for row in &page.items {
                 let info = index.remember(row.id, course_id, now);
                 info.page = Some(key);
