@@ -5,7 +5,7 @@
 //! **A course's list** (`Course.posts`) is read for a `Reader` (every member alike: public
 //! posts only; or one member with their own visibility) and narrowed by a `PostFilter`, in NEW
 //! order (keyset on `id`) or a ranked one (HOT, TOP). In every order the course's pinned posts
-//! (at most `MAX_PINNED_PER_COURSE`, most recently pinned first, themselves read with the
+//! (at most `PINS_SHOWN`, most recently pinned first, themselves read with the
 //! reader's visibility and the filter) lead the page that opens the list, ahead of the page's
 //! size of others, in the same statement; the rest of the walk leaves them out, so nothing
 //! repeats.
@@ -16,7 +16,6 @@ use crate::db::stmt;
 use crate::error::{AppError, AppResult};
 use crate::forum::audience::{self, PostKind};
 use crate::forum::paging::{Order, Page, PageRequest};
-use crate::forum::questions::MAX_PINNED_PER_COURSE;
 
 /// Serializable so the post cache (`crate::cache`) can keep it in Redis.
 #[derive(Clone, Debug, FromQueryResult, serde::Serialize, serde::Deserialize)]
@@ -230,12 +229,16 @@ impl Scope {
     }
 }
 
-/// The pinned posts of a scope, as they lead a list: at most `MAX_PINNED_PER_COURSE` (what
-/// `pinPost` allows), most recently pinned first (`posts_pinned_idx`).
+/// Most pinned posts that lead a list: as many as a course may pin
+/// (`questions::MAX_PINNED_PER_COURSE`; `questions` builds on this module, not the reverse).
+const PINS_SHOWN: i64 = 5;
+
+/// The pinned posts of a scope, as they lead a list: at most `PINS_SHOWN`, most recently
+/// pinned first (`posts_pinned_idx`).
 fn pins_sql(scope: &str, extra: &str) -> String {
     format!(
         "SELECT {POST_COLUMNS}{extra}, true AS lead FROM posts WHERE {scope} AND pinned_at IS NOT NULL \
-         ORDER BY pinned_at DESC, id DESC LIMIT {MAX_PINNED_PER_COURSE}"
+         ORDER BY pinned_at DESC, id DESC LIMIT {PINS_SHOWN}"
     )
 }
 
