@@ -1,7 +1,9 @@
 //! Connection cursors: opaque, authenticated, and validated when opened like any other input.
 //!
 //! A cursor is `base64url(position ‖ tag)`: the position is where a walk stands (`k:<id>` for
-//! a keyset walk, `r:hot:`/`r:top:` and the shown ids for a ranked one), the tag the first 16
+//! a keyset walk, `a:` at a pinned post of a NEW first page, `r:hot:`/`r:top:` and the shown
+//! ids for a ranked one; a walk of `Course.posts` with a filter puts `f:<filter>;` before it,
+//! the filter's canonical text, so its cursors serve that filter only), the tag the first 16
 //! bytes of HMAC-SHA256 of the position under the server's cursor key (`CursorKeys`). The tag
 //! proves only that this server issued the cursor: it says nothing about who may read what
 //! (every page is still checked against the viewer), and a client can hand back any cursor it
@@ -28,9 +30,13 @@ type HmacSha256 = Hmac<sha2::Sha256>;
 /// Bytes of the HMAC-SHA256 kept in a cursor: 128 bits, beyond guessing.
 pub(crate) const TAG_BYTES: usize = 16;
 
-/// Longest cursor accepted, in characters: a HOT/TOP walk's last cursor (1,000 ids of up to
-/// 9 bytes each, the prefix and the tag) fits; anything longer is refused before decoding.
-pub(crate) const MAX_CURSOR_CHARS: usize = 12_100;
+/// Longest cursor accepted, in characters: a filtered HOT/TOP walk's last cursor (1,000 ids of
+/// up to 9 bytes each, the filter of at most `MAX_FILTER_BYTES`, the prefixes and the tag)
+/// fits; anything longer is refused before decoding.
+pub(crate) const MAX_CURSOR_CHARS: usize = 12_200;
+
+/// Longest filter text a cursor carries (`forum::posts::PostFilter::key`: about 60 bytes).
+const MAX_FILTER_BYTES: usize = 64;
 
 /// The cursor keys: the first signs, all verify (rotation). Cheap to clone.
 #[derive(Clone)]
@@ -109,16 +115,31 @@ impl CursorKeys {
         .transpose()
     }
 
-    /// A cursor of `Course.posts`: a NEW keyset position or a HOT/TOP walk.
+    /// A cursor of `Course.posts`: the filter it walks and where it stands.
     pub fn posts(&self, raw: &str) -> AppResult<PostsCursor> {
+        let invalid = || AppError::bad_input("invalid cursor: pass back a cursor this API returned");
         let position = self.open(raw)?;
-        if let Some(id) = key_position(&position) {
-            return Ok(PostsCursor::Key(KeyCursor::new(self, id)));
-        }
-        let (ranking, shown) = rank_position(&position)
-            .ok_or_else(|| AppError::bad_input("invalid cursor: pass back a cursor this API returned"))?;
-        let len = shown.len();
-        Ok(PostsCursor::Ranked(RankCursor { ranking, shown: Arc::new(shown), len, keys: self.clone() }))
+        let (filter, inner) = match position.strip_prefix(b"f:") {
+            None => ("", position.as_slice()),
+            Some(rest) => {
+                let end = rest.iter().position(|b| *b == b';').ok_or_else(invalid)?;
+                let filter = std::str::from_utf8(&rest[..end]).map_err(|_| invalid())?;
+                if filter.is_empty() || filter.len() > MAX_FILTER_BYTES {
+                    return Err(invalid());
+                }
+                (filter, &rest[end + 1..])
+            }
+        };
+        let at = if let Some(id) = key_position(inner) {
+            PostsAt::Key(id)
+        } else if inner == ABOVE_UNPINNED {
+            PostsAt::AboveUnpinned
+        } else {
+            let (ranking, shown) = rank_position(inner).ok_or_else(invalid)?;
+            let len = shown.len();
+            PostsAt::Ranked(RankCursor { ranking, shown: Arc::new(shown), len })
+        };
+        Ok(PostsCursor { filter: filter.into(), at, keys: self.clone() })
     }
 }
 
@@ -160,13 +181,13 @@ fn unkeyed_decode<T>() -> AppResult<T> {
 
 /// A keyset position: the id of the edge's row, signed when written out.
 #[derive(Clone, Debug)]
-pub struct KeyCursor {
+pub(crate) struct KeyCursor {
     pub id: i64,
     keys: CursorKeys,
 }
 
 impl KeyCursor {
-    pub fn new(keys: &CursorKeys, id: i64) -> Self {
+    pub(crate) fn new(keys: &CursorKeys, id: i64) -> Self {
         Self { id, keys: keys.clone() }
     }
 }
@@ -192,14 +213,14 @@ pub(crate) const MAX_RANKED_WALK: usize = 1000;
 /// post twice and, once it reaches the end, has skipped none that existed throughout, however
 /// the posts moved meanwhile; a post that rises after the walk passed its rank simply comes
 /// sooner. (A score bound would skip a post that rose past it and repeat one that fell.) The
-/// list is signed with the rest of the cursor: only lists this server built come back.
+/// list is signed with the rest of the cursor: only lists this server built come back. The
+/// pinned posts that led the first page are among the shown ones.
 #[derive(Clone, Debug)]
 pub struct RankCursor {
     pub ranking: crate::forum::posts::Ranking,
     /// The posts shown, in walk order; this cursor stands after the first `len`.
     pub shown: Arc<Vec<i64>>,
     pub len: usize,
-    keys: CursorKeys,
 }
 
 fn rank_prefix(ranking: crate::forum::posts::Ranking) -> &'static [u8] {
@@ -243,8 +264,8 @@ fn rank_position(position: &[u8]) -> Option<(crate::forum::posts::Ranking, Vec<i
 
 impl RankCursor {
     /// The position after the first `len` posts of `walk`.
-    pub fn new(keys: &CursorKeys, ranking: crate::forum::posts::Ranking, walk: Arc<Vec<i64>>, len: usize) -> Self {
-        Self { ranking, shown: walk, len, keys: keys.clone() }
+    pub fn new(ranking: crate::forum::posts::Ranking, walk: Arc<Vec<i64>>, len: usize) -> Self {
+        Self { ranking, shown: walk, len }
     }
 
     /// The ids shown before this position.
@@ -274,23 +295,49 @@ impl RankCursor {
     }
 }
 
-impl CursorType for RankCursor {
-    type Error = AppError;
+/// The position at a pinned post of a NEW page: above every unpinned post, so the page after
+/// it is the unpinned posts from the newest (the pins are not repeated).
+const ABOVE_UNPINNED: &[u8] = b"a:";
 
-    fn decode_cursor(_: &str) -> Result<Self, Self::Error> {
-        unkeyed_decode()
-    }
-
-    fn encode_cursor(&self) -> String {
-        self.keys.seal(&self.position())
-    }
+/// Where a walk of `Course.posts` (or of the home feed) stands.
+#[derive(Clone, Debug)]
+pub enum PostsAt {
+    /// NEW order: after (or before) the post with this id.
+    Key(i64),
+    /// NEW order: at a pinned post that leads the first page (`ABOVE_UNPINNED`).
+    AboveUnpinned,
+    /// A HOT or TOP walk.
+    Ranked(RankCursor),
 }
 
-/// A cursor of `Course.posts`: a keyset position in NEW order, or a ranked walk's.
+/// A cursor of `Course.posts` and of the home feed: the filter its walk reads (`""` for none,
+/// else `forum::posts::PostFilter::key`) and where it stands; signed when written out.
 #[derive(Clone, Debug)]
-pub enum PostsCursor {
-    Key(KeyCursor),
-    Ranked(RankCursor),
+pub struct PostsCursor {
+    pub filter: Arc<str>,
+    pub at: PostsAt,
+    keys: CursorKeys,
+}
+
+impl PostsCursor {
+    pub fn new(keys: &CursorKeys, filter: Arc<str>, at: PostsAt) -> Self {
+        Self { filter, at, keys: keys.clone() }
+    }
+
+    fn position(&self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        if !self.filter.is_empty() {
+            bytes.extend_from_slice(b"f:");
+            bytes.extend_from_slice(self.filter.as_bytes());
+            bytes.push(b';');
+        }
+        match &self.at {
+            PostsAt::Key(id) => bytes.extend_from_slice(format!("k:{id}").as_bytes()),
+            PostsAt::AboveUnpinned => bytes.extend_from_slice(ABOVE_UNPINNED),
+            PostsAt::Ranked(ranked) => bytes.extend_from_slice(&ranked.position()),
+        }
+        bytes
+    }
 }
 
 impl CursorType for PostsCursor {
@@ -301,10 +348,7 @@ impl CursorType for PostsCursor {
     }
 
     fn encode_cursor(&self) -> String {
-        match self {
-            PostsCursor::Key(key) => key.encode_cursor(),
-            PostsCursor::Ranked(ranked) => ranked.encode_cursor(),
-        }
+        self.keys.seal(&self.position())
     }
 }
 
@@ -324,8 +368,11 @@ mod tests {
     fn a_ranked_cursor_round_trips_its_shown_posts_and_order() {
         let keys = keys(&[NEW]);
         let shown = vec![900_000_123, 5, 77, 1 << 40, 6];
-        let cursor = RankCursor::new(&keys, Ranking::Top, Arc::new(shown.clone()), 4);
-        let Ok(PostsCursor::Ranked(decoded)) = keys.posts(&cursor.encode_cursor()) else { panic!("decodes") };
+        let cursor = ranked(&keys, "", Ranking::Top, shown.clone(), 4);
+        let Ok(PostsCursor { at: PostsAt::Ranked(decoded), filter, .. }) = keys.posts(&cursor) else {
+            panic!("decodes")
+        };
+        assert_eq!(&*filter, "");
         assert_eq!(decoded.ranking, Ranking::Top);
         let mut expected = shown[..4].to_vec();
         expected.sort_unstable();
@@ -344,8 +391,40 @@ mod tests {
             b"r:top:".iter().copied().chain(std::iter::repeat_n(1u8, MAX_RANKED_WALK + 1)).collect();
         assert!(keys.posts(&keys.seal(&too_long)).is_err());
         // A ranked cursor is not a keyset position.
-        let ranked = RankCursor::new(&keys, Ranking::Hot, Arc::new(vec![3, 9]), 2).encode_cursor();
+        let ranked = ranked(&keys, "", Ranking::Hot, vec![3, 9], 2);
         assert!(keys.key(Some(&ranked)).is_err());
+        // Filters: empty, unterminated, too long; a filtered position is no keyset position.
+        for bytes in [&b"f:;k:3"[..], &b"f:k=question"[..], &b"f:k=question;"[..]] {
+            assert!(keys.posts(&keys.seal(bytes)).is_err(), "{bytes:?}");
+        }
+        let long = format!("f:{};k:3", "u".repeat(MAX_FILTER_BYTES + 1));
+        assert!(keys.posts(&keys.seal(long.as_bytes())).is_err());
+        assert!(keys.key(Some(&keys.seal(b"f:u=1;k:3"))).is_err());
+    }
+
+    fn ranked(keys: &CursorKeys, filter: &str, ranking: Ranking, shown: Vec<i64>, len: usize) -> String {
+        let at = PostsAt::Ranked(RankCursor::new(ranking, Arc::new(shown), len));
+        PostsCursor::new(keys, filter.into(), at).encode_cursor()
+    }
+
+    #[test]
+    fn a_filtered_cursor_carries_its_filter_and_position() {
+        let keys = keys(&[NEW]);
+        for at in [PostsAt::Key(41), PostsAt::AboveUnpinned] {
+            let cursor = PostsCursor::new(&keys, "k=question,u=1,t=7".into(), at.clone()).encode_cursor();
+            let decoded = keys.posts(&cursor).expect("decodes");
+            assert_eq!(&*decoded.filter, "k=question,u=1,t=7");
+            assert_eq!(format!("{:?}", decoded.at), format!("{at:?}"));
+        }
+        let cursor = ranked(&keys, "a=1", Ranking::Hot, vec![9, 3], 2);
+        let Ok(PostsCursor { at: PostsAt::Ranked(decoded), filter, .. }) = keys.posts(&cursor) else {
+            panic!("decodes")
+        };
+        assert_eq!((&*filter, decoded.shown()), ("a=1", &[3, 9][..]));
+        // The longest walk with a long filter still fits the length limit.
+        let worst =
+            ranked(&keys, &"u".repeat(MAX_FILTER_BYTES), Ranking::Top, (1..=1000).map(|i| i << 53).collect(), 1000);
+        assert!(worst.len() <= MAX_CURSOR_CHARS, "{}", worst.len());
     }
 
     #[test]

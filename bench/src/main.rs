@@ -173,6 +173,10 @@ enum Scenario {
         /// rank every live post of a course at read time, so their cost grows with it.
         #[arg(long, default_value_t = 0)]
         course_posts: usize,
+        /// The lists to read, side by side: plain (the whole course, shared), unresolved
+        /// (`filter: {kind: QUESTION, unresolved: true}`), tag (`filter: {tagId}`), comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "plain", value_parser = clap::builder::PossibleValuesParser::new(page::FILTERS))]
+        filters: Vec<String>,
     },
     /// Likes/s one worker applies to PostgreSQL.
     WorkerApply {
@@ -261,8 +265,19 @@ async fn main() -> std::process::ExitCode {
         Scenario::Storm { likes, connections, modes, time_cap_secs, rounds, warm_sets } => {
             show(storm::run(&cli, modes, *likes, *connections, secs(*time_cap_secs), *rounds, *warm_sets).await)
         }
-        Scenario::Page { readers, pages, connections, time_cap_secs, rounds, orders, course_posts } => show(
-            page::run(&cli, *readers, *pages, *connections, secs(*time_cap_secs), *rounds, orders, *course_posts).await,
+        Scenario::Page { readers, pages, connections, time_cap_secs, rounds, orders, course_posts, filters } => show(
+            page::run(
+                &cli,
+                *readers,
+                *pages,
+                *connections,
+                secs(*time_cap_secs),
+                *rounds,
+                orders,
+                filters,
+                *course_posts,
+            )
+            .await,
         ),
         Scenario::WorkerApply { events, batches } => worker_apply::run(&cli, *events, batches).await.map(|results| {
             worker_apply::print(&results);

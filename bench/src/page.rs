@@ -1,5 +1,6 @@
 //! `bench page`: the course page. R readers read the first 20 posts of a course (newest first,
-//! or HOT or TOP with `--orders`) with
+//! or HOT or TOP with `--orders`; the whole list, or with `--filters` the unresolved questions
+//! or one tag's posts, read for each reader from PostgreSQL where the plain list is shared) with
 //! `likedByMe`, `likeCount`, `commentCount` and `author` over C keep-alive connections, on a
 //! buffered server with no like traffic. Every answer is checked: 20 posts, each with the
 //! `likedByMe` the database says for that reader. The app's counters over the measured window
@@ -36,12 +37,75 @@ pub fn course_page(order: &str) -> String {
 /// The orders `bench page --orders` takes, as the API spells them.
 pub const ORDERS: [&str; 3] = ["NEW", "HOT", "TOP"];
 
+/// The lists `bench page --filters` takes: the whole course (`plain`), its unresolved
+/// questions, the posts of one tag.
+pub const FILTERS: [&str; 3] = ["plain", "unresolved", "tag"];
+
+/// The page in `order` narrowed by one of `FILTERS` (the tag is the variable `$t`).
+pub fn course_page_filtered(order: &str, filter: &str) -> String {
+    let plain = course_page(order);
+    match filter {
+        "unresolved" => {
+            plain.replacen("posts(first: 20", "posts(first: 20, filter: { kind: QUESTION, unresolved: true }", 1)
+        }
+        "tag" => plain.replacen("query($c: ID!)", "query($c: ID!, $t: ID!)", 1).replacen(
+            "posts(first: 20",
+            "posts(first: 20, filter: { tagId: $t }",
+            1,
+        ),
+        _ => plain,
+    }
+}
+
+/// The SQL condition of one of `FILTERS` on `posts`, as the server applies it (`$1`: the tag).
+fn filter_sql(filter: &str) -> &'static str {
+    match filter {
+        "unresolved" => "AND kind = 'question' AND accepted_comment_id IS NULL AND resolved_at IS NULL",
+        "tag" => "AND EXISTS (SELECT 1 FROM post_tags pt WHERE pt.post_id = posts.id AND pt.tag_id = $1)",
+        _ => "",
+    }
+}
+
+/// Makes two thirds of course 1's posts questions, a quarter of those resolved, and tags every
+/// other post with the course's one tag (its id is returned): `--filters` has something to find
+/// among posts of every age.
+pub async fn prepare_filters(fixture: &Fixture) -> AppResult<i64> {
+    fixture
+        .db
+        .execute_raw(stmt(
+            "UPDATE posts SET kind = 'question', resolved_at = CASE WHEN id % 4 = 0 THEN now() END              WHERE course_id = 1 AND id % 3 <> 0",
+            [],
+        ))
+        .await?;
+    #[derive(sea_orm::FromQueryResult)]
+    struct Id {
+        id: i64,
+    }
+    let tag = <Id as sea_orm::FromQueryResult>::find_by_statement(stmt(
+        "INSERT INTO course_tags (course_id, name) VALUES (1, 'week 1') RETURNING id",
+        [],
+    ))
+    .one(&fixture.db)
+    .await?
+    .map_or(0, |row| row.id);
+    fixture
+        .db
+        .execute_raw(stmt(
+            "INSERT INTO post_tags (post_id, tag_id) SELECT id, $1 FROM posts WHERE course_id = 1 AND id % 2 = 0",
+            [tag.into()],
+        ))
+        .await?;
+    Ok(tag)
+}
+
 #[derive(Debug, Serialize)]
 pub struct PageResult {
     /// The server binary.
     pub server: String,
     /// `NEW`, `HOT` or `TOP`.
     pub order: String,
+    /// One of `FILTERS`.
+    pub filter: String,
     pub readers: usize,
     pub pages: usize,
     pub failed: usize,
@@ -94,15 +158,17 @@ pub async fn run_on(
     connections: usize,
     time_cap: Duration,
     order: &str,
+    filter: &PageFilter,
 ) -> AppResult<PageResult> {
     // No view flushes during the window: their Redis commands are not the page's.
     let env = [("VIEW_FLUSH_INTERVAL", "1h".to_owned())];
     let server = Server::start(cli, exe, &fixture.url, LikeMode::Buffered, &env).await?;
-    let outcome =
-        measure(fixture, &server, posts, readers, pages, connections, time_cap, order).await.map(|mut result| {
+    let outcome = measure(fixture, &server, posts, readers, pages, connections, time_cap, order, filter).await.map(
+        |mut result| {
             result.server = label(exe);
             result
-        });
+        },
+    );
     server.stop().await;
     outcome
 }
@@ -118,8 +184,14 @@ async fn measure(
     connections: usize,
     time_cap: Duration,
     order: &str,
+    filter: &PageFilter,
 ) -> AppResult<PageResult> {
-    let body = load::graphql_body(&course_page(order), json!({ "c": encode(NodeKind::Course, 1) }));
+    let variables = if filter.name == "tag" {
+        json!({ "c": encode(NodeKind::Course, 1), "t": encode(NodeKind::Tag, filter.tag) })
+    } else {
+        json!({ "c": encode(NodeKind::Course, 1) })
+    };
+    let body = load::graphql_body(&course_page_filtered(order, &filter.name), variables);
     let reader_tokens = tokens(2, readers)?;
     let request = |n: usize| Request {
         authorization: reader_tokens[n % readers].clone(),
@@ -127,17 +199,18 @@ async fn measure(
         forwarded_for: None,
     };
     let liked_posts: HashSet<i64> = posts.iter().copied().collect();
-    let newest: HashSet<i64> = match order {
-        "NEW" => posts.iter().rev().take(20).copied().collect(),
-        ranked => first_twenty(fixture, ranked).await?,
+    let newest: HashSet<i64> = match (order, filter.name.as_str()) {
+        ("NEW", "plain") => posts.iter().rev().take(20).copied().collect(),
+        _ => first_twenty(fixture, order, filter).await?,
     };
-    let order_name = order.to_owned();
+    let expected_len = newest.len();
+    let order_name = format!("{order} ({})", filter.name);
     let check: load::Check = Arc::new(move |index, data| {
         let order = &order_name;
         let user = 2 + (index % readers) as i64;
         let edges = data["course"]["posts"]["edges"].as_array().ok_or("no edges")?;
-        if edges.len() != 20 {
-            return Err(format!("{} posts instead of 20", edges.len()));
+        if edges.len() != expected_len {
+            return Err(format!("{} posts instead of {expected_len}", edges.len()));
         }
         for edge in edges {
             let node = &edge["node"];
@@ -173,6 +246,7 @@ async fn measure(
     Ok(PageResult {
         server: String::new(),
         order: order.to_owned(),
+        filter: filter.name.clone(),
         readers,
         pages: report.ok,
         failed: report.failed,
@@ -190,15 +264,38 @@ async fn measure(
     })
 }
 
-/// The first 20 posts of course 1 in a ranked order, as PostgreSQL ranks them.
-async fn first_twenty(fixture: &Fixture, order: &str) -> AppResult<HashSet<i64>> {
+/// Which list a run reads: one of `FILTERS`, and the tag `tag` names.
+#[derive(Clone, Debug)]
+pub struct PageFilter {
+    pub name: String,
+    pub tag: i64,
+}
+
+impl PageFilter {
+    /// The whole course, as the suite reads it.
+    pub fn plain() -> Self {
+        Self { name: "plain".to_owned(), tag: 0 }
+    }
+}
+
+/// The first 20 posts of course 1's list in `order`, as PostgreSQL orders them (no post of
+/// the fixture is pinned or private).
+async fn first_twenty(fixture: &Fixture, order: &str, filter: &PageFilter) -> AppResult<HashSet<i64>> {
     #[derive(sea_orm::FromQueryResult)]
     struct Id {
         id: i64,
     }
-    let order_by = if order == "HOT" { "hot_score DESC, id DESC" } else { "like_count DESC, id DESC" };
-    let sql = format!("SELECT id FROM posts WHERE course_id = 1 AND deleted_at IS NULL ORDER BY {order_by} LIMIT 20");
-    let rows = <Id as sea_orm::FromQueryResult>::find_by_statement(stmt(&sql, [])).all(&fixture.db).await?;
+    let order_by = match order {
+        "HOT" => "hot_score DESC, id DESC",
+        "TOP" => "like_count DESC, id DESC",
+        _ => "id DESC",
+    };
+    let condition = filter_sql(&filter.name);
+    let values: Vec<sea_orm::Value> = if filter.name == "tag" { vec![filter.tag.into()] } else { Vec::new() };
+    let sql = format!(
+        "SELECT id FROM posts WHERE course_id = 1 AND deleted_at IS NULL {condition} ORDER BY {order_by} LIMIT 20"
+    );
+    let rows = <Id as sea_orm::FromQueryResult>::find_by_statement(stmt(&sql, values)).all(&fixture.db).await?;
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
 
@@ -222,7 +319,8 @@ async fn add_ranked_posts(fixture: &Fixture, count: usize) -> AppResult<()> {
 }
 
 /// `bench page` on its own: a fresh database; every server binary in turn, in each of
-/// `orders` (a binary from before migration 0009 reads NEW only), `rounds` times.
+/// `orders` (a binary from before migration 0009 reads NEW only) and each of `filters`
+/// (side by side in the same run), `rounds` times.
 // A scenario's knobs, each one of `bench page`'s flags, passed as they are parsed.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
@@ -233,6 +331,7 @@ pub async fn run(
     time_cap: Duration,
     rounds: usize,
     orders: &[String],
+    filters: &[String],
     course_posts: usize,
 ) -> AppResult<Vec<PageResult>> {
     let servers = cli.servers()?;
@@ -241,16 +340,23 @@ pub async fn run(
         // The ranked posts first: older than the page's, so NEW still shows the page's 20.
         add_ranked_posts(&fixture, course_posts).await?;
         let posts = prepare(&fixture, readers).await?;
+        let tag = prepare_filters(&fixture).await?;
         let mut results = Vec::new();
         for _ in 0..rounds.max(1) {
-            for (exe, order) in servers.iter().flat_map(|exe| orders.iter().map(move |order| (exe, order))) {
-                if exe.pre_0009 && order != "NEW" {
+            let runs = servers.iter().flat_map(|exe| {
+                orders.iter().flat_map(move |order| filters.iter().map(move |filter| (exe, order, filter)))
+            });
+            for (exe, order, filter) in runs {
+                if exe.pre_0009 && (order != "NEW" || filter != "plain") {
                     continue;
                 }
-                let r = run_on(cli, exe, &fixture, &posts, readers, pages, connections, time_cap, order).await?;
+                let filter = PageFilter { name: filter.clone(), tag };
+                let r =
+                    run_on(cli, exe, &fixture, &posts, readers, pages, connections, time_cap, order, &filter).await?;
                 eprintln!(
-                    "page {} {:<28} {:>7.0} pages/s  p50 {:>6.1} ms  p99 {:>6.1} ms  failed {}  redis/page {:.3}  sql/page {:.3}  cpu server {:.1}s bench {:.1}s pg {:.1}s redis {:.1}s = {:.2} ms/page  load {:.2}",
+                    "page {} {:<10} {:<28} {:>7.0} pages/s  p50 {:>6.1} ms  p99 {:>6.1} ms  failed {}  redis/page {:.3}  sql/page {:.3}  cpu server {:.1}s bench {:.1}s pg {:.1}s redis {:.1}s = {:.2} ms/page  load {:.2}",
                     r.order,
+                    r.filter,
                     r.server,
                     r.pages_per_s,
                     r.p50_ms,

@@ -144,6 +144,7 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
             config.connections,
             cap,
             "NEW",
+            &page::PageFilter::plain(),
         )
         .await?;
         eprintln!("bench suite: live delivery…");

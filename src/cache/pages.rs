@@ -42,6 +42,15 @@
 //! bounded by the `course_pages_index` share: past it, what no live entry can need (older
 //! than the TTL) is forgotten, and if that is not enough everything starts over.
 //!
+//! **Pinned posts.** The page that opens a course's list (a NEW first page, the backward page
+//! that reaches the top, a HOT or TOP first page) carries the course's public pinned posts
+//! ahead of its others (`forum::posts`), so they are kept with it and leave it as its other
+//! rows do: a pinned post edited, commented on or deleted drops the course's pages. A pin, an
+//! unpin or a private post made public changes which rows a course's pages hold, so it must be
+//! applied as a change of the whole course (`Change::Course`, as a new post is): published as a
+//! change of the post alone it would drop only the pages that already show that post (an unpin
+//! does; a newly pinned post would show after `COURSE_PAGE_CACHE_TTL`).
+//!
 //! **Which pages are kept.** A NEW-order page is kept only when it is a first page (no
 //! cursor) or its cursor is a boundary of a page this instance kept: the first or last post
 //! of it, which is what its `startCursor` and `endCursor` name. A page asked for with any
@@ -57,7 +66,7 @@ use sea_orm::ConnectionTrait;
 use super::budget::{CacheBudget, CacheFigures, CacheName, DEFAULT_BUDGET_BYTES, Measured, WeighedCache};
 use crate::error::AppResult;
 use crate::forum::paging::{Page, PageRequest};
-use crate::forum::posts::{self, PostRow, Ranking};
+use crate::forum::posts::{self, PostFilter, PostRow, Ranking, Reader};
 use crate::like_event::{CountChange, LikeTarget};
 use crate::live_message::{ActivityKind, LiveMessage};
 
@@ -294,7 +303,8 @@ impl CoursePages {
             return Ok(page);
         }
         let start = self.begin();
-        let (items, has_next) = posts::ranked_page(db, course_id, ranking, &[], limit).await?;
+        let (items, has_next) =
+            posts::ranked_page(db, course_id, Reader::Shared, &PostFilter::default(), ranking, &[], limit).await?;
         Ok(self.store_key(start, course_id, key, Page { items, has_next, has_prev: false }))
     }
 
@@ -310,7 +320,7 @@ impl CoursePages {
             return Ok(page);
         }
         let start = self.begin();
-        let page = posts::page_in_course(db, course_id, &request).await?;
+        let page = posts::page_in_course(db, course_id, Reader::Shared, &PostFilter::default(), &request).await?;
         Ok(self.store(start, course_id, request, page))
     }
 
@@ -408,11 +418,14 @@ impl CoursePages {
             if !index.catch_up(start, Some(course_id), ranked, &mut page.items) {
                 return Arc::new(page);
             }
-            let last = page.items.len().saturating_sub(1);
-            for (i, row) in page.items.iter().enumerate() {
+            // The boundaries are the first and last unpinned posts: a pinned post that leads a
+            // NEW page has a cursor of its own (above every unpinned post), never its id.
+            let unpinned = || page.items.iter().filter(|row| row.pinned_at.is_none()).map(|row| row.id);
+            let boundaries = [unpinned().next(), unpinned().next_back()];
+            for row in &page.items {
                 let info = index.remember(row.id, course_id, now);
                 info.page = Some(key);
-                if !ranked && (i == 0 || i == last) {
+                if !ranked && boundaries.contains(&Some(row.id)) {
                     info.boundary = true;
                 }
             }

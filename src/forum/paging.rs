@@ -7,6 +7,11 @@ use crate::error::{AppError, AppResult};
 pub(crate) const DEFAULT_PAGE_SIZE: i32 = 20;
 pub(crate) const MAX_PAGE_SIZE: i32 = 100;
 
+/// A keyset cursor above every row in NEW order (`id < ABOVE_EVERY_POST` holds for all): where
+/// a pinned post that leads a course's first page stands: the page after it starts at the
+/// newest unpinned post (without the pins again), the page before it holds the pins alone.
+pub(crate) const ABOVE_EVERY_POST: i64 = i64::MAX;
+
 /// The order a connection presents its items in.
 #[derive(Clone, Copy, Debug)]
 pub enum Order {

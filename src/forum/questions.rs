@@ -17,8 +17,6 @@ use crate::forum::posts::{self, PostRow};
 pub(crate) const MAX_TAGS_PER_POST: usize = 3;
 /// Most tags a course defines.
 pub(crate) const MAX_TAGS_PER_COURSE: i64 = 50;
-/// Most posts pinned in a course at once (they all lead the first page of every order).
-pub(crate) const MAX_PINNED_PER_COURSE: i64 = 5;
 pub(crate) const MAX_TAG_CHARS: usize = 40;
 
 #[derive(Clone, Debug, FromQueryResult)]
@@ -265,7 +263,7 @@ pub(crate) async fn endorse_comment(db: &impl ConnectionTrait, comment: &Comment
     if result.rows_affected() == 1 { Ok(()) } else { Err(AppError::not_found("comment")) }
 }
 
-/// Pins or unpins a post; BAD_USER_INPUT past `MAX_PINNED_PER_COURSE` pins in its course,
+/// Pins or unpins a post; BAD_USER_INPUT past `posts::MAX_PINNED_PER_COURSE` pins in its course,
 /// NOT_FOUND once the post is deleted. Pinning again keeps the first pin's time.
 pub(crate) async fn pin<C: ConnectionTrait + TransactionTrait>(
     db: &C,
@@ -284,7 +282,7 @@ pub(crate) async fn pin<C: ConnectionTrait + TransactionTrait>(
         "pinned_at = COALESCE(pinned_at, now()) WHERE id = $1 \
          AND (pinned_at IS NOT NULL OR (SELECT count(*) FROM posts o WHERE o.course_id = posts.course_id \
               AND o.pinned_at IS NOT NULL AND o.deleted_at IS NULL) < $2)",
-        vec![post.id.into(), MAX_PINNED_PER_COURSE.into()],
+        vec![post.id.into(), posts::MAX_PINNED_PER_COURSE.into()],
     )
     .await;
     match pinned {
@@ -292,9 +290,10 @@ pub(crate) async fn pin<C: ConnectionTrait + TransactionTrait>(
             txn.commit().await?;
             Ok(row)
         }
-        Err(AppError::NotFound(_)) if posts::find(&txn, post.id).await?.is_some() => {
-            Err(AppError::bad_input(format!("a course pins at most {MAX_PINNED_PER_COURSE} posts: unpin one first")))
-        }
+        Err(AppError::NotFound(_)) if posts::find(&txn, post.id).await?.is_some() => Err(AppError::bad_input(format!(
+            "a course pins at most {} posts: unpin one first",
+            posts::MAX_PINNED_PER_COURSE
+        ))),
         Err(err) => Err(err),
     }
 }

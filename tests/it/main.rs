@@ -53,6 +53,7 @@ mod operations;
 mod otel;
 mod pagination;
 mod post_cache;
+mod post_filters;
 mod questions;
 mod ranking;
 mod recount_race;

@@ -1,6 +1,10 @@
 //! `Course`: a course, its members and its posts in each order.
 
 use super::*;
+use crate::cursor::PostsAt;
+use crate::forum::paging::ABOVE_EVERY_POST;
+use crate::forum::posts::{PostFilter, Reader};
+use crate::graphql::ids::decode_as;
 
 /// A course: its id always; its row (code, title, createdAt) as read, or loaded on first ask
 /// through the request's `CourseLoader`, so a page that shows only a course's posts never
@@ -75,11 +79,22 @@ impl Course {
         let rows = crate::forum::questions::tags_of_course(&state(ctx)?.db, self.course_id).await?;
         Ok(rows.into_iter().map(Tag).collect())
     }
-    /// The course's posts in `orderBy` order (newest first by default); deleted posts are left
-    /// out. 1 to 100 a page, 20 by default. NEW pages both ways with keyset cursors. HOT and TOP
-    /// page forward only: their cursor holds the posts the walk has shown, and each page is the
-    /// best ranked of the others as the ranking is now, so a walk never shows a post twice nor
-    /// skips one while likes move them; a walk ends after 1,000 posts.
+    /// The course's posts in `orderBy` order (newest first by default), narrowed by `filter`;
+    /// deleted posts are left out. 1 to 100 a page, 20 by default. NEW pages both ways with
+    /// keyset cursors. HOT and TOP page forward only: their cursor holds the posts the walk has
+    /// shown, and each page is the best ranked of the others as the ranking is now, so a walk
+    /// never shows a post twice nor skips one while likes move them; a walk ends after 1,000
+    /// posts.
+    ///
+    /// Pinned posts (at most 5, most recently pinned first) lead the page that opens the list in
+    /// every order, AHEAD of the `first` (or `last`) others, so that page holds up to 5 more
+    /// edges; the rest of the walk leaves them out. In NEW order a pinned post's cursor stands
+    /// above every unpinned post: after it comes the newest unpinned post. Pins obey the filter
+    /// and the reader's visibility like any post.
+    ///
+    /// Without a filter a student reads the course's public posts (their own private questions
+    /// are in `filter: {private: true}` or `{mine: true}`); staff read every post. A cursor
+    /// serves the filter it was issued for only: with another filter it is BAD_USER_INPUT.
     #[graphql(complexity = "page_cost(first, last, child_complexity)")]
     // Each argument after `ctx` is one of the field's GraphQL arguments (the schema's shape).
     #[allow(clippy::too_many_arguments)]
@@ -87,11 +102,11 @@ impl Course {
         &self,
         ctx: &Context<'_>,
         #[graphql(
-            desc = "How many items to return walking forward: 1 to 100 (20 when neither `first` nor `last` is given). Not with `last` or `before`."
+            desc = "How many items to return walking forward: 1 to 100 (20 when neither `first` nor `last` is given). Not with `last` or `before`. The first page also carries the pinned posts, ahead of these."
         )]
         first: Option<i32>,
         #[graphql(
-            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A cursor this API did not issue (made up, altered, or signed with a retired key), or one of another order, is BAD_USER_INPUT."
+            desc = "Return the items after this cursor (an edge's `cursor`, or `pageInfo.endCursor`); goes with `first`. A cursor this API did not issue (made up, altered, or signed with a retired key), or one of another order or another filter, is BAD_USER_INPUT."
         )]
         after: Option<String>,
         #[graphql(
@@ -99,13 +114,16 @@ impl Course {
         )]
         last: Option<i32>,
         #[graphql(
-            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A cursor this API did not issue (made up, altered, or signed with a retired key) is BAD_USER_INPUT. NEW order only."
+            desc = "Return the items before this cursor (an edge's `cursor`, or `pageInfo.startCursor`); goes with `last`. A cursor this API did not issue (made up, altered, or signed with a retired key), or one of another filter, is BAD_USER_INPUT. NEW order only."
         )]
         before: Option<String>,
         #[graphql(desc = "NEW (the default), HOT or TOP.", default)] order_by: PostOrder,
+        #[graphql(desc = "Only the posts that match every field given (none: every post the reader may read).")]
+        filter: Option<PostFilterInput>,
     ) -> Result<Connection<PostsCursor, Post>> {
+        let filter = filter.map(PostFilterInput::parse).transpose()?.unwrap_or_default();
         let ranking = match order_by {
-            PostOrder::New => return self.newest_posts(ctx, first, after, last, before).await,
+            PostOrder::New => return self.newest_posts(ctx, first, after, last, before, &filter).await,
             PostOrder::Hot => Ranking::Hot,
             PostOrder::Top => Ranking::Top,
         };
@@ -114,30 +132,42 @@ impl Course {
         }
         // The page size checks of every connection (`first` 1 to 100, 20 by default).
         let limit = PageRequest::new(first, None, None, None)?.limit;
-        let keys = state(ctx)?.cursor_keys.clone();
+        let state = state(ctx)?;
+        let keys = state.cursor_keys.clone();
+        let filter_key: std::sync::Arc<str> = filter.key().into();
         // Opened before any SQL: only a list of shown posts this server signed comes back.
         let shown: Vec<i64> = match after.as_deref().map(|raw| keys.posts(raw)).transpose()? {
             None => Vec::new(),
-            Some(PostsCursor::Ranked(cursor)) if cursor.ranking == ranking => cursor.shown().to_vec(),
-            Some(_) => {
-                return Err(
-                    AppError::bad_input("this cursor belongs to another order: pass one this order returned").into()
-                );
-            }
+            Some(cursor) => match cursor.at {
+                PostsAt::Ranked(ranked) if ranked.ranking == ranking => {
+                    same_filter(&cursor.filter, &filter_key)?;
+                    ranked.shown().to_vec()
+                }
+                _ => {
+                    return Err(AppError::bad_input(
+                        "this cursor belongs to another order: pass one this order returned",
+                    )
+                    .into());
+                }
+            },
         };
+        let reader = self.reader(ctx, &filter).await?;
         // The walk's end: never more than MAX_RANKED_WALK posts, so cursors stay small.
         let room = MAX_RANKED_WALK.saturating_sub(shown.len()) as i64;
         let (rows, more) = if room == 0 {
             (Vec::new(), false)
         } else {
             let limit = limit.min(room);
-            let state = state(ctx)?;
-            let (rows, more) = if shown.is_empty() {
-                // The first page, the one every reader opens: from memory for up to half a second.
-                let page = state.course_pages.ranked_first_page(&state.db, self.course_id, ranking, limit).await?;
-                (page.items.clone(), page.has_next)
-            } else {
-                posts::ranked_page(&state.db, self.course_id, ranking, &shown, limit).await?
+            let (rows, more) = match reader {
+                // The first shared page, the one every reader opens: from memory for up to half
+                // a second.
+                Reader::Shared if shown.is_empty() => {
+                    let page = state.course_pages.ranked_first_page(&state.db, self.course_id, ranking, limit).await?;
+                    (page.items.clone(), page.has_next)
+                }
+                reader => {
+                    posts::ranked_page(&state.db, self.course_id, reader, &filter, ranking, &shown, limit).await?
+                }
             };
             let walk_continues = shown.len() + rows.len() < MAX_RANKED_WALK;
             (rows, more && walk_continues)
@@ -147,15 +177,27 @@ impl Course {
         let walk = std::sync::Arc::new(shown.into_iter().chain(rows.iter().map(|r| r.id)).collect::<Vec<i64>>());
         let mut conn = Connection::new(before_page > 0, more);
         conn.edges.extend(rows.into_iter().enumerate().map(|(i, row)| {
-            let cursor = RankCursor::new(&keys, ranking, walk.clone(), before_page + i + 1);
-            Edge::new(PostsCursor::Ranked(cursor), Post::from(row))
+            let at = PostsAt::Ranked(RankCursor::new(ranking, walk.clone(), before_page + i + 1));
+            Edge::new(PostsCursor::new(&keys, filter_key.clone(), at), Post::from(row))
         }));
         Ok(conn)
     }
 }
 
 impl Course {
-    /// NEW order: keyset pages, from the instance's course pages (or the list's loader).
+    /// Who reads this course's list: every member alike (the shared pages of `cache::pages`,
+    /// public posts only) when a student asks without a filter; else the viewer with their own
+    /// visibility, read by SQL and not kept.
+    async fn reader(&self, ctx: &Context<'_>, filter: &PostFilter) -> Result<Reader> {
+        let viewer = viewer(ctx)?;
+        // The request's memberships (read already by whatever led to this course).
+        let role = viewer.require_member(&state(ctx)?.db, self.course_id).await?;
+        let staff = role == Role::Instructor;
+        Ok(if filter.is_empty() && !staff { Reader::Shared } else { Reader::Member { user_id: viewer.user_id, staff } })
+    }
+
+    /// NEW order: keyset pages, from the instance's course pages (or the list's loader) when
+    /// shared, else read for the viewer.
     pub(super) async fn newest_posts(
         &self,
         ctx: &Context<'_>,
@@ -163,28 +205,108 @@ impl Course {
         after: Option<String>,
         last: Option<i32>,
         before: Option<String>,
+        filter: &PostFilter,
     ) -> Result<Connection<PostsCursor, Post>> {
-        let page = page_request(ctx, first, after, last, before)?;
-        let rows = if self.in_list {
-            let rows = loaders(ctx)?.course_pages.load_one((self.course_id, page)).await?;
-            let rows = rows.ok_or_else(|| AppError::Internal("a course page was not loaded".into()))?;
-            rows.as_ref().clone()
-        } else {
-            let state = state(ctx)?;
-            state.course_pages.get_or_read(&state.db, self.course_id, page).await?.as_ref().clone()
+        let state = state(ctx)?;
+        let keys = &state.cursor_keys;
+        let filter_key: std::sync::Arc<str> = filter.key().into();
+        // Opened before any SQL, as every connection's cursors are.
+        let open = |raw: Option<String>| -> Result<Option<i64>> {
+            let Some(raw) = raw else { return Ok(None) };
+            let cursor = keys.posts(&raw)?;
+            let id = match cursor.at {
+                PostsAt::Key(id) => id,
+                PostsAt::AboveUnpinned => ABOVE_EVERY_POST,
+                PostsAt::Ranked(_) => return Err(AppError::bad_input("this cursor belongs to another order").into()),
+            };
+            same_filter(&cursor.filter, &filter_key)?;
+            Ok(Some(id))
+        };
+        let page = PageRequest::new(first, open(after)?, last, open(before)?)?;
+        let rows = match self.reader(ctx, filter).await? {
+            Reader::Shared if self.in_list => {
+                let rows = loaders(ctx)?.course_pages.load_one((self.course_id, page)).await?;
+                let rows = rows.ok_or_else(|| AppError::Internal("a course page was not loaded".into()))?;
+                rows.as_ref().clone()
+            }
+            Reader::Shared => state.course_pages.get_or_read(&state.db, self.course_id, page).await?.as_ref().clone(),
+            reader => posts::page_in_course(&state.db, self.course_id, reader, filter, &page).await?,
         };
         prime_liked(ctx, rows.items.iter().map(|r| (r.course_id, LikeTarget::Post(r.id)))).await?;
-        Ok(post_connection(&state(ctx)?.cursor_keys, rows))
+        let mut conn = Connection::new(rows.has_prev, rows.has_next);
+        conn.edges.extend(rows.items.into_iter().map(|row| {
+            // A pinned row on a NEW page is one of the pins that lead it (the others are
+            // unpinned posts only).
+            let at = if row.pinned_at.is_some() { PostsAt::AboveUnpinned } else { PostsAt::Key(row.id) };
+            Edge::new(PostsCursor::new(keys, filter_key.clone(), at), Post::from(row))
+        }));
+        Ok(conn)
     }
 }
 
-/// A keyset page of posts as a `PostConnection` (the type every list of posts shares).
+/// Refuses a cursor issued for another filter than the one asked for.
+fn same_filter(cursor: &str, asked: &str) -> Result<()> {
+    if cursor == asked {
+        Ok(())
+    } else {
+        Err(AppError::bad_input("this cursor belongs to another filter: pass one this filter returned").into())
+    }
+}
+
+/// A keyset page of posts as a `PostConnection` (the type every list of posts shares), as
+/// the home feed shows them (no pins, no filter).
 pub(crate) fn post_connection(keys: &CursorKeys, page: Page<PostRow>) -> Connection<PostsCursor, Post> {
     let mut conn = Connection::new(page.has_prev, page.has_next);
     conn.edges.extend(
-        page.items.into_iter().map(|row| Edge::new(PostsCursor::Key(KeyCursor::new(keys, row.id)), Post::from(row))),
+        page.items
+            .into_iter()
+            .map(|row| Edge::new(PostsCursor::new(keys, "".into(), PostsAt::Key(row.id)), Post::from(row))),
     );
     conn
+}
+
+/// What `Course.posts` lists: only the posts that match every field given (all optional). A
+/// boolean asks for the posts that have the property (`true`) or that lack it (`false`).
+#[derive(async_graphql::InputObject, Clone, Debug, Default)]
+#[graphql(name = "PostFilter")]
+pub(crate) struct PostFilterInput {
+    /// Posts of this kind only.
+    kind: Option<PostKind>,
+    /// true: questions with no accepted answer that staff have not marked resolved; false:
+    /// every other post (with `kind: QUESTION`, the resolved questions).
+    unresolved: Option<bool>,
+    /// true: posts nobody but their author has commented on or replied to (deleted comments
+    /// not counted), as `Post.answered` is false; false: the others.
+    unanswered: Option<bool>,
+    /// true: posts staff endorsed; false: the others.
+    endorsed: Option<bool>,
+    /// true: pinned posts (they lead the first page, so the rest of the walk is empty); false:
+    /// the others (and no pins lead the list).
+    pinned: Option<bool>,
+    /// Posts carrying this tag (`Tag.id`). A tag of another course, or one deleted, matches
+    /// no post: the page is empty. Not the id of a tag: BAD_USER_INPUT.
+    tag_id: Option<ID>,
+    /// true: the signed-in user's own posts; false: everyone else's.
+    mine: Option<bool>,
+    /// true: private questions (a student has only their own); false: public posts.
+    private: Option<bool>,
+}
+
+impl PostFilterInput {
+    /// The filter, its tag id decoded (BAD_USER_INPUT when it is not a tag's).
+    fn parse(self) -> Result<PostFilter> {
+        let tag_id = self.tag_id.map(|id| decode_as(&id, &[NodeKind::Tag]).map(|(_, id)| id)).transpose()?;
+        Ok(PostFilter {
+            kind: self.kind,
+            unresolved: self.unresolved,
+            unanswered: self.unanswered,
+            endorsed: self.endorsed,
+            pinned: self.pinned,
+            tag_id,
+            mine: self.mine,
+            private: self.private,
+        })
+    }
 }
 
 /// The order of a course's posts.
