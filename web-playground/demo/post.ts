@@ -68,6 +68,34 @@ export async function post(postId: string) {
   const staff = p.course.myRole === 'INSTRUCTOR';
   const mayEdit = (a: Author) => a?.id === me;
   const mayDelete = (a: Author) => a?.id === me || staff;
+  // Questions: the asker (the viewer, when the post's author is them) and staff accept an
+  // answer; staff alone resolve, endorse, pin and make public. The server decides in the end.
+  const question = () => p.kind === 'QUESTION';
+  const mayAccept = () => question() && (p.author?.id === me || staff);
+  /** What the page knows of each comment's and reply's state, to draw their markers and buttons. */
+  const nodes = new Map<string, { what: string; endorsement: Endorsement; accepted: boolean }>();
+  const track = (id: string, what: string, endorsement: Endorsement, accepted = false) => nodes.set(id, { what, endorsement, accepted });
+  const btn = (action: string, text: string) => `<button type="button" class="small" data-action="${action}" data-testid="${action}">${text}</button>`;
+  /** The accept / endorse / resolve / pin buttons of the post, a comment or a reply. */
+  function modHtml(id: string, what: string) {
+    const out: string[] = [];
+    if (what === 'post') {
+      if (p.acceptedAnswer && mayAccept()) out.push(btn('clear-accepted', 'Clear accepted answer'));
+      if (staff && question()) {
+        if (!p.resolved) out.push(btn('mark-resolved', 'Mark resolved'));
+        else if (!p.acceptedAnswer) out.push(btn('unresolve', 'Unresolve'));
+      }
+      if (staff) out.push(p.endorsement ? btn('unendorse', 'Withdraw endorsement') : btn('endorse', 'Endorse'));
+      if (staff && !p.private) out.push(p.pinned ? btn('unpin', 'Unpin') : btn('pin', 'Pin'));
+      if (staff && p.private) out.push(btn('make-public', 'Make public'));
+      return out.join(' ');
+    }
+    const n = nodes.get(id);
+    if (!n) return '';
+    if (what === 'comment' && mayAccept() && !n.accepted) out.push(btn('accept', 'Accept'));
+    if (staff) out.push(n.endorsement ? btn('unendorse', 'Withdraw endorsement') : btn('endorse', 'Endorse'));
+    return out.join(' ');
+  }
   // Where the course allows it, comments and replies can be written under a pseudonym.
   const anonymousBox = (testid: string) =>
     p.course.anonymity === 'OFF' ? '' : `<label class="anon-choice"><input type="checkbox" name="anonymous" data-testid="${testid}">
@@ -78,6 +106,7 @@ export async function post(postId: string) {
       ${reply ? `<button type="button" class="small" data-action="reply" data-testid="reply-button">Reply</button>` : ''}
       ${mayEdit(author) ? `<button type="button" class="small" data-action="edit" data-testid="edit">Edit</button>` : ''}
       ${mayDelete(author) ? `<button type="button" class="small" data-action="delete" data-testid="delete">Delete</button>` : ''}
+      <span data-mod-of="${esc(id)}">${modHtml(id, what)}</span>
       <span class="error" data-testid="action-error"></span></div>`;
 
   app.innerHTML = `<p><a href="#/course/${esc(p.course.id)}">← ${esc(p.course.code)}</a></p>
@@ -97,6 +126,40 @@ export async function post(postId: string) {
       ${anonymousBox('comment-anonymous')}
       <button data-testid="comment-submit">Comment</button> <span class="error" id="comment-error" data-testid="comment-error"></span></form>`;
   const article = app.querySelector<HTMLElement>('[data-testid=post]')!;
+  /** Redraws the post's markers and buttons, and each comment's and reply's, from state. */
+  const paintPost = () => {
+    article.querySelector('[data-testid=post-badges]')!.innerHTML = badges(p);
+    const slot = article.querySelector(`[data-mod-of="${CSS.escape(p.id)}"]`);
+    if (slot) slot.innerHTML = modHtml(p.id, 'post');
+  };
+  const paintNode = (id: string) => {
+    const n = nodes.get(id);
+    if (!n) return;
+    const marksEl = app.querySelector(`[data-marks-of="${CSS.escape(id)}"]`);
+    if (marksEl) marksEl.innerHTML = marks({ endorsement: n.endorsement, isAcceptedAnswer: n.accepted });
+    const slot = app.querySelector(`[data-mod-of="${CSS.escape(id)}"]`);
+    if (slot) slot.innerHTML = modHtml(id, n.what);
+    app.querySelector(`[data-testid=comment][data-id="${CSS.escape(id)}"]`)?.classList.toggle('accepted', n.accepted);
+  };
+  /** A post as the server now has it (a mutation's answer, or POST_UPDATED). */
+  const applyPost = (np: Partial<Post> | null | undefined) => {
+    if (!np) return;
+    Object.assign(p, np);
+    for (const [id, n] of nodes) {
+      if (n.what !== 'comment') continue;
+      n.accepted = p.acceptedAnswer?.id === id;
+      paintNode(id);
+    }
+    paintPost();
+  };
+  /** A comment's or reply's endorsement (and a comment's acceptance) as the server now has it. */
+  const applyNode = (c: { id: string; endorsement: Endorsement; isAcceptedAnswer?: boolean } | null | undefined) => {
+    const n = c && nodes.get(c.id);
+    if (!c || !n) return;
+    n.endorsement = c.endorsement;
+    if (c.isAcceptedAnswer !== undefined) n.accepted = c.isAcceptedAnswer;
+    paintNode(c.id);
+  };
 
   // Likes: the button and count show local state at once (optimistic); the mutation's answer
   // and committed counts from likeCounts then correct it. While our own mutation is in
@@ -151,8 +214,8 @@ export async function post(postId: string) {
   const likeButton = (id: string, liked: boolean, count: number) =>
     `<button class="like small" data-testid="like-comment" data-target="${esc(id)}" aria-pressed="${liked}">${liked ? '♥' : '♡'}</button>
      <span data-like-of="${esc(id)}">${count}</span>`;
-  const replyHtml = (r: Reply) => `<div data-testid="reply" data-id="${esc(r.id)}" data-author="${esc(addressOf(r.author, r.pseudonym))}">
-    <span class="muted"><span data-testid="reply-author">${byline(r.author, r.pseudonym)}</span> → ${byline(r.replyTo, r.replyToPseudonym)} · ${when(r.createdAt, r.editedAt)} · ${likeButton(r.id, r.likedByMe, r.likeCount)}${marks(r)}</span>
+  const replyHtml = (r: Reply) => (track(r.id, 'reply', r.endorsement), '') + `<div data-testid="reply" data-id="${esc(r.id)}" data-author="${esc(addressOf(r.author, r.pseudonym))}">
+    <span class="muted"><span data-testid="reply-author">${byline(r.author, r.pseudonym)}</span> → ${byline(r.replyTo, r.replyToPseudonym)} · ${when(r.createdAt, r.editedAt)} · ${likeButton(r.id, r.likedByMe, r.likeCount)}<span data-marks-of="${esc(r.id)}">${marks(r)}</span></span>
     <p class="body" data-testid="reply-text">${esc(r.body)}</p>
     ${actions(r.id, r.author, 'reply', true)}</div>`;
   // Comments come oldest first. New ones (yours, or live) go at the end, marked fresh; pages
@@ -160,11 +223,12 @@ export async function post(postId: string) {
   const addComment = (c: Comment, bump = false) => {
     if (shown.has(c.id)) return;
     shown.add(c.id);
+    track(c.id, 'comment', c.endorsement, c.isAcceptedAnswer);
     (c.replies?.nodes ?? []).forEach((r) => shown.add(r.id));
     const firstFresh = commentsEl.querySelector(':scope > [data-fresh]');
     const [where, at] = bump || !firstFresh ? (['beforeend', commentsEl] as const) : (['beforebegin', firstFresh] as const);
     at.insertAdjacentHTML(where, `<div ${bump ? 'data-fresh ' : ''}class="card${c.isAcceptedAnswer ? ' accepted' : ''}" data-testid="comment" data-id="${esc(c.id)}" data-author="${esc(addressOf(c.author, c.pseudonym))}">
-      <div class="muted"><span data-testid="comment-author">${byline(c.author, c.pseudonym)}</span> · ${when(c.createdAt, c.editedAt)} · ${likeButton(c.id, c.likedByMe, c.likeCount)}${marks(c)}</div>
+      <div class="muted"><span data-testid="comment-author">${byline(c.author, c.pseudonym)}</span> · ${when(c.createdAt, c.editedAt)} · ${likeButton(c.id, c.likedByMe, c.likeCount)}<span data-marks-of="${esc(c.id)}">${marks(c)}</span></div>
       <p class="body" data-testid="comment-text">${esc(c.body)}</p>
       ${actions(c.id, c.author, 'comment', true)}
       <div class="replies">${(c.replies?.nodes ?? []).map(replyHtml).join('')}</div></div>`);
@@ -265,7 +329,37 @@ export async function post(postId: string) {
     const what = bar.dataset.what!;
     const errorEl = bar.querySelector<HTMLElement>('[data-testid=action-error]')!;
     const holder = bar.parentElement!;
+    const run = async (mutation: string, vars: Record<string, unknown>, apply: (r: any) => void) => {
+      errorEl.textContent = '';
+      bar.querySelectorAll('button').forEach((b) => (b.disabled = true));
+      try {
+        apply((await gql(mutation, vars)).r);
+      } catch (err) {
+        errorEl.textContent = errorText(err);
+      } finally {
+        bar.querySelectorAll('button').forEach((b) => (b.disabled = false));
+      }
+    };
+    const POST_ANSWER = `{ id ${POST_STATE} }`;
     switch (action) {
+      case 'accept':
+      case 'clear-accepted':
+        return run(`mutation($p: ID!, $c: ID) { r: acceptAnswer(postId: $p, commentId: $c) ${POST_ANSWER} }`,
+          { p: p.id, c: action === 'accept' ? id : null }, applyPost);
+      case 'mark-resolved':
+      case 'unresolve':
+        return run(`mutation($p: ID!, $v: Boolean!) { r: markResolved(postId: $p, resolved: $v) ${POST_ANSWER} }`,
+          { p: p.id, v: action === 'mark-resolved' }, applyPost);
+      case 'pin':
+      case 'unpin':
+        return run(`mutation($p: ID!, $v: Boolean!) { r: pinPost(postId: $p, pinned: $v) ${POST_ANSWER} }`,
+          { p: p.id, v: action === 'pin' }, applyPost);
+      case 'make-public':
+        return run(`mutation($p: ID!) { r: makePostPublic(postId: $p) ${POST_ANSWER} }`, { p: p.id }, applyPost);
+      case 'endorse':
+      case 'unendorse':
+        return run(`mutation($id: ID!, $v: Boolean!) { r: endorse(id: $id, endorsed: $v) { id endorsement { by { handle } at } } }`,
+          { id, v: action === 'endorse' }, (r) => (r.id === p.id ? applyPost({ endorsement: r.endorsement }) : applyNode(r)));
       case 'reply':
         return openReplyForm(bar, id);
       case 'edit':
@@ -455,12 +549,15 @@ export async function post(postId: string) {
   subscribeLikes();
   onLeave(
     subscribe(
-      `subscription($course: ID!) { courseActivity(courseId: $course) { kind nodeId postId
+      `subscription($course: ID!) { courseActivity(courseId: $course) { kind nodeId postId post { id ${POST_STATE} }
          comment { ${COMMENT_FIELDS} } reply { ${REPLY_FIELDS} } } }`,
       { course: p.course.id },
       (d: any) => {
         const a = d.courseActivity;
-        if (a.postId !== p.id) return;
+        if ((a.postId ?? a.post?.id) !== p.id) return;
+        if (a.kind === 'POST_UPDATED') applyPost(a.post);
+        if (a.kind === 'COMMENT_UPDATED') applyNode(a.comment);
+        if (a.kind === 'REPLY_UPDATED') applyNode(a.reply);
         if (a.kind === 'COMMENT_CREATED' && a.comment) addComment(a.comment, true);
         if (a.kind === 'REPLY_CREATED' && a.reply?.comment) addReply(a.reply, a.reply.comment.id);
         if (a.kind === 'COMMENT_DELETED' || a.kind === 'REPLY_DELETED') removeNode(a.nodeId);
