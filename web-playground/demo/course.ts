@@ -9,6 +9,9 @@ import { counted, esc, byline, badges } from './text';
 import { app, onLeave } from './page';
 
 const PAGE_SIZE = 5;
+/** The filter bar's boxes: each sets one field of `posts(filter:)` to true. */
+const FILTERS = [['unresolved', 'Unresolved'], ['unanswered', 'Unanswered'], ['mine', 'Mine'], ['private', 'Private']] as const;
+type Filter = { unresolved?: boolean; unanswered?: boolean; mine?: boolean; private?: boolean; tagId?: string };
 const POST_FIELDS = `id title likeCount likedByMe commentCount createdAt author { id handle } anonymous pseudonym
   kind private pinned resolved answered endorsement { by { handle } } tags { id name }`;
 /** How many tags a post may carry. */
@@ -71,6 +74,10 @@ export async function course(courseId: string, initialOrder: PostOrder) {
     <p class="order" role="group" aria-label="Order of posts" data-testid="post-order">
       ${ORDERS.map((o) => `<button data-order="${o}" data-testid="order-${o}" title="${ORDER_LABELS[o][1]}"
         aria-pressed="false">${ORDER_LABELS[o][0]}</button>`).join(' ')}</p>
+    <form class="filters" data-testid="post-filter" aria-label="Filter posts">
+      ${FILTERS.map(([key, label]) => `<label><input type="checkbox" name="${key}" data-testid="filter-${key}"> ${label}</label>`).join(' ')}
+      ${tags.length ? `<label>Tag <select name="tagId" data-testid="filter-tag"><option value="">any</option>
+        ${tags.map((t) => `<option value="${esc(t.id)}">${esc(t.name)}</option>`).join('')}</select></label>` : ''}</form>
     <div id="posts" data-testid="posts"></div>
     <p><button id="more" data-testid="more-posts" hidden>More posts</button> <span id="page-info" class="muted"></span></p>`;
   const postsEl = app.querySelector<HTMLElement>('#posts')!;
@@ -82,6 +89,16 @@ export async function course(courseId: string, initialOrder: PostOrder) {
   // every switch; a page that arrives for an older switch is dropped, so quick clicks cannot
   // mix two orders in one list.
   let order = initialOrder;
+  // The filter, like the order, restarts the walk: a cursor only works with its own filter.
+  const filterForm = app.querySelector<HTMLFormElement>('[data-testid=post-filter]')!;
+  const readFilter = (): Filter => {
+    const f: Filter = {};
+    for (const [key] of FILTERS) if (filterForm.querySelector<HTMLInputElement>(`[name=${key}]`)!.checked) f[key] = true;
+    const tag = filterForm.querySelector<HTMLSelectElement>('[name=tagId]')?.value;
+    if (tag) f.tagId = tag;
+    return f;
+  };
+  let filter: Filter = {};
   let after: string | null = null;
   let pages = 0;
   let shown = 0;
@@ -93,9 +110,9 @@ export async function course(courseId: string, initialOrder: PostOrder) {
     more.disabled = true;
     try {
       const data = await gql(
-        `query($id: ID!, $first: Int!, $after: String, $order: PostOrder!) { course(id: $id) {
-           posts(first: $first, after: $after, orderBy: $order) { pageInfo { hasNextPage endCursor } edges { cursor node { ${POST_FIELDS} } } } } }`,
-        { id: courseId, first: PAGE_SIZE, after, order },
+        `query($id: ID!, $first: Int!, $after: String, $order: PostOrder!, $filter: PostFilter) { course(id: $id) {
+           posts(first: $first, after: $after, orderBy: $order, filter: $filter) { pageInfo { hasNextPage endCursor } edges { cursor node { ${POST_FIELDS} } } } } }`,
+        { id: courseId, first: PAGE_SIZE, after, order, filter },
       );
       if (mine !== shown) return;
       const conn = data.course.posts;
@@ -123,6 +140,7 @@ export async function course(courseId: string, initialOrder: PostOrder) {
     more.hidden = true;
     app.querySelectorAll<HTMLButtonElement>('[data-order]').forEach((b) => b.setAttribute('aria-pressed', String(b.dataset.order === order)));
     postsEl.setAttribute('data-order', order);
+    postsEl.setAttribute('data-filter', JSON.stringify(filter));
     postsEl.setAttribute('data-pages', '0');
     return loadPage();
   };
@@ -134,6 +152,10 @@ export async function course(courseId: string, initialOrder: PostOrder) {
     void show(b.dataset.order as PostOrder);
   });
   more.addEventListener('click', loadPage);
+  filterForm.addEventListener('change', () => {
+    filter = readFilter();
+    void show(order);
+  });
 
   /** A new post goes on top, in every order: it is what the reader has not seen yet. */
   const addFresh = (p: PostItem) => {
@@ -228,7 +250,8 @@ export async function course(courseId: string, initialOrder: PostOrder) {
       { course: courseId },
       (d: any) => {
         const a = d.courseActivity;
-        if (a.kind === 'POST_CREATED' && a.post) addFresh(a.post);
+        // With a filter set, a new post may not belong in the list: it shows once the filter is cleared.
+        if (a.kind === 'POST_CREATED' && a.post && Object.keys(filter).length === 0) addFresh(a.post);
         if (a.kind === 'POST_DELETED') {
           itemOf(a.nodeId)?.remove();
           describe();
