@@ -72,11 +72,7 @@ impl QuestionMutations {
         #[graphql(desc = "True to mark it resolved, false to take the mark back.")] resolved: bool,
     ) -> Result<Option<Post>> {
         nullable(async {
-            let viewer = viewer(ctx)?;
-            let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
-            within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
-            let (post, role) = access::post(ctx, post_id).await?;
-            require_staff(role, "mark a question resolved")?;
+            let post = staff_post(ctx, &post_id, "mark a question resolved").await?;
             require_question(&post, "is resolved")?;
             let row = questions::mark_resolved(&state(ctx)?.db, post.id, resolved).await?;
             post_updated(ctx, &row).await?;
@@ -135,11 +131,7 @@ impl QuestionMutations {
         #[graphql(desc = "True to pin, false to unpin.")] pinned: bool,
     ) -> Result<Option<Post>> {
         nullable(async {
-            let viewer = viewer(ctx)?;
-            let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
-            within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
-            let (post, role) = access::post(ctx, post_id).await?;
-            require_staff(role, "pin a post")?;
+            let post = staff_post(ctx, &post_id, "pin a post").await?;
             if pinned && post.private {
                 return Err(AppError::bad_input("a private question cannot be pinned: make it public first").into());
             }
@@ -159,11 +151,7 @@ impl QuestionMutations {
         #[graphql(desc = "The question's global id (`Post.id`).")] post_id: ID,
     ) -> Result<Option<Post>> {
         nullable(async {
-            let viewer = viewer(ctx)?;
-            let post_id = ids::decode_one(&post_id, NodeKind::Post)?;
-            within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
-            let (post, role) = access::post(ctx, post_id).await?;
-            require_staff(role, "make a post public")?;
+            let post = staff_post(ctx, &post_id, "make a post public").await?;
             let row = questions::make_public(&state(ctx)?.db, post.id).await?;
             if post.private {
                 post_updated(ctx, &row).await?;
@@ -282,4 +270,15 @@ async fn changed(ctx: &Context<'_>, post: &PostRow, kind: ActivityKind, node_id:
     state.post_cache.invalidate(post.id).await;
     state.publisher.posts_changed(&[post.id]).await;
     publish(ctx, post, kind, node_id).await
+}
+
+/// A staff action's post: the viewer, the id decoded, the write limit, access (a private post
+/// is NOT_FOUND to other students), then the role (FORBIDDEN for a student, naming `what`).
+async fn staff_post(ctx: &Context<'_>, post_id: &ID, what: &str) -> Result<PostRow> {
+    let viewer = viewer(ctx)?;
+    let post_id = ids::decode_one(post_id, NodeKind::Post)?;
+    within_limit(ctx, viewer.user_id, WriteKind::Edit).await?;
+    let (post, role) = access::post(ctx, post_id).await?;
+    require_staff(role, what)?;
+    Ok(post)
 }
