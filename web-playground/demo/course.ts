@@ -50,7 +50,7 @@ const itemHtml = (p: PostItem, fresh = false) => `<div class="card${fresh ? ' fr
   <div class="muted">${byline(p.author, p.pseudonym)} · <span data-likes="${p.likeCount}">${counted(p.likeCount, 'like')}</span>
     · <span data-comments="${p.commentCount}">${counted(p.commentCount, 'comment')}</span></div></div>`;
 
-export async function course(courseId: string, initialOrder: PostOrder) {
+export async function course(courseId: string, initialOrder: PostOrder, params = new URLSearchParams()) {
   const head = await gql(`query($id: ID!) { course(id: $id) { id code title myRole anonymity tags { id name } } }`, { id: courseId });
   const staff = head.course.myRole === 'INSTRUCTOR';
   const tags: Tag[] = head.course.tags ?? [];
@@ -98,7 +98,18 @@ export async function course(courseId: string, initialOrder: PostOrder) {
     if (tag) f.tagId = tag;
     return f;
   };
-  let filter: Filter = {};
+  // The filter comes from the URL (#/course/<id>?unresolved&tag=<id>) and goes back into it.
+  for (const [key] of FILTERS) filterForm.querySelector<HTMLInputElement>(`[name=${key}]`)!.checked = params.has(key);
+  const tagSelect = filterForm.querySelector<HTMLSelectElement>('[name=tagId]');
+  if (tagSelect && params.get('tag') && tags.some((t) => t.id === params.get('tag'))) tagSelect.value = params.get('tag')!;
+  let filter: Filter = readFilter();
+  /** The URL of the list as shown, kept for a reload or a link, without a hashchange (which would rebuild the page). */
+  const keepInUrl = () => {
+    const parts: string[] = FILTERS.filter(([key]) => filter[key]).map(([key]) => key);
+    if (filter.tagId) parts.push(`tag=${encodeURIComponent(filter.tagId)}`);
+    const query = parts.join('&');
+    history.replaceState(null, '', `#/course/${encodeURIComponent(courseId)}${order === 'NEW' ? '' : `/${order.toLowerCase()}`}${query ? `?${query}` : ''}`);
+  };
   let after: string | null = null;
   let pages = 0;
   let shown = 0;
@@ -147,14 +158,15 @@ export async function course(courseId: string, initialOrder: PostOrder) {
   app.querySelector('[data-testid=post-order]')!.addEventListener('click', (e) => {
     const b = (e.target as HTMLElement).closest<HTMLButtonElement>('[data-order]');
     if (!b || b.dataset.order === order) return;
-    // Kept in the URL for a reload or a link, without a hashchange (which would rebuild the page).
-    history.replaceState(null, '', `#/course/${encodeURIComponent(courseId)}${b.dataset.order === 'NEW' ? '' : `/${b.dataset.order!.toLowerCase()}`}`);
-    void show(b.dataset.order as PostOrder);
+    const shown = show(b.dataset.order as PostOrder);
+    keepInUrl();
+    void shown;
   });
   more.addEventListener('click', loadPage);
   filterForm.addEventListener('change', () => {
     filter = readFilter();
     void show(order);
+    keepInUrl();
   });
 
   /** A new post goes on top, in every order: it is what the reader has not seen yet. */

@@ -1,7 +1,7 @@
 // The demo forum: pick a demo user, see their courses, then a course's posts (course.ts) and
 // a post with its comments and replies (post.ts); a bell in the header counts unread
 // notifications live (bell.ts).
-// Plain TypeScript; routes live in the URL hash: #/, #/courses, #/course/<id>[/hot|/top], #/post/<id>.
+// Plain TypeScript; routes live in the URL hash: #/, #/courses, #/course/<id>[/hot|/top][?unresolved&tag=<id>...], #/post/<id>.
 import { gql, setToken, onLive } from './api';
 import { counted, esc } from './text';
 import { bellFor } from './bell';
@@ -86,11 +86,13 @@ async function route() {
   if (me) setToken(me.token);
   whoami.textContent = me ? `signed in as @${me.handle}` : '';
   bellFor(me?.token ?? null);
-  const [, page, id, extra] = location.hash.replace(/^#/, '').split('/');
+  // A course's filter rides after a "?": #/course/<id>/top?unresolved&tag=<id>.
+  const [path, query = ''] = location.hash.replace(/^#/, '').split('?');
+  const [, page, id, extra] = path.split('/');
   try {
     if (!me || !page) return await pickUser();
     if (page === 'courses') return await courses();
-    if (page === 'course' && id) return await course(decodeURIComponent(id), orderOf(extra));
+    if (page === 'course' && id) return await course(decodeURIComponent(id), orderOf(extra), new URLSearchParams(query));
     if (page === 'post' && id) return await post(decodeURIComponent(id));
     return await pickUser();
   } catch (err) {

@@ -140,5 +140,11 @@ test('the filter bar lists what the server lists for the same filter', async () 
     await a.page.getByTestId('filter-tag').selectOption(tagId);
     await a.page.getByTestId('filter-unresolved').check();
     assert.deepEqual(await pageList({ unresolved: true, tagId }), await serverFirstPage({ unresolved: true, tagId }));
+    // The filter stays in the URL: a reload shows the same list.
+    assert.equal(new URL(a.page.url()).hash, `#/course/${encodeURIComponent(course)}?unresolved&tag=${encodeURIComponent(tagId)}`);
+    await a.page.reload();
+    assert.deepEqual(await pageList({ unresolved: true, tagId }), await serverFirstPage({ unresolved: true, tagId }));
+    assert.equal(await a.page.getByTestId('filter-unresolved').isChecked(), true);
+    assert.equal(await a.page.getByTestId('filter-tag').inputValue(), tagId);
   });
 });
