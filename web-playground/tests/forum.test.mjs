@@ -265,6 +265,8 @@ test("an instructor deletes a student's comment; a refused edit shows the server
 
     // Dr. Tran teaches CS101: Delete on Alice's post and comment, but no Edit.
     const t = await signedIn('dr_tran');
+    // The course list renders after signing in; a route taken before it would be painted over.
+    await t.page.getByTestId('course-CS101').waitFor();
     await t.page.goto(a.page.url());
     await t.page.getByTestId('post-title').waitFor();
     assert.equal(await t.page.getByTestId('post').getByTestId('delete').count(), 1);
