@@ -158,6 +158,7 @@ test('authors edit and delete their own post, comment and reply; others get no s
     await a.page.getByTestId('post-title').getByText(`Draft ${stamp}`).waitFor();
     const postId = postIdOf(a.page);
     const b = await signedIn('bob');
+    await b.page.getByTestId('course-CS101').waitFor(); // else the late course list paints over the post
     await b.page.goto(a.page.url());
     await b.page.getByTestId('post-title').waitFor();
     await liveOn(a.page);
