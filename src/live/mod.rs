@@ -7,6 +7,9 @@
 
 pub(crate) mod hub;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::kv::Redis;
 use sea_orm::{ConnectionTrait, FromQueryResult};
 
@@ -69,17 +72,25 @@ pub struct Publisher {
     /// This instance's course pages: each message is applied to them before it is published,
     /// so the writer's next read already shows its write.
     local_pages: Option<CoursePages>,
+    /// Messages this publisher (and its clones) delivered to Redis: with the relay's
+    /// `messages_received`, tells when an instance has heard its own echoes.
+    published: Arc<AtomicU64>,
 }
 
 impl Publisher {
     pub fn new(redis: Redis, channel: String) -> Self {
-        Self { redis, channel, local_pages: None }
+        Self { redis, channel, local_pages: None, published: Arc::new(AtomicU64::new(0)) }
     }
 
     /// A publisher that also applies what it publishes to this instance's course pages.
     pub fn with_local_pages(mut self, pages: CoursePages) -> Self {
         self.local_pages = Some(pages);
         self
+    }
+
+    /// How many messages were published so far (by this publisher and its clones).
+    pub fn published(&self) -> u64 {
+        self.published.load(Ordering::Relaxed)
     }
 
     /// Committed like counts, to every instance's subscribers. Called by the after-commit step
@@ -135,7 +146,10 @@ impl Publisher {
             LiveMessage::CourseNotifications { .. } => "course_notifications",
         };
         match self.try_publish(message).await {
-            Ok(()) => metrics::counter!(names::LIVE_MESSAGES_PUBLISHED, "kind" => kind).increment(1),
+            Ok(()) => {
+                self.published.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!(names::LIVE_MESSAGES_PUBLISHED, "kind" => kind).increment(1)
+            }
             Err(err) => {
                 metrics::counter!(names::LIVE_PUBLISH_FAILURES).increment(1);
                 tracing::warn!(error = %err, "could not publish a live update");

@@ -83,16 +83,6 @@ async fn eventually<F: AsyncFn() -> Shown>(what: &str, read: F, wanted: impl Fn(
     }
 }
 
-/// Waits until this instance's relay has heard `n` messages: the echo of a write this instance
-/// published arrives after the write answered, and drops the pages it concerns when it does.
-async fn relay_heard(app: &TestApp, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while app.state.live.stats.messages_received.load(std::sync::atomic::Ordering::Relaxed) < n {
-        assert!(Instant::now() < deadline, "the relay did not hear {n} messages within 5 s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 async fn mutate(app: &TestApp, addr: std::net::SocketAddr, user: i64, query: &str, variables: Json) -> Json {
     let response = app.gql_at(addr, Some(&app.token(user)), query, variables).await;
     assert!(response.get("errors").is_none(), "mutation failed: {response}");
@@ -140,7 +130,7 @@ async fn a_warm_page_costs_no_statement_and_a_cold_one_costs_one() {
     for i in 0..3 {
         app.create_post_at(app.addr, &app.token(world.alice), world.course, &format!("post {i}")).await;
     }
-    relay_heard(&app, 3).await;
+    app.own_echoes_heard().await;
     // The first read loads the page and its authors; memberships are in memory already.
     let statements = app.state.sql_statements.get();
     let first = page_at(&app, app.addr, world.bob, world.course).await;
@@ -311,7 +301,7 @@ async fn an_unpublished_change_shows_after_the_ttl() {
     let app = TestApp::spawn_with(|s| s.course_page_cache_ttl = Duration::from_millis(3000)).await;
     let world = World::create(&app).await;
     let post = app.create_post_at(app.addr, &app.token(world.alice), world.course, "before").await;
-    relay_heard(&app, 1).await;
+    app.own_echoes_heard().await;
     page_at(&app, app.addr, world.bob, world.course).await;
     let changed_at = Instant::now();
     app.scalar_i64("UPDATE posts SET title = 'by hand' WHERE id = $1 RETURNING id AS v", [post.into()]).await;
@@ -586,7 +576,7 @@ async fn a_ranked_first_page_is_kept_briefly_and_follows_likes_and_deletes_at_on
         posts.push(app.create_post_at(app.addr, &app.token(world.alice), world.course, &format!("post {i}")).await);
     }
     let (oldest, middle, newest) = (posts[0], posts[1], posts[2]);
-    relay_heard(&app, 3).await;
+    app.own_echoes_heard().await;
     for order in ["HOT", "TOP"] {
         let kept_at = Instant::now();
         let first = ranked_at(&app, app.addr, world.bob, world.course, order).await;
@@ -825,7 +815,7 @@ async fn per_cache_figures_appear_in_metrics() {
     let world = World::create(&app).await;
     app.create_post_at(app.addr, &app.token(world.alice), world.course, "counted").await;
     // The post's echo drops the course's pages: a page read before it arrives is not kept.
-    relay_heard(&app, 1).await;
+    app.own_echoes_heard().await;
     page_at(&app, app.addr, world.bob, world.course).await;
     let gauges = cache_gauges(&app).await;
     let value = |name: &str, cache: &str| {

@@ -54,6 +54,9 @@ async fn read_a_page_of_twenty(app: &TestApp) -> ((u64, u64), (u64, u64), (u64, 
             .await;
         }
     }
+    // Each post's echo drops the course's pages: a page read before the last one arrives is
+    // not kept.
+    app.own_echoes_heard().await;
     let page = "query($c: ID!) { course(id: $c) { posts(first: 20) { edges { node { \
                 title likeCount commentCount likedByMe author { handle displayName } } } } } }";
     let alice = app.token(world.alice);

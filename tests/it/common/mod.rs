@@ -331,6 +331,22 @@ impl TestApp {
         self.memberships_settled().await;
     }
 
+    /// Waits until this instance's relay has heard back every live message the instance
+    /// published so far. A message drops cached pages again when its echo arrives, so a test
+    /// that counts a warm read's statements waits for the echoes first. Only for an instance
+    /// alone on its channel (peers' messages would count as heard).
+    pub async fn own_echoes_heard(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let published = self.state.publisher.published();
+        while self.state.live.stats.messages_received.load(std::sync::atomic::Ordering::Relaxed) < published {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the relay did not hear {published} own messages within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Waits until this instance has heard every membership change committed so far (a
     /// direct SQL write reaches its in-memory memberships through a notification).
     pub async fn memberships_settled(&self) {
