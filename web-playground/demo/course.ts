@@ -228,15 +228,20 @@ export async function course(courseId: string, initialOrder: PostOrder, params =
     news.hidden = u.unreadCommentCount <= 0;
   };
   /** Everything listed is read (the course was marked read, here or in another tab). */
+  /** Moves with every unreadCounts event: a mutation's answer may be older than one. */
+  let unreadEvents = 0;
   const allRead = () =>
     postsEl.querySelectorAll<HTMLElement>('[data-testid=post-item]').forEach((el) => setUnread({ id: el.dataset.id!, isUnread: false, unreadCommentCount: 0 }));
   markAllBtn.addEventListener('click', async () => {
     const errEl = app.querySelector('[data-testid=mark-course-read-error]')!;
     errEl.textContent = '';
     markAllBtn.disabled = true;
+    const seen = unreadEvents;
     try {
       const res = await gql(`mutation($id: ID!) { markCourseRead(courseId: $id) { id unreadPostCount } }`, { id: courseId });
-      setCourseUnread(res.markCourseRead.unreadPostCount);
+      // An event that came meanwhile may be newer than this answer (a post written just after
+      // the mark): then the events keep the count, as they carry it whole.
+      if (seen === unreadEvents) setCourseUnread(res.markCourseRead.unreadPostCount);
       // With "Unread" ticked the list is now out of date as a whole: walk it again.
       if (filter.unread) void show(order);
       else allRead();
@@ -255,6 +260,7 @@ export async function course(courseId: string, initialOrder: PostOrder, params =
       (d: any) => {
         const u = d.unreadCounts;
         if (!u) return;
+        unreadEvents += 1;
         setCourseUnread(u.course.unreadPostCount);
         if (u.post) setUnread(u.post);
         else allRead();
