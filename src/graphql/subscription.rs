@@ -181,8 +181,8 @@ impl Subscription {
     }
 
     /// Your unread state of one course as it changes: an update when someone else writes a
-    /// post, comment or reply you may read there, when one you may read is deleted, and when
-    /// your own read marks move (`markPostRead`, `markCourseRead`, in any tab or device). Ask
+    /// post, comment or reply you may read there, when one you may read is deleted or changes
+    /// state (a question made public), and when your own read marks move (`markPostRead`, `markCourseRead`, in any tab or device). Ask
     /// the update for `course { unreadPostCount }` and `post { isUnread unreadCommentCount }`.
     /// Nothing is sent for what you may not read (another student's private question). Ends
     /// with FORBIDDEN when you leave the course.

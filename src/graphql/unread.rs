@@ -69,7 +69,8 @@ impl UnreadUpdate {
     }
 
     /// What an event of the course's activity means for `reader`'s unread state: an update
-    /// when something was created by someone else or deleted by anyone; None for everything
+    /// when something was created by someone else, deleted by anyone, or a post changed state
+    /// (a private question made public becomes unread for its classmates); None for everything
     /// else. Whether the reader may see a private post's events is the caller's check.
     pub(crate) fn of_activity(activity: &Activity, reader: i64) -> Option<Self> {
         let created = matches!(
@@ -80,9 +81,11 @@ impl UnreadUpdate {
             activity.kind,
             ActivityKind::PostDeleted | ActivityKind::CommentDeleted | ActivityKind::ReplyDeleted
         );
+        // A post changed state: made public, it may have become readable (and so unread).
+        let updated = activity.kind == ActivityKind::PostUpdated;
         // Your own writes change none of your counts; a deletion may (even your own of
         // another's comment).
-        if !(deleted || created && activity.actor != Some(reader)) {
+        if !(deleted || updated || created && activity.actor != Some(reader)) {
             return None;
         }
         let post = (activity.kind != ActivityKind::PostDeleted).then_some(activity.post_id);

@@ -304,7 +304,7 @@ async fn two_tabs_hear_reads_in_either_and_classmates_writes() {
         assert_eq!(update["post"], json!({ "id": gid("Post", post), "isUnread": false, "unreadCommentCount": 0 }));
     }
     // A classmate's private question: staff hear it, alice's tabs nothing at all.
-    private_question(&app, world.bob, world.course).await;
+    let private = private_question(&app, world.bob, world.course).await;
     let update = next_update(&mut staff).await;
     assert_eq!(update["course"]["unreadPostCount"], 2, "{update}");
     // Then a public comment: it is the next thing each tab hears.
@@ -313,6 +313,22 @@ async fn two_tabs_hear_reads_in_either_and_classmates_writes() {
         let update = next_update(tab).await;
         assert_eq!(update["post"]["unreadCommentCount"], 1, "the comment, not the private post: {update}");
         assert_eq!(update["course"]["unreadPostCount"], 0, "{update}");
+    }
+    // Made public, the question becomes unread for alice: her tabs hear it.
+    app.gql_ok(
+        Some(&app.token(world.instructor)),
+        "mutation($p: ID!) { makePostPublic(postId: $p) { id } }",
+        json!({ "p": gid("Post", private) }),
+    )
+    .await;
+    for tab in [&mut tab_a, &mut tab_b] {
+        let update = next_update(tab).await;
+        assert_eq!(update["course"]["unreadPostCount"], 1, "{update}");
+        assert_eq!(update["post"]["id"], gid("Post", private), "{update}");
+    }
+    mark_post(&app, world.alice, private).await;
+    for tab in [&mut tab_a, &mut tab_b] {
+        assert_eq!(next_update(tab).await["course"]["unreadPostCount"], 0);
     }
     // Alice's own write is nothing new to her; her markCourseRead is (post null).
     app.create_comment(&app.token(world.alice), post, "mine").await;
