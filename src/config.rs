@@ -120,6 +120,11 @@ pub struct Settings {
     #[arg(long, env = "NOTIFICATIONS_PER_USER", default_value_t = 500, global = true)]
     pub notifications_per_user: i64,
 
+    /// Unread tracking: posts one member may have opened above their read mark of a course
+    /// before the oldest of them are folded into it (the oldest unread posts age out as read).
+    #[arg(long, env = "UNREAD_EXCEPTIONS_PER_COURSE", default_value_t = 1000, global = true)]
+    pub unread_exceptions_per_course: i64,
+
     /// Most subscriptions one websocket connection may hold open.
     #[arg(long, env = "LIVE_MAX_SUBSCRIPTIONS", default_value_t = 50, global = true)]
     pub live_max_subscriptions: usize,
@@ -624,6 +629,9 @@ impl Settings {
         }
         if !(1..=100_000).contains(&self.notifications_per_user) {
             return Err(AppError::Config("NOTIFICATIONS_PER_USER must be between 1 and 100000".into()));
+        }
+        if !(1..=100_000).contains(&self.unread_exceptions_per_course) {
+            return Err(AppError::Config("UNREAD_EXCEPTIONS_PER_COURSE must be between 1 and 100000".into()));
         }
         if self.request_statement_budget == 0 {
             return Err(AppError::Config("REQUEST_STATEMENT_BUDGET must be at least 1".into()));

@@ -42,6 +42,10 @@ pub struct Activity {
     /// The author of the post, when it is private: then only they and staff receive the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_to: Option<i64>,
+    /// Who did it (absent from older publishers): a reader's unread counts ignore what they
+    /// wrote themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<i64>,
 }
 
 /// The wire format on the Pub/Sub channel.
@@ -81,6 +85,13 @@ pub enum LiveMessage {
     CourseNotifications {
         course_id: i64,
         added: Option<i64>,
+    },
+    /// A user's read marks in a course moved (`markPostRead`: `post_id` is the post;
+    /// `markCourseRead`: None): to that user's own `unreadCounts` streams, in every tab.
+    ReadMarks {
+        user_id: i64,
+        course_id: i64,
+        post_id: Option<i64>,
     },
 }
 

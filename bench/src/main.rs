@@ -35,6 +35,9 @@
 //!   - `--flood-posts N` (100) and `--post-body-bytes B` (20,000): the course the forged cursors read.
 //!   - `--subscriptions N` (40): deep `courseActivity` subscriptions held by the hostile members.
 //!   - `--comment-interval-ms T` (500): an ordinary member's pace of comments, each an event.
+//! - `search`: a course of 100,000 posts and 1,000,000 comments and replies: `Course.search`,
+//!   `Course.similarPosts` and the course page with and without unread counts, p50/p99 at 32
+//!   connections side by side, and the sizes of the tables and indexes they use.
 
 mod announce;
 mod ceiling;
@@ -46,6 +49,7 @@ mod load;
 mod otlp_sink;
 mod page;
 mod revoke;
+mod search;
 mod server;
 mod storm;
 mod suite;
@@ -228,6 +232,9 @@ enum Scenario {
     Announce(announce::AnnounceBench),
     /// Ordinary readers alone, then beside hostile clients: what the hostile clients cost them.
     Hostile(hostile::HostileConfig),
+    /// Search, similar posts and the page with unread counts on a course of 100,000 posts and
+    /// 1,000,000 comments: p50/p99 at 32 connections, and the index sizes.
+    Search(search::SearchBench),
 }
 
 fn show<T: serde::Serialize>(result: AppResult<T>) -> AppResult<bool> {
@@ -306,6 +313,10 @@ async fn main() -> std::process::ExitCode {
         // A missed goal is in the table; only a bench error fails the run.
         Scenario::Hostile(config) => hostile::run(&cli, config).await.map(|result| {
             hostile::print(&result);
+            true
+        }),
+        Scenario::Search(bench) => search::run(&cli, bench).await.map(|result| {
+            search::print(&result);
             true
         }),
     };

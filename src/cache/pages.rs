@@ -465,7 +465,9 @@ impl CoursePages {
             LiveMessage::ViewCounts { counts } => {
                 counts.iter().map(|(post, views)| Change::Views { post: *post, views: *views }).collect()
             }
-            LiveMessage::Notifications { .. } | LiveMessage::CourseNotifications { .. } => return,
+            LiveMessage::Notifications { .. }
+            | LiveMessage::CourseNotifications { .. }
+            | LiveMessage::ReadMarks { .. } => return,
         };
         let mut index = self.lock();
         for change in changes {

@@ -119,6 +119,8 @@ pub(crate) struct PostFilter {
     /// Written by the reader.
     pub mine: Option<bool>,
     pub private: Option<bool>,
+    /// Not yet read by the reader (`forum::unread`): never their own posts.
+    pub unread: Option<bool>,
 }
 
 impl PostFilter {
@@ -141,6 +143,7 @@ impl PostFilter {
             ("p", self.pinned),
             ("m", self.mine),
             ("v", self.private),
+            ("n", self.unread),
         ];
         for (name, value) in flags {
             if let Some(value) = value {
@@ -175,14 +178,15 @@ impl Scope {
     fn new(course_id: i64, reader: Reader, filter: &PostFilter) -> AppResult<Self> {
         let mut values: Vec<sea_orm::Value> = vec![course_id.into()];
         let mut parts = vec!["course_id = $1".to_owned(), "deleted_at IS NULL".to_owned()];
-        let needs_viewer = filter.mine.is_some() || matches!(reader, Reader::Member { staff: false, .. });
+        let needs_viewer =
+            filter.mine.is_some() || filter.unread.is_some() || matches!(reader, Reader::Member { staff: false, .. });
         let viewer = match reader {
             Reader::Member { user_id, .. } if needs_viewer => {
                 values.push(user_id.into());
                 Some(values.len())
             }
             Reader::Member { .. } => None,
-            Reader::Shared if filter.mine.is_some() => {
+            Reader::Shared if filter.mine.is_some() || filter.unread.is_some() => {
                 return Err(AppError::Internal("a list of the reader's own posts read without a reader".into()));
             }
             Reader::Shared => {
@@ -214,6 +218,10 @@ impl Scope {
         }
         if let (Some(wanted), Some(viewer)) = (filter.mine, viewer) {
             parts.push(if wanted { format!("user_id = ${viewer}") } else { format!("user_id <> ${viewer}") });
+        }
+        if let (Some(wanted), Some(viewer)) = (filter.unread, viewer) {
+            let unread = crate::forum::unread::unread_sql(viewer);
+            parts.push(if wanted { unread } else { format!("NOT {unread}") });
         }
         if let Some(wanted) = filter.private {
             parts.push(either(wanted, "private", "NOT private"));

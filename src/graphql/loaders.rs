@@ -24,6 +24,7 @@ use crate::forum::courses::{self, CourseRow};
 use crate::forum::paging::{Page, PageRequest};
 use crate::forum::posts::{self, PostRow};
 use crate::forum::questions::{self, TagRow};
+use crate::forum::unread;
 use crate::forum::users::{self, UserRow};
 use crate::likes::{LikeTarget, Likes};
 use crate::state::AppState;
@@ -218,6 +219,61 @@ impl Loader<i64> for AnsweredLoader {
     }
 }
 
+/// What the unread loader answers about: a post's unread state, or a course's unread post
+/// count (`staff`: the viewer's role there, so private posts are counted for staff only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum UnreadKey {
+    Post(i64),
+    Course { course_id: i64, staff: bool },
+}
+
+/// The answer for one `UnreadKey`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UnreadValue {
+    Post(unread::PostUnread),
+    /// Unread posts, saturating at `unread::UNREAD_COUNT_CAP`.
+    Course(i64),
+}
+
+/// The viewer's unread state of every post and course a request shows, in ONE statement
+/// (`forum::unread::load`): the watermarks, the page's exceptions, the unread comment counts
+/// and the course counts together.
+pub(crate) struct UnreadLoader {
+    db: DatabaseConnection,
+    user_id: i64,
+}
+
+impl Loader<UnreadKey> for UnreadLoader {
+    type Value = UnreadValue;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[UnreadKey]) -> Result<HashMap<UnreadKey, UnreadValue>, LoadError> {
+        let (mut posts, mut courses, mut staff_in) = (Vec::new(), Vec::new(), Vec::new());
+        for key in keys {
+            match *key {
+                UnreadKey::Post(id) => posts.push(id),
+                UnreadKey::Course { course_id, staff } => {
+                    courses.push(course_id);
+                    if staff {
+                        staff_in.push(course_id);
+                    }
+                }
+            }
+        }
+        let (by_post, by_course) =
+            unread::load(&self.db, self.user_id, &posts, &courses, &staff_in).await.map_err(Arc::new)?;
+        Ok(keys
+            .iter()
+            .filter_map(|key| match *key {
+                UnreadKey::Post(id) => by_post.get(&id).map(|v| (*key, UnreadValue::Post(*v))),
+                UnreadKey::Course { course_id, .. } => {
+                    Some((*key, UnreadValue::Course(by_course.get(&course_id).copied().unwrap_or(0))))
+                }
+            })
+            .collect())
+    }
+}
+
 /// How a DataLoader starts a batch task.
 type Spawner = Box<dyn Fn(BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()> + Send + Sync>;
 
@@ -236,6 +292,9 @@ pub(crate) struct Loaders {
     pub posts: DataLoader<PostLoader>,
     pub post_tags: DataLoader<PostTagsLoader>,
     pub answered: DataLoader<AnsweredLoader>,
+    /// Present only for an authenticated viewer; never cached (a read mark changes it within
+    /// a request).
+    pub unread: Option<DataLoader<UnreadLoader>>,
     /// False for loaders that outlive a request (a websocket connection's): nothing is cached.
     liked_cached: bool,
 }
@@ -288,6 +347,8 @@ impl Loaders {
             posts: DataLoader::new(PostLoader(app.post_cache.clone()), spawner()).delay(delay),
             post_tags: DataLoader::new(PostTagsLoader(db.clone()), spawner()).delay(delay),
             answered: DataLoader::new(AnsweredLoader(db.clone()), spawner()).delay(delay),
+            unread: viewer
+                .map(|user_id| DataLoader::new(UnreadLoader { db: db.clone(), user_id }, spawner()).delay(delay)),
             liked_cached: true,
         }
     }
@@ -342,6 +403,64 @@ pub(crate) async fn prime_liked(
         loader.load_many(keys).await?;
     }
     Ok(())
+}
+
+/// The viewer's unread state of a post (nothing unread without a signed-in viewer).
+pub(crate) async fn unread_of_post(ctx: &Context<'_>, post_id: i64) -> async_graphql::Result<unread::PostUnread> {
+    let Some(loader) = &loaders(ctx)?.unread else { return Ok(Default::default()) };
+    match loader.load_one(UnreadKey::Post(post_id)).await? {
+        Some(UnreadValue::Post(state)) => Ok(state),
+        // A post deleted since it was read has nothing unread.
+        _ => Ok(Default::default()),
+    }
+}
+
+/// The viewer's unread post count of a course, `staff` their role there (0 without a
+/// signed-in viewer).
+pub(crate) async fn unread_in_course(ctx: &Context<'_>, course_id: i64, staff: bool) -> async_graphql::Result<i64> {
+    let Some(loader) = &loaders(ctx)?.unread else { return Ok(0) };
+    match loader.load_one(UnreadKey::Course { course_id, staff }).await? {
+        Some(UnreadValue::Course(count)) => Ok(count),
+        _ => Ok(0),
+    }
+}
+
+/// The pages of posts one `Course` object is reading in this request. `Course.unreadPostCount`
+/// waits for them, so that its count joins the batch of the page's posts' unread states (one
+/// statement for both) instead of going alone while the page is being read.
+#[derive(Clone, Debug)]
+pub(crate) struct PagesPending(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Default for PagesPending {
+    fn default() -> Self {
+        Self(Arc::new(tokio::sync::watch::channel(0).0))
+    }
+}
+
+impl PagesPending {
+    /// A page starts being read; it is done when the guard drops (the resolver returned).
+    pub(crate) fn begin(&self) -> PageInFlight {
+        self.0.send_modify(|n| *n += 1);
+        PageInFlight(self.0.clone())
+    }
+
+    /// Returns once no page of this object is being read. It first lets the sibling fields
+    /// start (one yield: they are polled in the same pass), so a page asked after this field
+    /// is waited for too.
+    pub(crate) async fn settled(&self) {
+        tokio::task::yield_now().await;
+        let mut pending = self.0.subscribe();
+        let _ = pending.wait_for(|n| *n == 0).await;
+    }
+}
+
+/// One page being read (`PagesPending::begin`).
+pub(crate) struct PageInFlight(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for PageInFlight {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// Records what a like or unlike just made true, so that `likedByMe` later in the same request

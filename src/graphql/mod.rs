@@ -20,6 +20,7 @@ pub(crate) mod roster;
 pub(crate) mod socket;
 pub(crate) mod subscription;
 pub(crate) mod types;
+pub(crate) mod unread;
 
 use async_graphql::connection::Connection;
 use async_graphql::{SDLExportOptions, Schema};
@@ -42,6 +43,7 @@ pub struct Mutation(
     mutation::NotificationMutations,
     roster::RosterMutations,
     questions::QuestionMutations,
+    unread::UnreadMutations,
 );
 
 /// Deepest selection accepted (a post page with comments, replies and their authors fits).

@@ -494,7 +494,8 @@ pub(super) async fn within_limit(ctx: &Context<'_>, user_id: i64, kind: WriteKin
 /// `node_id`): a private post's events reach only its author and staff.
 pub(super) async fn publish(ctx: &Context<'_>, post: &PostRow, kind: ActivityKind, node_id: i64) -> Result<()> {
     let private_to = post.private.then_some(post.user_id);
-    let activity = Activity { course_id: post.course_id, kind, node_id, post_id: post.id, private_to };
+    let actor = Some(viewer(ctx)?.user_id);
+    let activity = Activity { course_id: post.course_id, kind, node_id, post_id: post.id, private_to, actor };
     state(ctx)?.publisher.activity(activity).await;
     Ok(())
 }

@@ -19,6 +19,7 @@ use super::context::{state, viewer};
 use super::ids::{self, NodeKind, encode};
 use super::revocation::{AccessScope, until_access_lost};
 use super::types::{Comment, Likeable, LiveLikes, Post, Reply};
+use super::unread::UnreadUpdate;
 use crate::error::AppError;
 use crate::forum::audience;
 use crate::forum::comments;
@@ -177,6 +178,57 @@ impl Subscription {
             }
         });
         Ok(until_access_lost(activity, access_watch, access_scope(state, viewer.user_id, vec![course.course_id])))
+    }
+
+    /// Your unread state of one course as it changes: an update when someone else writes a
+    /// post, comment or reply you may read there, when one you may read is deleted or changes
+    /// state (a question made public), and when your own read marks move (`markPostRead`, `markCourseRead`, in any tab or device). Ask
+    /// the update for `course { unreadPostCount }` and `post { isUnread unreadCommentCount }`.
+    /// Nothing is sent for what you may not read (another student's private question). Ends
+    /// with FORBIDDEN when you leave the course.
+    async fn unread_counts(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The global id of a course the user belongs to (`Course.id`).")] course_id: ID,
+    ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<UnreadUpdate>> + use<>> {
+        let permit = permit(ctx)?;
+        let viewer = viewer(ctx)?;
+        let state = state(ctx)?;
+        // Watching before the access check: a change during it is not missed.
+        let access_watch = state.memberships.watch(viewer.user_id);
+        let (course, _) = access::course(ctx, ids::decode_one(&course_id, NodeKind::Course)?).await?;
+        let (reader, course_id) = (viewer.user_id, course.course_id);
+        let (activity, activity_guard) = state.live.watch_activity(course_id);
+        let (marks, marks_guard) = state.live.watch_read_marks(reader);
+        let held = Arc::new((activity_guard, marks_guard, permit));
+        let (memberships, db) = (state.memberships.clone(), state.db.clone());
+        let others = BroadcastStream::new(activity).filter_map(move |item| {
+            let (memberships, db) = (memberships.clone(), db.clone());
+            async move {
+                let activity = item.ok()?;
+                let update = UnreadUpdate::of_activity(&activity, reader)?;
+                // As `courseActivity`: a private post's events reach only its author and staff,
+                // by the reader's role now. Nothing at all for the others: even an empty
+                // update would tell them, by its timing, that something private was written.
+                if let Some(author) = activity.private_to
+                    && author != reader
+                {
+                    let roles = memberships.roles_of_user(&db, reader).await.ok()?;
+                    let role = roles.get(&course_id).copied()?;
+                    audience::may_read(reader, role, author, true).then_some(())?;
+                }
+                Some(update)
+            }
+        });
+        let own = BroadcastStream::new(marks).filter_map(move |item| async move {
+            let (course, post) = item.ok()?;
+            (course == course_id).then(|| UnreadUpdate::new(course, post))
+        });
+        let updates = futures_util::stream::select(others, own).map(move |update| {
+            let _held = held.clone();
+            update
+        });
+        Ok(until_access_lost(updates, access_watch, access_scope(state, reader, vec![course_id])))
     }
 }
 

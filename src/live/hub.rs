@@ -34,6 +34,12 @@ use crate::telemetry::otel::{self, TraceRef};
 const ACTIVITY_CAPACITY: usize = 256;
 /// Notification changes a user's channel holds for subscribers that are behind.
 const NOTIFICATION_CAPACITY: usize = 64;
+/// Read-mark changes a user's channel holds for subscribers that are behind.
+const READ_MARKS_CAPACITY: usize = 64;
+
+/// One user's read marks moved in a course: `(course, post)`, the post None for the whole
+/// course.
+pub(crate) type ReadMarksChange = (i64, Option<i64>);
 
 /// The latest committed count of one target, as this process knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +80,8 @@ pub struct Hub {
     activity: Mutex<HashMap<i64, broadcast::Sender<Activity>>>,
     /// Per user: a new notification's id, or None when their unread count moved otherwise.
     notifications: Mutex<NotificationChannels>,
+    /// Per user: their read marks moved (`unreadCounts` of their own tabs only).
+    read_marks: Mutex<HashMap<i64, broadcast::Sender<ReadMarksChange>>>,
     pub stats: HubStats,
 }
 
@@ -113,6 +121,14 @@ impl Hub {
             .or_insert_with(|| UserChannel { sender: broadcast::channel(NOTIFICATION_CAPACITY).0, courses: Vec::new() })
             .sender
             .subscribe();
+        self.opened();
+        (receiver, HubGuard { hub: self.clone(), targets: Vec::new() })
+    }
+
+    /// The read-mark changes of one user; dropping the guard releases the channel.
+    pub fn watch_read_marks(self: &Arc<Self>, user_id: i64) -> (broadcast::Receiver<ReadMarksChange>, HubGuard) {
+        let mut map = self.read_marks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let receiver = map.entry(user_id).or_insert_with(|| broadcast::channel(READ_MARKS_CAPACITY).0).subscribe();
         self.opened();
         (receiver, HubGuard { hub: self.clone(), targets: Vec::new() })
     }
@@ -170,6 +186,12 @@ impl Hub {
                     }
                 }
             }
+            LiveMessage::ReadMarks { user_id, course_id, post_id } => {
+                let map = self.read_marks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if let Some(sender) = map.get(&user_id) {
+                    let _ = sender.send((course_id, post_id));
+                }
+            }
             // For the in-process caches only (the relay hands them there too).
             LiveMessage::PostsChanged { .. } | LiveMessage::ViewCounts { .. } => {}
         }
@@ -189,6 +211,9 @@ impl Hub {
         let mut activity = self.activity.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         activity.retain(|_, sender| sender.receiver_count() > 0);
         drop(activity);
+        let mut read_marks = self.read_marks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        read_marks.retain(|_, sender| sender.receiver_count() > 0);
+        drop(read_marks);
         let mut notifications = self.notifications.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         notifications.forget_unwatched();
     }

@@ -132,6 +132,12 @@ impl Publisher {
         self.publish(&LiveMessage::CourseNotifications { course_id, added }).await;
     }
 
+    /// A user's committed read marks in a course (`post_id` None for the whole course), to
+    /// that user's own `unreadCounts` streams on every instance.
+    pub async fn read_marks(&self, user_id: i64, course_id: i64, post_id: Option<i64>) {
+        self.publish(&LiveMessage::ReadMarks { user_id, course_id, post_id }).await;
+    }
+
     #[tracing::instrument(name = "live.publish", level = "debug", skip_all, fields(otel.kind = "producer"))]
     async fn publish(&self, message: &LiveMessage) {
         if let Some(pages) = &self.local_pages {
@@ -144,6 +150,7 @@ impl Publisher {
             LiveMessage::ViewCounts { .. } => "view_counts",
             LiveMessage::Notifications { .. } => "notifications",
             LiveMessage::CourseNotifications { .. } => "course_notifications",
+            LiveMessage::ReadMarks { .. } => "read_marks",
         };
         match self.try_publish(message).await {
             Ok(()) => {

@@ -349,7 +349,9 @@ fn counts(post: i64, count: i32, version: i64) -> LiveMessage {
 }
 
 fn activity(course_id: i64, kind: ActivityKind, post_id: i64) -> LiveMessage {
-    LiveMessage::Activity { activity: Activity { course_id, kind, node_id: post_id, post_id, private_to: None } }
+    LiveMessage::Activity {
+        activity: Activity { course_id, kind, node_id: post_id, post_id, private_to: None, actor: None },
+    }
 }
 
 /// A load that started before a change and stores after it: dropped if the change may alter

@@ -64,6 +64,7 @@ mod schema_sdl;
 mod shutdown;
 mod smoke;
 mod socket_limits;
+mod unread;
 mod views;
 mod worker_crash;
 mod worker_fencing;

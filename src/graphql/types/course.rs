@@ -5,6 +5,7 @@ use crate::cursor::PostsAt;
 use crate::forum::paging::ABOVE_EVERY_POST;
 use crate::forum::posts::{PostFilter, Reader};
 use crate::graphql::ids::decode_as;
+use crate::graphql::loaders::{PagesPending, unread_in_course};
 
 /// A course: its id always; its row (code, title, createdAt) as read, or loaded on first ask
 /// through the request's `CourseLoader`, so a page that shows only a course's posts never
@@ -16,17 +17,19 @@ pub(crate) struct Course {
     /// its siblings' in one statement. A course asked for by id reads its page directly,
     /// without the loader's batching delay.
     in_list: bool,
+    /// Its pages of posts being read now (`Course.unreadPostCount` waits for them).
+    pages: PagesPending,
 }
 
 impl Course {
     pub(crate) fn from_row(row: CourseRow) -> Self {
-        Self { course_id: row.id, row: Some(row), in_list: false }
+        Self { course_id: row.id, row: Some(row), in_list: false, pages: PagesPending::default() }
     }
 
     /// A course known to exist without reading it (the viewer is one of its members, and
     /// `course_members` references `courses`).
     pub(crate) fn known(course_id: i64) -> Self {
-        Self { course_id, row: None, in_list: false }
+        Self { course_id, row: None, in_list: false, pages: PagesPending::default() }
     }
 
     /// Marks a course resolved as one item of a list (see `in_list`).
@@ -49,6 +52,14 @@ impl Course {
     /// Global id of this course.
     pub(super) async fn id(&self) -> ID {
         encode(NodeKind::Course, self.course_id)
+    }
+    /// How many posts here you have not read (`Post.isUnread`: posts you may read, not your
+    /// own, not deleted). It saturates at 1,000: a client shows 1,000 as "999+".
+    pub(super) async fn unread_post_count(&self, ctx: &Context<'_>) -> Result<i32> {
+        let role = viewer(ctx)?.require_member(&state(ctx)?.db, self.course_id).await?;
+        // Joins the batch of the posts this request shows of the course (one statement).
+        self.pages.settled().await;
+        Ok(unread_in_course(ctx, self.course_id, role == Role::Instructor).await? as i32)
     }
     /// Short code, e.g. `CS101`.
     pub(super) async fn code(&self, ctx: &Context<'_>) -> Result<String> {
@@ -121,6 +132,7 @@ impl Course {
         #[graphql(desc = "Only the posts that match every field given (none: every post the reader may read).")]
         filter: Option<PostFilterInput>,
     ) -> Result<Connection<PostsCursor, Post>> {
+        let _reading = self.pages.begin();
         let filter = filter.map(PostFilterInput::parse).transpose()?.unwrap_or_default();
         let ranking = match order_by {
             PostOrder::New => return self.newest_posts(ctx, first, after, last, before, &filter).await,
@@ -290,6 +302,9 @@ pub(crate) struct PostFilterInput {
     mine: Option<bool>,
     /// true: private questions (a student has only their own); false: public posts.
     private: Option<bool>,
+    /// true: the posts you have not read (`Post.isUnread`); false: the ones you have read
+    /// (your own posts among them).
+    unread: Option<bool>,
 }
 
 impl PostFilterInput {
@@ -305,6 +320,7 @@ impl PostFilterInput {
             tag_id,
             mine: self.mine,
             private: self.private,
+            unread: self.unread,
         })
     }
 }

@@ -1,6 +1,7 @@
 //! `Post`: a post, its likes, views and top-level comments.
 
 use super::*;
+use crate::graphql::loaders::unread_of_post;
 
 /// A post: its row as read, or (built from a live like update) its id and committed like
 /// count, with the row read on first ask (see `Known`).
@@ -35,6 +36,16 @@ impl Post {
     /// Global id of this post.
     pub(super) async fn id(&self) -> ID {
         encode(NodeKind::Post, self.0.id)
+    }
+    /// Whether you have not read it: written by someone else after what you have read of its
+    /// course, and not opened since (`markPostRead`). Never true for your own post.
+    pub(super) async fn is_unread(&self, ctx: &Context<'_>) -> Result<bool> {
+        Ok(unread_of_post(ctx, self.0.id).await?.unread)
+    }
+    /// Its live comments and replies by others written after what you have read of it
+    /// (deleted ones not counted; yours never).
+    pub(super) async fn unread_comment_count(&self, ctx: &Context<'_>) -> Result<i32> {
+        Ok(unread_of_post(ctx, self.0.id).await?.comments as i32)
     }
     /// The course it was posted in.
     pub(super) async fn course(&self, ctx: &Context<'_>) -> Result<Course> {

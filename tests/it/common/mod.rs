@@ -112,6 +112,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         membership_cache: true,
         live_coalesce: Duration::from_millis(100),
         notifications_per_user: 500,
+        unread_exceptions_per_course: 1000,
         live_max_subscriptions: 50,
         ws_init_timeout: Duration::from_secs(10),
         // Long enough that no existing test sees a ping or is taken for a dead peer.

@@ -1,0 +1,466 @@
+//! `bench search`: finding and catching up on a big course. One course of `--posts` posts
+//! (100,000) and `--comments` comments and replies (1,000,000), their words drawn from a
+//! vocabulary with a skewed (Zipf-like) frequency, as real text has. On one buffered server,
+//! over `--connections` keep-alive connections (32), each measured side by side in one run:
+//! - `Course.search` with the query forms students type (a word, two words, a "phrase",
+//!   `a -b`, `a or b`), built from the course's own titles so that they find something;
+//! - `Course.similarPosts` with the start of a title as it is typed, one typo in it;
+//! - the course page (20 posts, NEW) plain, and with `isUnread`, `unreadCommentCount` and
+//!   `Course.unreadPostCount`, read by members who each opened some posts: the SQL statements
+//!   per page of each.
+//!
+//! It prints p50/p99, the rates, and the size of every table and index that search and
+//! unread tracking use.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use course_forum::testing::config::LikeMode;
+use course_forum::testing::db::stmt;
+use course_forum::testing::error::{AppError, AppResult};
+use course_forum::testing::graphql::ids::{NodeKind, encode};
+use rand::{Rng, SeedableRng};
+use sea_orm::{ConnectionTrait, FromQueryResult};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::fixture::Fixture;
+use crate::load::{self, Request};
+use crate::server::{CpuSplit, Server, label};
+use crate::storm::tokens;
+
+#[derive(clap::Args)]
+pub struct SearchBench {
+    /// Posts in the course.
+    #[arg(long, default_value_t = 100_000)]
+    posts: i64,
+    /// Comments and replies in the course (a quarter of them replies).
+    #[arg(long, default_value_t = 1_000_000)]
+    comments: i64,
+    /// Members who search and read (each one connection's worth of tokens).
+    #[arg(long, default_value_t = 200)]
+    readers: usize,
+    /// Concurrent keep-alive HTTP connections.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// Searches measured (after a tenth as many untimed).
+    #[arg(long, default_value_t = 4_000)]
+    searches: usize,
+    /// Similar-post lookups measured.
+    #[arg(long, default_value_t = 4_000)]
+    similar: usize,
+    /// Pages measured, of each kind (plain, with unread counts).
+    #[arg(long, default_value_t = 10_000)]
+    pages: usize,
+    /// Longest one measurement may send requests, in seconds.
+    #[arg(long, default_value_t = 60)]
+    time_cap_secs: u64,
+}
+
+/// One measured kind of request.
+#[derive(Debug, Serialize)]
+pub struct Measured {
+    pub what: String,
+    pub requests: usize,
+    pub failed: usize,
+    pub first_failure: Option<String>,
+    pub per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub sql_per_request: f64,
+    pub cpu_ms_per_request: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SearchResult {
+    pub server: String,
+    pub posts: i64,
+    pub comments: i64,
+    pub generate_seconds: f64,
+    pub connections: usize,
+    pub measured: Vec<Measured>,
+    /// Tables and indexes (name, bytes), largest first.
+    pub sizes: Vec<(String, i64)>,
+}
+
+/// Words students write, then made-up ones, most frequent first: word k of the vocabulary
+/// is drawn with a probability falling with k.
+fn vocabulary() -> Vec<String> {
+    const COMMON: &str = "the a to of and in is for it on how do with what this that my can why not \
+        error question answer homework assignment exam midterm final lecture lab quiz grade deadline \
+        python java recursion pointer array list loop function variable class object method string \
+        integer float memory stack heap queue tree graph sort search hash table complexity runtime \
+        compile compiler syntax bug debug test case input output file read write print return value \
+        type null exception thread process lock database query index join network socket server \
+        client request response cache proof induction lemma theorem matrix vector derivative integral \
+        limit probability distribution sample variance mean median regression model training data \
+        slides notes office hours extension submission rubric partial credit clarification example \
+        solution hint problem part section chapter textbook reading project team partner office";
+    let mut words: Vec<String> = COMMON.split_whitespace().map(str::to_owned).collect();
+    let syllables = ["ka", "lo", "mi", "ren", "tu", "sa", "vo", "pel", "dri", "no", "qua", "zen", "fi", "ber", "ul"];
+    'outer: for a in syllables {
+        for b in syllables {
+            for c in syllables {
+                if words.len() >= 3_000 {
+                    break 'outer;
+                }
+                words.push(format!("{a}{b}{c}"));
+            }
+        }
+    }
+    words
+}
+
+/// SQL that draws `count` words from `$1` (the vocabulary) for the row of `seed`, skewed to
+/// the front of the list (a uniform draw to the power 2.2). `k - k` ties the aggregate to the
+/// subquery: an aggregate of outer columns only would belong to the outer query.
+fn words_sql(count: &str, seed: &str) -> String {
+    format!(
+        "(SELECT string_agg(w.v[1 + floor(power(random(), 2.2) * cardinality(w.v))::int + k - k], ' ') \
+          FROM generate_series(1, {count}) k WHERE {seed} IS NOT NULL)"
+    )
+}
+
+/// Fills course 1 with `posts` posts and `comments` comments and replies, in batches (each
+/// its own statement, so progress shows and no transaction grows huge).
+async fn generate(fixture: &Fixture, authors: usize, posts: i64, comments: i64) -> AppResult<()> {
+    let words: Vec<String> = vocabulary();
+    let started = Instant::now();
+    let batch = 10_000i64;
+    let mut made = 0;
+    while made < posts {
+        let n = batch.min(posts - made);
+        let sql = format!(
+            "WITH w AS (SELECT $1::text[] AS v) \
+             INSERT INTO posts (course_id, user_id, title, body, kind, created_at) \
+             SELECT 1, 2 + (g % $2), {title}, {body}, \
+                    CASE WHEN g % 3 = 0 THEN 'question' ELSE 'discussion' END, \
+                    now() - (($3 + $4 - g) * interval '20 seconds') \
+             FROM generate_series($3 + 1, $3 + $4) g, w",
+            title = words_sql("4 + g % 6", "g"),
+            body = words_sql("20 + g % 40", "g"),
+        );
+        fixture
+            .db
+            .execute_raw(stmt(&sql, [words.clone().into(), (authors as i64).into(), made.into(), n.into()]))
+            .await?;
+        made += n;
+        eprintln!("search: {made} posts ({:.0} s)", started.elapsed().as_secs_f64());
+    }
+    // Top-level comments on posts drawn at random (recent posts a little more often), then
+    // replies to a third of them: together `comments`.
+    let top_level = comments * 3 / 4;
+    let batch = 50_000i64;
+    let mut made = 0;
+    while made < top_level {
+        let n = batch.min(top_level - made);
+        let sql = format!(
+            "WITH w AS (SELECT $1::text[] AS v), span AS (SELECT min(id) AS lo, max(id) AS hi FROM posts) \
+             INSERT INTO comments (post_id, user_id, body) \
+             SELECT span.hi - floor(power(random(), 1.5) * (span.hi - span.lo))::bigint, 2 + (g % $2), {body} \
+             FROM generate_series($3 + 1, $3 + $4) g, w, span",
+            body = words_sql("8 + g % 25", "g"),
+        );
+        fixture
+            .db
+            .execute_raw(stmt(&sql, [words.clone().into(), (authors as i64).into(), made.into(), n.into()]))
+            .await?;
+        made += n;
+        eprintln!("search: {made} comments ({:.0} s)", started.elapsed().as_secs_f64());
+    }
+    let replies = comments - top_level;
+    let sql = format!(
+        "WITH w AS (SELECT $1::text[] AS v), roots AS ( \
+           SELECT id, post_id, user_id, row_number() OVER (ORDER BY id) AS g FROM comments \
+           WHERE parent_id IS NULL AND id % 3 = 0 ORDER BY id LIMIT $2) \
+         INSERT INTO comments (post_id, parent_id, reply_to_user_id, user_id, body) \
+         SELECT roots.post_id, roots.id, roots.user_id, 2 + ((roots.g * 7) % $3), {body} FROM roots, w",
+        body = words_sql("6 + roots.g % 20", "roots.g"),
+    );
+    fixture.db.execute_raw(stmt(&sql, [words.into(), replies.into(), (authors as i64).into()])).await?;
+    fixture
+        .db
+        .execute_unprepared(
+            "UPDATE comments SET reply_count = r.n FROM (SELECT parent_id, count(*) AS n FROM comments \
+               WHERE parent_id IS NOT NULL GROUP BY parent_id) r WHERE comments.id = r.parent_id; \
+             UPDATE posts SET comment_count = c.n FROM (SELECT post_id, count(*) AS n FROM comments GROUP BY post_id) c \
+               WHERE posts.id = c.post_id; \
+             UPDATE posts SET resolved_at = created_at + interval '1 hour' WHERE kind = 'question' AND id % 4 = 0;",
+        )
+        .await?;
+    // One statement each: VACUUM cannot run in the implicit transaction of a multi-statement string.
+    fixture.db.execute_unprepared("VACUUM ANALYZE posts").await?;
+    fixture.db.execute_unprepared("VACUUM ANALYZE comments").await?;
+    eprintln!("search: {replies} replies, counts, VACUUM ANALYZE ({:.0} s)", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+#[derive(FromQueryResult)]
+struct Title {
+    title: String,
+}
+
+/// The queries, from titles of the course: each form students type, in turn.
+fn search_queries(titles: &[String], rng: &mut rand::rngs::StdRng) -> Vec<String> {
+    let mut queries = Vec::new();
+    for (n, title) in titles.iter().enumerate() {
+        let words: Vec<&str> = title.split_whitespace().filter(|w| w.len() > 3).collect();
+        if words.len() < 2 {
+            continue;
+        }
+        let a = words[rng.random_range(0..words.len())];
+        let b = words[rng.random_range(0..words.len())];
+        queries.push(match n % 5 {
+            0 => a.to_owned(),
+            1 => format!("{a} {b}"),
+            2 => {
+                let all: Vec<&str> = title.split_whitespace().collect();
+                let at = rng.random_range(0..all.len() - 1);
+                format!("\"{} {}\"", all[at], all[at + 1])
+            }
+            3 => format!("{a} -{b}"),
+            _ => format!("{a} or {b}"),
+        });
+    }
+    queries
+}
+
+/// The start of a title as it is typed (three or four words), one letter pair swapped.
+fn typed_titles(titles: &[String], rng: &mut rand::rngs::StdRng) -> Vec<String> {
+    titles
+        .iter()
+        .filter_map(|title| {
+            let mut words: Vec<String> =
+                title.split_whitespace().take(3 + rng.random_range(0..2)).map(str::to_owned).collect();
+            let long: Vec<usize> = (0..words.len()).filter(|&i| words[i].len() >= 5).collect();
+            let &which = long.get(rng.random_range(0..long.len().max(1)))?;
+            let mut letters: Vec<char> = words[which].chars().collect();
+            let at = rng.random_range(1..letters.len() - 1);
+            letters.swap(at, at + 1);
+            words[which] = letters.into_iter().collect();
+            Some(words.join(" "))
+        })
+        .collect()
+}
+
+const SEARCH: &str = "query($c: ID!, $q: String!) { course(id: $c) { search(query: $q, first: 10) { \
+    edges { cursor node { matched score snippet post { id title } comment { id } reply { id } } } \
+    pageInfo { hasNextPage endCursor } } } }";
+const SIMILAR: &str = "query($c: ID!, $t: String!) { course(id: $c) { similarPosts(text: $t, first: 5) { \
+    similarity post { id title resolved } } } }";
+const PAGE: &str = "query($c: ID!) { course(id: $c) { posts(first: 20) { edges { node { \
+    id title likeCount commentCount likedByMe author { id handle displayName } } } } } }";
+const UNREAD_PAGE: &str = "query($c: ID!) { course(id: $c) { unreadPostCount posts(first: 20) { edges { node { \
+    id title likeCount commentCount likedByMe author { id handle displayName } isUnread unreadCommentCount } } } } }";
+
+/// Runs `bodies` round-robin over the readers' tokens and measures them.
+// Each argument is one piece of the measurement, as its caller has it.
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    what: &str,
+    server: &Server,
+    fixture: &Fixture,
+    tokens: &[String],
+    bodies: Vec<String>,
+    requests: usize,
+    connections: usize,
+    time_cap: Duration,
+    check: load::Check,
+) -> AppResult<Measured> {
+    let make = |n: usize| Request {
+        authorization: tokens[n % tokens.len()].clone(),
+        body: bodies[n % bodies.len()].clone(),
+        forwarded_for: None,
+    };
+    let warm = (0..(requests / 10).max(tokens.len())).map(make).collect();
+    load::warm_up(what, &server.graphql_url(), warm, connections, time_cap, check.clone()).await?;
+    let counters_before = server.counters().await?;
+    let cpu_before = CpuSplit::now(server.pid, &fixture.db).await?;
+    let report =
+        load::run(&server.graphql_url(), (0..requests).map(make).collect(), connections, time_cap, check, false)
+            .await?;
+    let cpu = CpuSplit::now(server.pid, &fixture.db).await?.since(&cpu_before);
+    let counters = server.counters().await? - counters_before;
+    let measured = Measured {
+        what: what.to_owned(),
+        requests: report.ok,
+        failed: report.failed,
+        first_failure: report.first_failure.clone(),
+        per_s: report.rate(),
+        p50_ms: report.p(50.0),
+        p99_ms: report.p(99.0),
+        max_ms: report.max(),
+        sql_per_request: counters.sql / report.ok.max(1) as f64,
+        cpu_ms_per_request: cpu.ms_per(report.ok),
+    };
+    eprintln!(
+        "search: {:<22} {:>7.0}/s  p50 {:>6.1} ms  p99 {:>6.1} ms  failed {}  sql/request {:.2}",
+        measured.what, measured.per_s, measured.p50_ms, measured.p99_ms, measured.failed, measured.sql_per_request
+    );
+    Ok(measured)
+}
+
+/// Each reader opens (marks read) 30 of the newest 200 posts, so pages mix read and unread.
+async fn open_some_posts(server: &Server, tokens: &[String], newest: &[i64]) -> AppResult<()> {
+    let http = reqwest::Client::new();
+    for (n, token) in tokens.iter().enumerate() {
+        for k in 0..30 {
+            let post = newest[(n * 7 + k * 13) % newest.len()];
+            let body = load::graphql_body(
+                "mutation($p: ID!) { markPostRead(postId: $p) { id } }",
+                json!({ "p": encode(NodeKind::Post, post) }),
+            );
+            let answer: serde_json::Value = http
+                .post(server.graphql_url())
+                .header("authorization", token)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| AppError::Internal(format!("markPostRead: {e}")))?
+                .json()
+                .await
+                .map_err(|e| AppError::Internal(format!("markPostRead: {e}")))?;
+            if answer.get("errors").is_some() {
+                return Err(AppError::Internal(format!("markPostRead failed: {answer}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn run(cli: &crate::Cli, bench: &SearchBench) -> AppResult<SearchResult> {
+    let exe = cli.servers()?.into_iter().next().ok_or_else(|| AppError::Internal("no server binary".into()))?;
+    let readers = bench.readers.max(21);
+    let fixture = Fixture::create(&cli.database_url, readers as i64).await?;
+    let outcome = async {
+        let started = Instant::now();
+        generate(&fixture, readers, bench.posts, bench.comments).await?;
+        let generate_seconds = started.elapsed().as_secs_f64();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(30);
+        let titles: Vec<String> = Title::find_by_statement(stmt(
+            "SELECT title FROM posts WHERE course_id = 1 AND id % 97 = 0 ORDER BY id LIMIT 500",
+            [],
+        ))
+        .all(&fixture.db)
+        .await?
+        .into_iter()
+        .map(|t| t.title)
+        .collect();
+        let course = encode(NodeKind::Course, 1);
+        let searches: Vec<String> = search_queries(&titles, &mut rng)
+            .into_iter()
+            .map(|q| load::graphql_body(SEARCH, json!({ "c": course, "q": q })))
+            .collect();
+        let typed: Vec<String> = typed_titles(&titles, &mut rng)
+            .into_iter()
+            .map(|t| load::graphql_body(SIMILAR, json!({ "c": course, "t": t })))
+            .collect();
+        let tokens = tokens(2, readers)?;
+        let server = Server::start(cli, &exe, &fixture.url, LikeMode::Buffered, &[]).await?;
+        let measured = async {
+            let time_cap = Duration::from_secs(bench.time_cap_secs);
+            let found_check: load::Check = Arc::new(|_, data| {
+                let edges = data["course"]["search"]["edges"].as_array().ok_or("no edges")?;
+                if edges.len() > 10 {
+                    return Err(format!("{} hits on a page of 10", edges.len()));
+                }
+                for edge in edges {
+                    let snippet = edge["node"]["snippet"].as_str().ok_or("no snippet")?;
+                    if snippet.contains("<script") {
+                        return Err(format!("unescaped snippet {snippet}"));
+                    }
+                }
+                Ok(())
+            });
+            let similar_check: load::Check = Arc::new(|_, data| {
+                let similar = data["course"]["similarPosts"].as_array().ok_or("no similarPosts")?;
+                if similar.len() > 5 { Err(format!("{} suggestions for 5", similar.len())) } else { Ok(()) }
+            });
+            let page_check: load::Check = Arc::new(|_, data| {
+                let edges = data["course"]["posts"]["edges"].as_array().ok_or("no edges")?;
+                if edges.len() == 20 { Ok(()) } else { Err(format!("{} posts on the page", edges.len())) }
+            });
+            let newest: Vec<i64> = (bench.posts - 199..=bench.posts + 1).collect();
+            open_some_posts(&server, &tokens, &newest).await?;
+            let page = vec![load::graphql_body(PAGE, json!({ "c": course }))];
+            let unread_page = vec![load::graphql_body(UNREAD_PAGE, json!({ "c": course }))];
+            let (c, s) = (bench.connections, &server);
+            Ok::<_, AppError>(vec![
+                measure("search", s, &fixture, &tokens, searches, bench.searches, c, time_cap, found_check).await?,
+                measure("similarPosts", s, &fixture, &tokens, typed, bench.similar, c, time_cap, similar_check).await?,
+                measure("page", s, &fixture, &tokens, page, bench.pages, c, time_cap, page_check.clone()).await?,
+                measure(
+                    "page + unread counts",
+                    s,
+                    &fixture,
+                    &tokens,
+                    unread_page,
+                    bench.pages,
+                    c,
+                    time_cap,
+                    page_check,
+                )
+                .await?,
+            ])
+        }
+        .await;
+        server.stop().await;
+        let measured = measured?;
+        #[derive(FromQueryResult)]
+        struct Size {
+            name: String,
+            bytes: i64,
+        }
+        let sizes = Size::find_by_statement(stmt(
+            "SELECT c.relname::text AS name, pg_relation_size(c.oid) AS bytes FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i') \
+               AND (c.relname LIKE 'posts%' OR c.relname LIKE 'comments%' OR c.relname LIKE '%read%') \
+             ORDER BY bytes DESC",
+            [],
+        ))
+        .all(&fixture.db)
+        .await?
+        .into_iter()
+        .map(|s| (s.name, s.bytes))
+        .collect();
+        Ok::<_, AppError>(SearchResult {
+            server: label(&exe),
+            posts: bench.posts,
+            comments: bench.comments,
+            generate_seconds,
+            connections: bench.connections,
+            measured,
+            sizes,
+        })
+    }
+    .await;
+    fixture.drop().await?;
+    outcome
+}
+
+pub fn print(result: &SearchResult) {
+    println!(
+        "bench search: {} posts, {} comments and replies (generated in {:.0} s), {} connections, server {}",
+        result.posts, result.comments, result.generate_seconds, result.connections, result.server
+    );
+    println!("| request | per s | p50 ms | p99 ms | max ms | SQL / request | CPU ms / request | failed |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for m in &result.measured {
+        println!(
+            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {} |",
+            m.what, m.per_s, m.p50_ms, m.p99_ms, m.max_ms, m.sql_per_request, m.cpu_ms_per_request, m.failed
+        );
+        if let Some(failure) = &m.first_failure {
+            println!("|   first failure: {failure} |");
+        }
+    }
+    println!();
+    println!("| table or index | MiB |");
+    println!("|---|---:|");
+    for (name, bytes) in &result.sizes {
+        println!("| {name} | {:.1} |", *bytes as f64 / (1 << 20) as f64);
+    }
+}
