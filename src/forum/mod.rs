@@ -9,4 +9,5 @@ pub(crate) mod paging;
 pub(crate) mod posts;
 pub(crate) mod questions;
 pub(crate) mod roster;
+pub(crate) mod search;
 pub(crate) mod users;
