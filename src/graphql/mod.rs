@@ -72,7 +72,7 @@ pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, Mutation, 
             "A page of your notifications, newest first, with the count of those unread. Ask for the next \
              one with `after: pageInfo.endCursor` while `pageInfo.hasNextPage` is true.",
         )
-        .override_output_type_description::<Connection<search::SearchCursor, search::SearchHit>>(
+        .override_output_type_description::<Connection<types::search::SearchCursor, types::search::SearchHit>>(
             "A page of search hits, best first. Ask for the next one with `after: pageInfo.endCursor` while \
              `pageInfo.hasNextPage` is true.",
         )

@@ -163,10 +163,10 @@ impl Query {
         )]
         after: Option<String>,
         #[graphql(desc = "Only the hits that match every field given.")] filter: Option<
-            super::search::SearchFilterInput,
+            super::types::search::SearchFilterInput,
         >,
-    ) -> Result<Option<Connection<super::search::SearchCursor, super::search::SearchHit>>> {
-        nullable(super::search::search_everywhere(ctx, query, first, after, filter)).await
+    ) -> Result<Option<Connection<super::types::search::SearchCursor, super::types::search::SearchHit>>> {
+        nullable(super::types::search::search_everywhere(ctx, query, first, after, filter)).await
     }
 }
 

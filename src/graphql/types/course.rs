@@ -200,10 +200,10 @@ impl Course {
         )]
         after: Option<String>,
         #[graphql(desc = "Only the hits that match every field given.")] filter: Option<
-            crate::graphql::search::SearchFilterInput,
+            super::search::SearchFilterInput,
         >,
-    ) -> Result<Connection<crate::graphql::search::SearchCursor, crate::graphql::search::SearchHit>> {
-        crate::graphql::search::course_search(ctx, self.course_id, query, first, after, filter).await
+    ) -> Result<Connection<super::search::SearchCursor, super::search::SearchHit>> {
+        super::search::course_search(ctx, self.course_id, query, first, after, filter).await
     }
     /// Posts whose title is like `text` (a title being typed; typos are fine), so an asker
     /// finds an existing answer before posting: resolved questions first, then the most alike.
@@ -213,12 +213,12 @@ impl Course {
         ctx: &Context<'_>,
         #[graphql(desc = "The title being typed: 1 to 200 characters.")] text: String,
         #[graphql(desc = "How many posts to return: 1 to 10, 5 when not given.")] first: Option<i32>,
-    ) -> Result<Vec<crate::graphql::search::SimilarPost>> {
-        crate::graphql::search::similar_posts(ctx, self.course_id, text, first).await
+    ) -> Result<Vec<super::search::SimilarPost>> {
+        super::search::similar_posts(ctx, self.course_id, text, first).await
     }
     /// How this course's text is split into searchable words (`setSearchLanguage` changes it).
-    pub(super) async fn search_language(&self, ctx: &Context<'_>) -> Result<crate::graphql::search::SearchLanguage> {
-        crate::graphql::search::course_language(ctx, self.course_id).await
+    pub(super) async fn search_language(&self, ctx: &Context<'_>) -> Result<super::search::SearchLanguage> {
+        super::search::course_language(ctx, self.course_id).await
     }
 }
 
