@@ -49,7 +49,7 @@ use crate::forum::posts::{POST_COLUMNS, PostRow};
 /// Longest query or similar-title text accepted, in characters.
 pub(crate) const MAX_QUERY_CHARS: usize = 200;
 /// Candidates of each kind (posts; comments and replies) a first page ranks.
-pub(crate) const CANDIDATES: i64 = 500;
+pub(crate) const CANDIDATES: i64 = 200;
 /// Most candidates of each kind a later page ranks (the window of the first page plus what
 /// was written since).
 pub(crate) const LATER_CANDIDATES: i64 = 4 * CANDIDATES;
