@@ -29,8 +29,9 @@
 //! - `forum` — rows and visible SQL for courses, users, posts, comments; keyset paging; rosters
 //!   (`forum::roster`; `forum::roster::import`: parse, plan, apply); who sees what of a post,
 //!   private posts and anonymous authors' pseudonyms (`forum::audience`); answers,
-//!   endorsements, pins and tags (`forum::questions`); what each member has read, as
-//!   watermarks and bounded exceptions (`forum::unread`).
+//!   endorsements, pins and tags (`forum::questions`); full-text search and similar titles
+//!   (`forum::search`); what each member has read, as watermarks and bounded exceptions
+//!   (`forum::unread`).
 //! - `like_event` — the vocabulary every step of a like shares: `LikeTarget`, the typed `LikeEvent`
 //!   and its one codec (stream fields, pending record, dead letter), `CountChange`. A leaf:
 //!   `likes`, `worker`, `cache`, `live` import it.

@@ -48,6 +48,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0010_user_provisioning"),
             sql_migration!("0011_questions_and_staff"),
             sql_migration!("0012_announcements"),
+            sql_migration!("0013_search"),
             sql_migration!("0014_unread"),
         ]
     }

@@ -10,5 +10,6 @@ pub(crate) mod paging;
 pub(crate) mod posts;
 pub(crate) mod questions;
 pub(crate) mod roster;
+pub(crate) mod search;
 pub(crate) mod unread;
 pub(crate) mod users;

@@ -17,6 +17,7 @@ pub(crate) mod query;
 pub(crate) mod questions;
 pub(crate) mod revocation;
 pub(crate) mod roster;
+pub(crate) mod search;
 pub(crate) mod socket;
 pub(crate) mod subscription;
 pub(crate) mod types;
@@ -44,6 +45,7 @@ pub struct Mutation(
     roster::RosterMutations,
     questions::QuestionMutations,
     unread::UnreadMutations,
+    search::SearchMutations,
 );
 
 /// Deepest selection accepted (a post page with comments, replies and their authors fits).
@@ -71,6 +73,10 @@ pub fn schema_builder() -> async_graphql::SchemaBuilder<query::Query, Mutation, 
         >(
             "A page of your notifications, newest first, with the count of those unread. Ask for the next \
              one with `after: pageInfo.endCursor` while `pageInfo.hasNextPage` is true.",
+        )
+        .override_output_type_description::<Connection<types::search::SearchCursor, types::search::SearchHit>>(
+            "A page of search hits, best first. Ask for the next one with `after: pageInfo.endCursor` while \
+             `pageInfo.hasNextPage` is true.",
         )
         .override_output_type_description::<Connection<crate::cursor::KeyCursor, types::Reply>>(
             "A page of replies. Ask for the next one with `after: pageInfo.endCursor` while \

@@ -146,6 +146,29 @@ impl Query {
         let lookups = ids.iter().map(|id| node_by_id(ctx, id));
         Ok(futures_util::future::join_all(lookups).await.into_iter().map(Some).collect())
     }
+
+    /// Posts, comments and replies matching `query` in every course you belong to, best first:
+    /// `Course.search` across your courses (each course's search language, staff rights and
+    /// anonymity as there). Pages forward with `first` (1 to 50, default 10) and `after`.
+    #[graphql(complexity = "page_cost(first, None, child_complexity)")]
+    async fn search(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(
+            desc = "What to look for: words, \"a phrase\", `-word` to leave out, `or` between alternatives. 1 to 200 characters."
+        )]
+        query: String,
+        #[graphql(desc = "How many hits to return: 1 to 50, 10 when not given.")] first: Option<i32>,
+        #[graphql(
+            desc = "Return the hits after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A cursor this API did not issue, or one of another query or filter, is BAD_USER_INPUT."
+        )]
+        after: Option<String>,
+        #[graphql(desc = "Only the hits that match every field given.")] filter: Option<
+            super::types::search::SearchFilterInput,
+        >,
+    ) -> Result<Option<Connection<super::types::search::SearchCursor, super::types::search::SearchHit>>> {
+        nullable(super::types::search::search_everywhere(ctx, query, first, after, filter)).await
+    }
 }
 
 /// Most ids one `nodes` request may name (a page's worth).

@@ -61,6 +61,7 @@ mod roster;
 mod roster_cli;
 mod schema_descriptions;
 mod schema_sdl;
+mod search;
 mod shutdown;
 mod smoke;
 mod socket_limits;

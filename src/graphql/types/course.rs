@@ -194,6 +194,46 @@ impl Course {
         }));
         Ok(conn)
     }
+    /// Posts, comments and replies of this course whose text matches `query`, best first (see
+    /// the API guide, "Search": query syntax, ranking, snippets). Only what you may read: live
+    /// posts and comments, private questions only when yours or when you are staff. Pages
+    /// forward with `first` and `after`. A blank query, or one longer than 200 characters, is
+    /// BAD_USER_INPUT; a query of stop words only finds nothing.
+    #[graphql(complexity = "page_cost(first, None, child_complexity)")]
+    pub(super) async fn search(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(
+            desc = "What to look for: words, \"a phrase\", `-word` to leave out, `or` between alternatives. 1 to 200 characters."
+        )]
+        query: String,
+        #[graphql(desc = "How many hits to return: 1 to 50, 10 when not given.")] first: Option<i32>,
+        #[graphql(
+            desc = "Return the hits after this cursor (an edge's `cursor`, or `pageInfo.endCursor`). A cursor this API did not issue, or one of another query or filter, is BAD_USER_INPUT."
+        )]
+        after: Option<String>,
+        #[graphql(desc = "Only the hits that match every field given.")] filter: Option<
+            super::search::SearchFilterInput,
+        >,
+    ) -> Result<Connection<super::search::SearchCursor, super::search::SearchHit>> {
+        super::search::course_search(ctx, self.course_id, query, first, after, filter).await
+    }
+    /// Posts whose title is like `text` (a title being typed; typos are fine), so an asker
+    /// finds an existing answer before posting: resolved questions first, then the most alike.
+    /// Only posts you may read. `text` of 1 to 200 characters, else BAD_USER_INPUT.
+    #[graphql(complexity = "1 + first.unwrap_or(5).clamp(1, 10) as usize * child_complexity")]
+    pub(super) async fn similar_posts(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "The title being typed: 1 to 200 characters.")] text: String,
+        #[graphql(desc = "How many posts to return: 1 to 10, 5 when not given.")] first: Option<i32>,
+    ) -> Result<Vec<super::search::SimilarPost>> {
+        super::search::similar_posts(ctx, self.course_id, text, first).await
+    }
+    /// How this course's text is split into searchable words (`setSearchLanguage` changes it).
+    pub(super) async fn search_language(&self, ctx: &Context<'_>) -> Result<super::search::SearchLanguage> {
+        super::search::course_language(ctx, self.course_id).await
+    }
 }
 
 impl Course {

@@ -8,6 +8,7 @@ mod course;
 mod notification;
 mod post;
 mod reply;
+pub(crate) mod search;
 mod tag;
 mod user;
 

@@ -1,0 +1,536 @@
+//! Full-text search of posts, comments and replies, and similar titles: the SQL and the rules
+//! of what a search finds, ranks and shows (no GraphQL in here; `graphql::search` resolves).
+//!
+//! **Matching.** Every post and comment carries a `search_doc` tsvector (migration 0013),
+//! built with its course's text search configuration (`courses.search_config`). A query is
+//! parsed by `websearch_to_tsquery` once per configuration of the courses searched, and each
+//! row is matched against the query of its own configuration, so the GIN indexes
+//! (`posts_search_idx`, `comments_search_idx`) serve every course.
+//!
+//! **Bounded work.** A frequent word can match most of a course. The ranking (reading every
+//! match's vector for `ts_rank_cd`) is therefore run on CANDIDATES only: the newest
+//! `CANDIDATES` matching posts and the newest `CANDIDATES` matching comments and replies the
+//! viewer may read (newest by id: a backward scan of the post list's index or the comments'
+//! primary key for a frequent word, the GIN index and a sort of its matches for a rarer one).
+//! The first page fixes the walk's window: when a kind had more matches than candidates, the
+//! cursor keeps the lowest candidate id (the floor), and later pages rank every match at or
+//! above it (at most `CANDIDATES` plus what was written since, capped at `LATER_CANDIDATES`).
+//! So a walk neither repeats nor skips when posts arrive meanwhile; older matches below the
+//! floor are not searched (the newest ones are what a forum's reader is after).
+//!
+//! **Ranking** (`score`, descending), a pure function of the row and the query (no clock):
+//! `ts_rank_cd` with weights title (A) 1.0, body and comments (B) 0.4, normalized to
+//! `rank / (rank + 1)` (so below 1); plus `ENDORSED_BOOST` when staff endorsed it; plus
+//! `RESOLVED_BOOST` for a resolved question or an accepted answer; plus recency: 0.1 per 30
+//! days since 2020-01-01 (`created_at`). Likes do not enter it. Ties: posts before comments
+//! before replies, then the newest first: the keyset is (score DESC, kind, id DESC).
+//!
+//! **Snippets** are computed by `ts_headline` for the returned page only (an outer query
+//! after the LIMIT). Matches are wrapped in the control characters U+0001 / U+0002, which are
+//! first removed from the text, so they mark matches and nothing else; `<` and `>` become
+//! U+0003 / U+0004 before `ts_headline` (which would drop anything that looks like an HTML
+//! tag). `snippet_html` escapes the rest and turns them back into `<mark>` / `</mark>`,
+//! `&lt;` / `&gt;`.
+//!
+//! **Access** is that of reading posts (`forum::audience`): courses the viewer belongs to,
+//! live posts and comments only (a deleted post hides its comments), private posts for their
+//! author and the course's staff, and an author filter never matches a row whose author is
+//! hidden from the viewer.
+
+use sea_orm::{ConnectionTrait, FromQueryResult, QueryResult, Value};
+
+use crate::db::stmt;
+use crate::error::{AppError, AppResult};
+use crate::forum::audience::PostKind;
+use crate::forum::comments::CommentRow;
+use crate::forum::courses::Role;
+use crate::forum::posts::{POST_COLUMNS, PostRow};
+
+/// Longest query or similar-title text accepted, in characters.
+pub(crate) const MAX_QUERY_CHARS: usize = 200;
+/// Candidates of each kind (posts; comments and replies) a first page ranks.
+pub(crate) const CANDIDATES: i64 = 200;
+/// Most candidates of each kind a later page ranks (the window of the first page plus what
+/// was written since).
+pub(crate) const LATER_CANDIDATES: i64 = 4 * CANDIDATES;
+/// Added to the score of what staff endorsed.
+pub(crate) const ENDORSED_BOOST: f64 = 0.3;
+/// Added to the score of a resolved question and of an accepted answer.
+pub(crate) const RESOLVED_BOOST: f64 = 0.3;
+/// Nearest titles (by trigram distance) a similar-posts lookup reads before ordering them.
+const SIMILAR_CANDIDATES: i64 = 50;
+/// Least trigram similarity a similar post has.
+pub(crate) const MIN_SIMILARITY: f64 = 0.2;
+
+/// A course's text search configuration (`courses.search_config`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Language {
+    /// `english`: stems (`running` finds `run`) and drops stop words.
+    English,
+    /// `simple`: lowercases only; every word counts, none is stemmed.
+    Simple,
+}
+
+impl Language {
+    /// The regconfig's name, as stored.
+    pub(crate) fn config(self) -> &'static str {
+        match self {
+            Language::English => "english",
+            Language::Simple => "simple",
+        }
+    }
+
+    fn parse(raw: &str) -> AppResult<Self> {
+        match raw {
+            "english" => Ok(Language::English),
+            "simple" => Ok(Language::Simple),
+            other => Err(AppError::Internal(format!("unknown search configuration `{other}`"))),
+        }
+    }
+}
+
+/// What a hit is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Matched {
+    Post,
+    Comment,
+    Reply,
+}
+
+impl Matched {
+    /// The kind's place in the keyset (posts first among equal scores).
+    fn from_rank(rank: i16) -> AppResult<Self> {
+        match rank {
+            0 => Ok(Matched::Post),
+            1 => Ok(Matched::Comment),
+            2 => Ok(Matched::Reply),
+            other => Err(AppError::Internal(format!("unknown hit kind {other}"))),
+        }
+    }
+}
+
+/// What a search is narrowed to (all optional, AND-ed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SearchFilter {
+    /// The post (of the hit) is of this kind.
+    pub kind: Option<PostKind>,
+    /// The post (of the hit) is an unresolved question (true) or not (false).
+    pub unresolved: Option<bool>,
+    /// The hit (the post, comment or reply itself) was written by this user, who is not
+    /// hidden from the viewer.
+    pub author_id: Option<i64>,
+}
+
+impl SearchFilter {
+    /// Canonical text of the filter, which a cursor is bound to.
+    pub(crate) fn key(&self) -> String {
+        format!(
+            "k={};u={};a={}",
+            self.kind.map(PostKind::as_str).unwrap_or(""),
+            self.unresolved.map(|u| u8::from(u).to_string()).unwrap_or_default(),
+            self.author_id.map(|a| a.to_string()).unwrap_or_default()
+        )
+    }
+}
+
+/// Where a walk stands: after the hit with this key, in the window its first page fixed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Position {
+    pub score: f64,
+    pub kind: i16,
+    pub id: i64,
+    /// Lowest post id / comment id the walk ranks (0: no floor).
+    pub post_floor: i64,
+    pub comment_floor: i64,
+}
+
+/// One hit, with what the API shows of it.
+#[derive(Clone, Debug)]
+pub(crate) struct Hit {
+    pub matched: Matched,
+    pub score: f64,
+    pub post: PostRow,
+    pub comment: Option<CommentRow>,
+    /// `ts_headline` output: matches between U+0001 and U+0002 (`snippet_html` renders it).
+    pub headline: String,
+    /// The position after this hit.
+    pub position: Position,
+}
+
+/// A page of hits and whether more follow.
+pub(crate) struct HitPage {
+    pub hits: Vec<Hit>,
+    pub has_next: bool,
+}
+
+/// The searcher and the courses searched, with their role in each.
+pub(crate) struct Scope<'a> {
+    pub viewer: i64,
+    pub courses: &'a [(i64, Role)],
+}
+
+/// A query's text trimmed, or BAD_USER_INPUT when blank or longer than `MAX_QUERY_CHARS`.
+pub(crate) fn validate_query(what: &str, raw: &str) -> AppResult<String> {
+    let text = raw.trim();
+    if text.is_empty() {
+        return Err(AppError::bad_input(format!("`{what}` must not be blank")));
+    }
+    if text.chars().count() > MAX_QUERY_CHARS {
+        return Err(AppError::bad_input(format!("`{what}` is longer than {MAX_QUERY_CHARS} characters")));
+    }
+    Ok(text.to_owned())
+}
+
+/// The configuration of each course given (missing ones are left out).
+async fn languages(db: &impl ConnectionTrait, courses: &[i64]) -> AppResult<Vec<(i64, Language)>> {
+    #[derive(FromQueryResult)]
+    struct Row {
+        id: i64,
+        config: String,
+    }
+    let rows = Row::find_by_statement(stmt(
+        "SELECT id, search_config::text AS config FROM courses WHERE id = ANY($1)",
+        [courses.to_vec().into()],
+    ))
+    .all(db)
+    .await?;
+    rows.into_iter().map(|row| Ok((row.id, Language::parse(&row.config)?))).collect()
+}
+
+/// A course's configuration; NOT_FOUND for no such course.
+pub(crate) async fn language(db: &impl ConnectionTrait, course_id: i64) -> AppResult<Language> {
+    languages(db, &[course_id]).await?.first().map(|(_, l)| *l).ok_or_else(|| AppError::not_found("course"))
+}
+
+/// Sets a course's configuration and re-indexes its posts and comments (their generated
+/// vectors follow their `search_config`), in one transaction. A no-op when unchanged.
+pub(crate) async fn set_language(
+    db: &sea_orm::DatabaseConnection,
+    course_id: i64,
+    language: Language,
+) -> AppResult<()> {
+    use sea_orm::TransactionTrait;
+    let config = language.config();
+    let txn = db.begin().await?;
+    let changed = txn
+        .execute_raw(stmt(
+            "UPDATE courses SET search_config = $2::regconfig WHERE id = $1 AND search_config <> $2::regconfig",
+            [course_id.into(), config.into()],
+        ))
+        .await?
+        .rows_affected();
+    if changed > 0 {
+        txn.execute_raw(stmt(
+            "UPDATE posts SET search_config = $2::regconfig WHERE course_id = $1 AND search_config <> $2::regconfig",
+            [course_id.into(), config.into()],
+        ))
+        .await?;
+        txn.execute_raw(stmt(
+            "UPDATE comments c SET search_config = $2::regconfig FROM posts p \
+             WHERE p.id = c.post_id AND p.course_id = $1 AND c.search_config <> $2::regconfig",
+            [course_id.into(), config.into()],
+        ))
+        .await?;
+    }
+    txn.commit().await?;
+    Ok(())
+}
+
+/// Builds a statement's parameters: `push` returns the `$n` of a value.
+struct Params(Vec<Value>);
+
+impl Params {
+    fn push(&mut self, value: impl Into<Value>) -> String {
+        self.0.push(value.into());
+        format!("${}", self.0.len())
+    }
+}
+
+/// `tsquery` of one configuration for the query text `$q`.
+fn tsquery(language: Language, q: &str) -> String {
+    format!("websearch_to_tsquery('{}'::regconfig, {q})", language.config())
+}
+
+/// A condition true when `alias.search_doc` matches the query in the row's configuration,
+/// one disjunct per configuration in use (each served by the GIN index).
+fn match_sql(alias: &str, languages: &[Language], q: &str) -> String {
+    let parts: Vec<String> = languages
+        .iter()
+        .map(|l| {
+            format!(
+                "({alias}.search_config = '{}'::regconfig AND {alias}.search_doc @@ {})",
+                l.config(),
+                tsquery(*l, q)
+            )
+        })
+        .collect();
+    format!("({})", parts.join(" OR "))
+}
+
+/// The normalized text rank of `alias.search_doc` under its own configuration's query.
+fn rank_sql(alias: &str, languages: &[Language], q: &str) -> String {
+    let rank = |l: Language| format!("ts_rank_cd('{{0.1, 0.2, 0.4, 1.0}}', {alias}.search_doc, {}, 32)", tsquery(l, q));
+    match languages {
+        [only] => rank(*only),
+        _ => {
+            let arms: String =
+                languages.iter().map(|l| format!(" WHEN '{}'::regconfig THEN {}", l.config(), rank(*l))).collect();
+            format!("(CASE {alias}.search_config{arms} ELSE 0 END)")
+        }
+    }
+}
+
+/// The query of the row's configuration, for `ts_headline`.
+fn row_query_sql(alias: &str, languages: &[Language], q: &str) -> String {
+    match languages {
+        [only] => tsquery(*only, q),
+        _ => {
+            let arms: String = languages
+                .iter()
+                .map(|l| format!(" WHEN '{}'::regconfig THEN {}", l.config(), tsquery(*l, q)))
+                .collect();
+            format!("(CASE {alias}.search_config{arms} END)")
+        }
+    }
+}
+
+/// Recency: 0.1 per 30 days since 2020-01-01.
+const RECENCY_SQL: &str = "((extract(epoch FROM {t}) - 1577836800) / (86400.0 * 300.0))::float8";
+
+/// `ts_headline` options: control characters as marks (removed from the text beforehand).
+const HEADLINE_OPTIONS: &str =
+    "StartSel=\u{1}, StopSel=\u{2}, MaxFragments=2, MaxWords=30, MinWords=12, FragmentDelimiter=\" … \"";
+
+/// One page of hits for `query` in `scope`, after `after`, at most `limit`.
+pub(crate) async fn search(
+    db: &impl ConnectionTrait,
+    scope: &Scope<'_>,
+    query: &str,
+    filter: &SearchFilter,
+    after: Option<Position>,
+    limit: i64,
+) -> AppResult<HitPage> {
+    let course_ids: Vec<i64> = scope.courses.iter().map(|(id, _)| *id).collect();
+    let staff: Vec<i64> = scope.courses.iter().filter(|(_, r)| *r == Role::Instructor).map(|(id, _)| *id).collect();
+    let mut in_use: Vec<Language> = languages(db, &course_ids).await?.into_iter().map(|(_, l)| l).collect();
+    in_use.sort_by_key(|l| l.config());
+    in_use.dedup();
+    if in_use.is_empty() {
+        return Ok(HitPage { hits: Vec::new(), has_next: false });
+    }
+
+    let mut p = Params(Vec::new());
+    let q = p.push(query);
+    let courses = p.push(course_ids);
+    let viewer = p.push(scope.viewer);
+    let staff = p.push(staff);
+    // The post's conditions (aliased `p`): course, live, readable, the filter's post part.
+    let mut post_conditions = vec![
+        format!("p.course_id = ANY({courses})"),
+        "p.deleted_at IS NULL".to_owned(),
+        format!("(NOT p.private OR p.user_id = {viewer} OR p.course_id = ANY({staff}))"),
+    ];
+    if let Some(kind) = filter.kind {
+        post_conditions.push(format!("p.kind = {}", p.push(kind.as_str())));
+    }
+    if let Some(wanted) = filter.unresolved {
+        let unresolved = "(p.kind = 'question' AND p.accepted_comment_id IS NULL AND p.resolved_at IS NULL)";
+        post_conditions.push(if wanted { unresolved.to_owned() } else { format!("NOT {unresolved}") });
+    }
+    // The author filter: the row's author, when the viewer may see who it is.
+    let author = |alias: &str, course: &str, p: &mut Params| -> Option<String> {
+        filter.author_id.map(|author| {
+            let author = p.push(author);
+            format!(
+                "{alias}.user_id = {author} AND ({alias}.anonymous_to IS NULL OR {alias}.user_id = {viewer} \
+                 OR ({alias}.anonymous_to = 'classmates' AND {course} = ANY({staff})))"
+            )
+        })
+    };
+    let (post_floor, comment_floor, candidates) = match after {
+        None => (0, 0, CANDIDATES),
+        Some(at) => (at.post_floor, at.comment_floor, LATER_CANDIDATES),
+    };
+    let post_floor_p = p.push(post_floor);
+    let comment_floor_p = p.push(comment_floor);
+    let candidates_p = p.push(candidates);
+
+    let mut post_where = post_conditions.clone();
+    post_where.push(match_sql("p", &in_use, &q));
+    post_where.push(format!("p.id >= {post_floor_p}"));
+    if let Some(cond) = author("p", "p.course_id", &mut p) {
+        post_where.push(cond);
+    }
+    let mut comment_where = post_conditions;
+    comment_where.push("c.deleted_at IS NULL".to_owned());
+    comment_where.push(match_sql("c", &in_use, &q));
+    comment_where.push(format!("c.id >= {comment_floor_p}"));
+    if let Some(cond) = author("c", "p.course_id", &mut p) {
+        comment_where.push(cond);
+    }
+
+    let recency = |t: &str| RECENCY_SQL.replace("{t}", t);
+    let post_score = format!(
+        "({rank})::float8 + CASE WHEN p.endorsed_by IS NOT NULL THEN {ENDORSED_BOOST} ELSE 0 END \
+         + CASE WHEN p.accepted_comment_id IS NOT NULL OR p.resolved_at IS NOT NULL THEN {RESOLVED_BOOST} ELSE 0 END \
+         + {recency}",
+        rank = rank_sql("p", &in_use, &q),
+        recency = recency("p.created_at"),
+    );
+    let comment_score = format!(
+        "({rank})::float8 + CASE WHEN c.endorsed_by IS NOT NULL THEN {ENDORSED_BOOST} ELSE 0 END \
+         + CASE WHEN c.p_accepted = c.id THEN {RESOLVED_BOOST} ELSE 0 END + {recency}",
+        rank = rank_sql("c", &in_use, &q),
+        recency = recency("c.created_at"),
+    );
+    let keyset = match after {
+        None => "TRUE".to_owned(),
+        Some(at) => {
+            let (s, k, i) = (p.push(at.score), p.push(at.kind), p.push(at.id));
+            format!("(score < {s} OR (score = {s} AND (kind > {k} OR (kind = {k} AND id < {i}))))")
+        }
+    };
+    let limit_p = p.push(limit + 1);
+    let post_columns: String =
+        POST_COLUMNS.split(", ").map(|c| format!("p.{c} AS p_{c}")).collect::<Vec<_>>().join(", ");
+    let comment_columns: String = COMMENT_COLUMNS
+        .split(", ")
+        .map(|c| format!("c.{c} AS c_{c}"))
+        .chain(std::iter::once("p.course_id AS c_course_id".to_owned()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // The marks removed from the text; `<` and `>` hidden from the parser (which would drop
+    // what looks like an HTML tag from the headline), given back by `snippet_html`.
+    let strip = |text: &str| format!("translate({text}, E'<>\\x01\\x02\\x03\\x04', E'\\x03\\x04')");
+    let options = p.push(HEADLINE_OPTIONS);
+    let sql = format!(
+        "WITH post_hits AS ( \
+           SELECT p.id, p.id AS post_id, NULL::bigint AS comment_id, 0::smallint AS kind, ({post_score})::float8 AS score \
+           FROM (SELECT p.* FROM posts p WHERE {post_where} ORDER BY p.id DESC LIMIT {candidates_p}) p \
+         ), comment_hits AS ( \
+           SELECT c.id, c.post_id, c.id AS comment_id, \
+                  (CASE WHEN c.parent_id IS NULL THEN 1 ELSE 2 END)::smallint AS kind, ({comment_score})::float8 AS score \
+           FROM (SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id \
+                 WHERE {comment_where} ORDER BY c.id DESC LIMIT {candidates_p}) c \
+         ), page AS ( \
+           SELECT * FROM (SELECT * FROM post_hits UNION ALL SELECT * FROM comment_hits) hits \
+           WHERE {keyset} ORDER BY score DESC, kind, id DESC LIMIT {limit_p} \
+         ) \
+         SELECT page.kind AS hit_kind, page.score AS hit_score, \
+           (SELECT CASE WHEN count(*) >= {candidates_p} THEN min(id) ELSE {post_floor_p} END FROM post_hits) AS hit_post_floor, \
+           (SELECT CASE WHEN count(*) >= {candidates_p} THEN min(id) ELSE {comment_floor_p} END FROM comment_hits) AS hit_comment_floor, \
+           {post_columns}, {comment_columns}, \
+           CASE WHEN page.comment_id IS NULL \
+             THEN ts_headline(p.search_config, {post_text}, {post_query}, {options}) \
+             ELSE ts_headline(c.search_config, {comment_text}, {comment_query}, {options}) END AS hit_headline \
+         FROM page JOIN posts p ON p.id = page.post_id LEFT JOIN comments c ON c.id = page.comment_id \
+         ORDER BY page.score DESC, page.kind, page.id DESC",
+        post_where = post_where.join(" AND "),
+        comment_where = comment_where.join(" AND "),
+        post_text = strip("p.title || E'\\n' || p.body"),
+        comment_text = strip("c.body"),
+        post_query = row_query_sql("p", &in_use, &q),
+        comment_query = row_query_sql("c", &in_use, &q),
+    );
+    let rows = db.query_all_raw(stmt(&sql, p.0)).await?;
+    let mut hits = rows.iter().map(hit).collect::<AppResult<Vec<Hit>>>()?;
+    let has_next = hits.len() as i64 > limit;
+    hits.truncate(limit.max(0) as usize);
+    Ok(HitPage { hits, has_next })
+}
+
+/// The columns of a comment a hit carries (`CommentRow`, but its course from the post).
+const COMMENT_COLUMNS: &str = "id, post_id, parent_id, reply_to_user_id, user_id, body, like_count, like_version, \
+                               reply_count, created_at, edited_at, anonymous_to, reply_to_anonymous_to, endorsed_by, \
+                               endorsed_at";
+
+fn hit(row: &QueryResult) -> AppResult<Hit> {
+    let kind: i16 = row.try_get("", "hit_kind")?;
+    let matched = Matched::from_rank(kind)?;
+    let score: f64 = row.try_get("", "hit_score")?;
+    let post = PostRow::from_query_result(row, "p_")?;
+    let comment = if matched == Matched::Post { None } else { Some(CommentRow::from_query_result(row, "c_")?) };
+    let id = comment.as_ref().map(|c| c.id).unwrap_or(post.id);
+    let position = Position {
+        score,
+        kind,
+        id,
+        post_floor: row.try_get("", "hit_post_floor")?,
+        comment_floor: row.try_get("", "hit_comment_floor")?,
+    };
+    Ok(Hit { matched, score, post, comment, headline: row.try_get("", "hit_headline")?, position })
+}
+
+/// A `ts_headline` result as HTML: the text escaped, the marked matches in `<mark>`.
+pub(crate) fn snippet_html(headline: &str) -> String {
+    let mut html = String::with_capacity(headline.len() + 32);
+    for ch in headline.chars() {
+        match ch {
+            '\u{1}' => html.push_str("<mark>"),
+            '\u{2}' => html.push_str("</mark>"),
+            '<' | '\u{3}' => html.push_str("&lt;"),
+            '>' | '\u{4}' => html.push_str("&gt;"),
+            '&' => html.push_str("&amp;"),
+            '"' => html.push_str("&quot;"),
+            '\'' => html.push_str("&#39;"),
+            other => html.push(other),
+        }
+    }
+    html
+}
+
+/// Posts of a course whose title is like `text` (trigram similarity), readable by the viewer:
+/// the `SIMILAR_CANDIDATES` nearest titles (KNN on `posts_title_trgm_idx`), those at least
+/// `MIN_SIMILARITY` alike, resolved questions first, then the most alike.
+pub(crate) async fn similar_posts(
+    db: &impl ConnectionTrait,
+    course_id: i64,
+    viewer: i64,
+    role: Role,
+    text: &str,
+    limit: i64,
+) -> AppResult<Vec<(PostRow, f64)>> {
+    let readable = if role == Role::Instructor { "TRUE" } else { "(NOT private OR user_id = $3)" };
+    let sql = format!(
+        "SELECT {POST_COLUMNS}, similarity::float8 AS similarity FROM ( \
+           SELECT {POST_COLUMNS}, similarity(title, $2) AS similarity FROM posts \
+           WHERE course_id = $1 AND deleted_at IS NULL AND {readable} \
+           ORDER BY title <-> $2 LIMIT {SIMILAR_CANDIDATES}) near \
+         WHERE similarity >= {MIN_SIMILARITY} \
+         ORDER BY (kind = 'question' AND (accepted_comment_id IS NOT NULL OR resolved_at IS NOT NULL)) DESC, \
+                  similarity DESC, id DESC \
+         LIMIT $4"
+    );
+    let rows = db.query_all_raw(stmt(&sql, [course_id.into(), text.into(), viewer.into(), limit.into()])).await?;
+    rows.iter().map(|row| Ok((PostRow::from_query_result(row, "")?, row.try_get::<f64>("", "similarity")?))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snippet_escapes_the_text_and_marks_only_the_matches() {
+        assert_eq!(
+            snippet_html("<script>alert('x')</script> & \u{1}run\u{2}s \"here\" \u{3}b\u{4}"),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; <mark>run</mark>s &quot;here&quot; &lt;b&gt;"
+        );
+    }
+
+    #[test]
+    fn a_filter_key_names_every_field() {
+        let a = SearchFilter { kind: Some(PostKind::Question), unresolved: Some(true), author_id: Some(7) };
+        let b = SearchFilter { author_id: Some(8), ..a.clone() };
+        assert_ne!(a.key(), b.key());
+        assert_ne!(a.key(), SearchFilter::default().key());
+        assert_eq!(a.key(), a.clone().key());
+    }
+
+    #[test]
+    fn a_query_is_trimmed_and_bounded() {
+        assert_eq!(validate_query("query", "  x ").ok().as_deref(), Some("x"));
+        assert!(validate_query("query", "   ").is_err());
+        assert!(validate_query("query", &"é".repeat(MAX_QUERY_CHARS)).is_ok());
+        assert!(validate_query("query", &"é".repeat(MAX_QUERY_CHARS + 1)).is_err());
+    }
+}

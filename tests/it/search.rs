@@ -1,0 +1,464 @@
+//! Full-text search (`Course.search`, `Query.search`), similar titles (`Course.similarPosts`)
+//! and the course's search language (`setSearchLanguage`), against real PostgreSQL and Redis:
+//! ranking, query syntax, snippets, keyset paging while posts arrive, cursors bound to their
+//! query, and access exactly as reading posts (private questions, anonymous authors, deleted
+//! content, non-members) in every like mode.
+
+use course_forum::testing::config::LikeMode;
+use serde_json::{Value as Json, json};
+
+use crate::common::{TestApp, World, error_code, gid, raw_id};
+
+const SEARCH: &str = "query($c: ID!, $q: String!, $n: Int, $a: String, $f: SearchFilter) { course(id: $c) { \
+    search(query: $q, first: $n, after: $a, filter: $f) { pageInfo { hasNextPage endCursor } \
+    edges { cursor node { matched score snippet post { id title } comment { id body } reply { id body } } } } } }";
+
+const SIMILAR: &str = "query($c: ID!, $t: String!, $n: Int) { course(id: $c) { \
+    similarPosts(text: $t, first: $n) { similarity post { id title resolved } } } }";
+
+/// Creates a post through the API; returns its database id.
+async fn post(app: &TestApp, user: i64, course: i64, title: &str, body: &str, extra: Json) -> i64 {
+    let mut vars =
+        json!({ "c": gid("Course", course), "t": title, "b": body, "k": "DISCUSSION", "an": false, "pr": false });
+    if let (Some(vars), Some(extra)) = (vars.as_object_mut(), extra.as_object()) {
+        vars.extend(extra.clone());
+    }
+    let data = app
+        .gql_ok(
+            Some(&app.token(user)),
+            "mutation($c: ID!, $t: String!, $b: String!, $k: PostKind!, $an: Boolean!, $pr: Boolean!) { \
+             createPost(courseId: $c, title: $t, body: $b, kind: $k, anonymous: $an, private: $pr) { id } }",
+            vars,
+        )
+        .await;
+    raw_id(data["createPost"]["id"].as_str().expect("post id"))
+}
+
+/// The raw answer of a course search.
+async fn search_raw(
+    app: &TestApp,
+    user: i64,
+    course: i64,
+    query: &str,
+    first: Option<i64>,
+    after: Option<&str>,
+    filter: Json,
+) -> Json {
+    app.gql(
+        Some(&app.token(user)),
+        SEARCH,
+        json!({ "c": gid("Course", course), "q": query, "n": first, "a": after, "f": filter }),
+    )
+    .await
+}
+
+/// The connection of a course search that must succeed.
+async fn search(app: &TestApp, user: i64, course: i64, query: &str, filter: Json) -> Json {
+    let response = search_raw(app, user, course, query, Some(50), None, filter).await;
+    assert!(response.get("errors").is_none(), "search {query}: {response}");
+    response["data"]["course"]["search"].clone()
+}
+
+/// The ids of the posts of the hits, in order.
+fn hit_posts(connection: &Json) -> Vec<i64> {
+    edges(connection).iter().map(|e| raw_id(e["node"]["post"]["id"].as_str().expect("post id"))).collect()
+}
+
+fn edges(connection: &Json) -> Vec<Json> {
+    connection["edges"].as_array().cloned().unwrap_or_default()
+}
+
+async fn set_created(app: &TestApp, table: &str, id: i64, days_ago: i64) {
+    app.scalar_i64(
+        &format!(
+            "UPDATE {table} SET created_at = now() - make_interval(days => $2::int) WHERE id = $1 RETURNING id AS v"
+        ),
+        [id.into(), (days_ago as i32).into()],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn title_beats_body_and_endorsement_resolution_and_recency_raise_a_hit() {
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    let in_body = post(&app, w.alice, w.course, "A question about loops", "my recursion never stops", json!({})).await;
+    let in_title = post(&app, w.bob, w.course, "Recursion depth", "what is the limit here", json!({})).await;
+    let found = search(&app, w.alice, w.course, "recursion", json!(null)).await;
+    assert_eq!(hit_posts(&found), vec![in_title, in_body], "{found}");
+
+    // Endorsement lifts the body match above the title match.
+    app.gql_ok(
+        Some(&app.token(w.instructor)),
+        "mutation($id: ID!) { endorse(id: $id, endorsed: true) { __typename } }",
+        json!({ "id": gid("Post", in_body) }),
+    )
+    .await;
+    let found = search(&app, w.alice, w.course, "recursion", json!(null)).await;
+    assert_eq!(hit_posts(&found), vec![in_body, in_title], "{found}");
+
+    // A resolved question rises above an unresolved one of the same text.
+    let open =
+        post(&app, w.alice, w.course, "Sorting stability", "is merge sort stable", json!({ "k": "QUESTION" })).await;
+    let resolved =
+        post(&app, w.bob, w.course, "Sorting stability", "is merge sort stable", json!({ "k": "QUESTION" })).await;
+    set_created(&app, "posts", resolved, 1).await;
+    let found = search(&app, w.alice, w.course, "stability", json!(null)).await;
+    assert_eq!(hit_posts(&found), vec![open, resolved], "newer first while neither is resolved: {found}");
+    app.gql_ok(
+        Some(&app.token(w.instructor)),
+        "mutation($p: ID!) { markResolved(postId: $p, resolved: true) { resolved } }",
+        json!({ "p": gid("Post", resolved) }),
+    )
+    .await;
+    let found = search(&app, w.alice, w.course, "stability", json!(null)).await;
+    assert_eq!(hit_posts(&found), vec![resolved, open], "{found}");
+
+    // Recency: the same text, the newer first, with strictly decreasing scores.
+    let old = post(&app, w.alice, w.course, "Heap property", "binary heaps", json!({})).await;
+    let new = post(&app, w.alice, w.course, "Heap property", "binary heaps", json!({})).await;
+    set_created(&app, "posts", old, 60).await;
+    set_created(&app, "posts", new, 2).await;
+    let found = search(&app, w.alice, w.course, "heap", json!(null)).await;
+    assert_eq!(hit_posts(&found), vec![new, old], "{found}");
+    let scores: Vec<f64> = edges(&found).iter().map(|e| e["node"]["score"].as_f64().expect("score")).collect();
+    assert!(scores[0] > scores[1], "{scores:?}");
+
+    // Likes do not move the ranking.
+    app.gql_ok(
+        Some(&app.token(w.bob)),
+        "mutation($p: ID!) { likePost(postId: $p) { likeCount } }",
+        json!({ "p": gid("Post", old) }),
+    )
+    .await;
+    let again = search(&app, w.alice, w.course, "heap", json!(null)).await;
+    assert_eq!(hit_posts(&again), vec![new, old], "{again}");
+}
+
+#[tokio::test]
+async fn phrases_exclusions_and_alternatives_follow_web_search_syntax() {
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    let a = post(&app, w.alice, w.course, "Linked lists", "a doubly linked list in C", json!({})).await;
+    let b = post(&app, w.alice, w.course, "Lists linked", "the list was never linked to C", json!({})).await;
+    let c = post(&app, w.alice, w.course, "Hash tables", "open addressing", json!({})).await;
+    let sorted = |mut v: Vec<i64>| {
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(sorted(hit_posts(&search(&app, w.bob, w.course, "linked list", json!(null)).await)), sorted(vec![a, b]));
+    assert_eq!(hit_posts(&search(&app, w.bob, w.course, "\"doubly linked list\"", json!(null)).await), vec![a]);
+    assert_eq!(hit_posts(&search(&app, w.bob, w.course, "linked -doubly", json!(null)).await), vec![b]);
+    assert_eq!(
+        sorted(hit_posts(&search(&app, w.bob, w.course, "doubly or addressing", json!(null)).await)),
+        sorted(vec![a, c])
+    );
+    // Stop words only: nothing, no error.
+    let nothing = search(&app, w.bob, w.course, "the of and", json!(null)).await;
+    assert!(edges(&nothing).is_empty(), "{nothing}");
+}
+
+#[tokio::test]
+async fn snippets_mark_matches_and_escape_everything_else() {
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    let body = "Beware <script>alert('pwned')</script> & friends when running the tests";
+    let id = post(&app, w.alice, w.course, "Unsafe input", body, json!({})).await;
+    let comment = app.create_comment(&app.token(w.bob), id, "I am running it <b>twice</b>").await;
+    let found = search(&app, w.bob, w.course, "run", json!(null)).await;
+    let hits = edges(&found);
+    assert_eq!(hits.len(), 2, "{found}");
+    let post_hit = hits.iter().find(|e| e["node"]["matched"] == "POST").expect("the post");
+    let snippet = post_hit["node"]["snippet"].as_str().expect("snippet");
+    assert!(snippet.contains("<mark>running</mark>"), "{snippet}");
+    assert!(snippet.contains("&lt;script&gt;"), "{snippet}");
+    assert!(!snippet.contains("<script"), "{snippet}");
+    assert!(snippet.contains("&amp;"), "{snippet}");
+    // Only <mark> tags: every other '<' was escaped.
+    let tags = snippet.matches('<').count();
+    assert_eq!(tags, snippet.matches("<mark>").count() + snippet.matches("</mark>").count(), "{snippet}");
+    let comment_hit = hits.iter().find(|e| e["node"]["matched"] == "COMMENT").expect("the comment");
+    assert_eq!(comment_hit["node"]["comment"]["id"], gid("Comment", comment));
+    assert!(comment_hit["node"]["reply"].is_null());
+    let snippet = comment_hit["node"]["snippet"].as_str().expect("snippet");
+    assert!(snippet.contains("<mark>running</mark>") && snippet.contains("&lt;b&gt;"), "{snippet}");
+}
+
+#[tokio::test]
+async fn a_walk_neither_repeats_nor_skips_while_posts_arrive_and_its_cursor_serves_it_alone() {
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    let mut before = Vec::new();
+    for i in 0..13 {
+        // Varied text so the scores differ, and some equal ones (the keyset's tie-breaks).
+        let body = if i % 3 == 0 { "graph graph traversal".to_owned() } else { format!("graph number {i}") };
+        before.push(post(&app, w.alice, w.course, &format!("Topic {i}"), &body, json!({})).await);
+    }
+    let comment = app.create_comment(&app.token(w.bob), before[0], "graph coloring").await;
+    let mut seen: Vec<String> = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let response = search_raw(&app, w.alice, w.course, "graph", Some(4), after.as_deref(), json!(null)).await;
+        assert!(response.get("errors").is_none(), "{response}");
+        let connection = &response["data"]["course"]["search"];
+        for edge in edges(connection) {
+            let node = &edge["node"];
+            let key = if node["matched"] == "POST" {
+                node["post"]["id"].as_str().expect("id").to_owned()
+            } else {
+                node["comment"]["id"].as_str().expect("id").to_owned()
+            };
+            assert!(!seen.contains(&key), "{key} repeated");
+            seen.push(key);
+        }
+        pages += 1;
+        // New matching posts arrive mid-walk (they score highest: newest, title match).
+        if pages == 1 {
+            post(&app, w.bob, w.course, "Graph theory", "graph graph graph", json!({})).await;
+            post(&app, w.bob, w.course, "Graph basics", "graph", json!({})).await;
+        }
+        if connection["pageInfo"]["hasNextPage"] != true {
+            break;
+        }
+        after = connection["pageInfo"]["endCursor"].as_str().map(str::to_owned);
+        assert!(pages < 20, "the walk does not end");
+    }
+    for id in &before {
+        assert!(seen.contains(&gid("Post", *id)), "post {id} skipped: {seen:?}");
+    }
+    assert!(seen.contains(&gid("Comment", comment)), "the comment was skipped");
+    assert!(pages >= 4, "{pages} pages");
+
+    // The cursor of this walk is refused by another query, another filter, another course.
+    let first = search_raw(&app, w.alice, w.course, "graph", Some(2), None, json!(null)).await;
+    let cursor = first["data"]["course"]["search"]["pageInfo"]["endCursor"].as_str().expect("cursor").to_owned();
+    for (query, filter) in [("graphs traversal", json!(null)), ("graph", json!({ "kind": "QUESTION" }))] {
+        let refused = search_raw(&app, w.alice, w.course, query, Some(2), Some(&cursor), filter).await;
+        assert_eq!(error_code(&refused).as_deref(), Some("BAD_USER_INPUT"), "{refused}");
+    }
+    let everywhere = app
+        .gql(
+            Some(&app.token(w.alice)),
+            "query($q: String!, $a: String) { search(query: $q, after: $a) { edges { cursor } } }",
+            json!({ "q": "graph", "a": cursor }),
+        )
+        .await;
+    assert_eq!(error_code(&everywhere).as_deref(), Some("BAD_USER_INPUT"), "{everywhere}");
+    let forged = search_raw(&app, w.alice, w.course, "graph", Some(2), Some("czpmb28"), json!(null)).await;
+    assert_eq!(error_code(&forged).as_deref(), Some("BAD_USER_INPUT"), "{forged}");
+}
+
+/// Who finds what: private questions, anonymous authors, deleted content, non-members.
+async fn search_finds_only_what_the_searcher_may_read(mode: LikeMode) {
+    let app = TestApp::spawn_in(mode).await;
+    let w = World::create(&app).await;
+    app.gql_ok(
+        Some(&app.token(w.instructor)),
+        "mutation($c: ID!) { setCourseAnonymity(courseId: $c, anonymity: CLASSMATES) { id } }",
+        json!({ "c": gid("Course", w.course) }),
+    )
+    .await;
+    let private =
+        post(&app, w.alice, w.course, "Private zebra question", "zebra", json!({ "k": "QUESTION", "pr": true })).await;
+    let anonymous = post(&app, w.alice, w.course, "Anonymous zebra", "zebra stripes", json!({ "an": true })).await;
+    let signed = post(&app, w.alice, w.course, "Signed zebra", "zebra crossing", json!({})).await;
+    let doomed = post(&app, w.bob, w.course, "Deleted zebra", "zebra", json!({})).await;
+    let _on_doomed = app.create_comment(&app.token(w.alice), doomed, "zebra comment on a deleted post").await;
+    let deleted_comment = app.create_comment(&app.token(w.bob), signed, "zebra comment deleted").await;
+    let kept_comment = app.create_comment(&app.token(w.bob), signed, "zebra comment kept").await;
+    let reply = app.create_reply(&app.token(w.alice), &gid("Comment", kept_comment), "zebra reply").await;
+    app.delete_post(&app.token(w.bob), doomed).await;
+    app.gql_ok(
+        Some(&app.token(w.bob)),
+        "mutation($c: ID!) { deleteComment(commentId: $c) { __typename } }",
+        json!({ "c": gid("Comment", deleted_comment) }),
+    )
+    .await;
+    // Something of another course that matches too.
+    post(&app, w.outsider, w.other_course, "Zebra elsewhere", "zebra", json!({})).await;
+
+    let found_by = |user: i64, filter: Json| {
+        let app = &app;
+        async move {
+            let c = search(app, user, w.course, "zebra", filter).await;
+            let mut keys: Vec<String> = edges(&c)
+                .iter()
+                .map(|e| {
+                    let n = &e["node"];
+                    match n["matched"].as_str() {
+                        Some("COMMENT") => n["comment"]["id"].as_str().unwrap_or_default().to_owned(),
+                        Some("REPLY") => n["reply"]["id"].as_str().unwrap_or_default().to_owned(),
+                        _ => n["post"]["id"].as_str().unwrap_or_default().to_owned(),
+                    }
+                })
+                .collect();
+            keys.sort();
+            keys
+        }
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let public = vec![gid("Post", anonymous), gid("Post", signed), gid("Comment", kept_comment), gid("Reply", reply)];
+    let with_private = sorted(public.iter().cloned().chain([gid("Post", private)]).collect());
+    assert_eq!(found_by(w.alice, json!(null)).await, with_private, "the author finds her private question");
+    assert_eq!(found_by(w.instructor, json!(null)).await, with_private, "staff find it");
+    assert_eq!(found_by(w.bob, json!(null)).await, sorted(public.clone()), "a classmate does not");
+
+    // The author filter: the classmate never finds Alice's anonymous post by her id; staff do
+    // (anonymous to classmates only); Alice finds her own.
+    let by_alice = json!({ "authorId": gid("User", w.alice) });
+    let alice_public = sorted(vec![gid("Post", signed), gid("Reply", reply)]);
+    assert_eq!(found_by(w.bob, by_alice.clone()).await, alice_public, "the classmate");
+    let all_of_alice =
+        sorted(vec![gid("Post", signed), gid("Reply", reply), gid("Post", anonymous), gid("Post", private)]);
+    assert_eq!(found_by(w.instructor, by_alice.clone()).await, all_of_alice, "staff");
+    assert_eq!(found_by(w.alice, by_alice).await, all_of_alice, "herself");
+
+    // Query.search: every course of the viewer, nothing of others'.
+    let everywhere = app
+        .gql_ok(
+            Some(&app.token(w.bob)),
+            "query { search(query: \"zebra\", first: 50) { edges { node { post { id course { id } } } } } }",
+            json!({}),
+        )
+        .await;
+    let courses: Vec<Json> =
+        edges(&everywhere["search"]).iter().map(|e| e["node"]["post"]["course"]["id"].clone()).collect();
+    assert_eq!(courses.len(), public.len(), "{everywhere}");
+    assert!(courses.iter().all(|c| *c == json!(gid("Course", w.course))), "{everywhere}");
+
+    // A non-member: FORBIDDEN, as reading the course is.
+    let refused = search_raw(&app, w.outsider, w.course, "zebra", None, None, json!(null)).await;
+    assert_eq!(error_code(&refused).as_deref(), Some("FORBIDDEN"), "{refused}");
+    let similar =
+        app.gql(Some(&app.token(w.outsider)), SIMILAR, json!({ "c": gid("Course", w.course), "t": "zebra" })).await;
+    assert_eq!(error_code(&similar).as_deref(), Some("FORBIDDEN"), "{similar}");
+    // similarPosts obeys the same visibility: the classmate never sees the private question.
+    let titles = |data: &Json| -> Vec<String> {
+        data["course"]["similarPosts"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|p| p["post"]["title"].as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    };
+    let vars = json!({ "c": gid("Course", w.course), "t": "Private zebra question", "n": 10 });
+    let bob_sees = titles(&app.gql_ok(Some(&app.token(w.bob)), SIMILAR, vars.clone()).await);
+    let staff_sees = titles(&app.gql_ok(Some(&app.token(w.instructor)), SIMILAR, vars).await);
+    assert!(!bob_sees.iter().any(|t| t == "Private zebra question"), "{bob_sees:?}");
+    assert!(staff_sees.iter().any(|t| t == "Private zebra question"), "{staff_sees:?}");
+    assert!(!staff_sees.iter().any(|t| t == "Deleted zebra"), "{staff_sees:?}");
+}
+
+mod search_finds_only_what_the_searcher_may_read {
+    #[tokio::test]
+    async fn sync() {
+        super::search_finds_only_what_the_searcher_may_read(course_forum::testing::config::LikeMode::Sync).await
+    }
+
+    #[tokio::test]
+    async fn recount() {
+        super::search_finds_only_what_the_searcher_may_read(course_forum::testing::config::LikeMode::Recount).await
+    }
+
+    #[tokio::test]
+    async fn buffered() {
+        super::search_finds_only_what_the_searcher_may_read(course_forum::testing::config::LikeMode::Buffered).await
+    }
+}
+
+#[tokio::test]
+async fn similar_posts_tolerate_typos_and_put_resolved_questions_first() {
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    let discussion = post(&app, w.alice, w.course, "Recursion in Python", "how deep", json!({})).await;
+    let question =
+        post(&app, w.bob, w.course, "Recursion in Python scripts", "stack overflow", json!({ "k": "QUESTION" })).await;
+    post(&app, w.bob, w.course, "Matrix multiplication", "numpy", json!({})).await;
+    let vars = json!({ "c": gid("Course", w.course), "t": "recusion in pyhton" });
+    let data = app.gql_ok(Some(&app.token(w.alice)), SIMILAR, vars.clone()).await;
+    let ids: Vec<i64> = data["course"]["similarPosts"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|p| raw_id(p["post"]["id"].as_str().expect("id")))
+        .collect();
+    assert_eq!(ids, vec![discussion, question], "the most alike first, nothing unlike: {data}");
+    app.gql_ok(
+        Some(&app.token(w.instructor)),
+        "mutation($p: ID!) { markResolved(postId: $p, resolved: true) { resolved } }",
+        json!({ "p": gid("Post", question) }),
+    )
+    .await;
+    let data = app.gql_ok(Some(&app.token(w.alice)), SIMILAR, vars).await;
+    let list = data["course"]["similarPosts"].as_array().expect("list");
+    assert_eq!(raw_id(list[0]["post"]["id"].as_str().expect("id")), question, "{data}");
+    assert_eq!(list[0]["post"]["resolved"], true);
+    let similarity = list[1]["similarity"].as_f64().expect("similarity");
+    assert!(similarity > 0.2 && similarity <= 1.0, "{similarity}");
+}
+
+#[tokio::test]
+async fn staff_alone_set_the_search_language_and_it_reindexes_the_course() {
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    let id = post(&app, w.alice, w.course, "Morning routine", "I run every day", json!({})).await;
+    app.create_comment(&app.token(w.bob), id, "she keeps running").await;
+    let found = |q: &'static str| {
+        let app = &app;
+        async move { edges(&search(app, w.bob, w.course, q, json!(null)).await).len() }
+    };
+    assert_eq!(found("running").await, 2, "english stems: running finds run");
+    let set =
+        "mutation($c: ID!, $l: SearchLanguage!) { setSearchLanguage(courseId: $c, language: $l) { searchLanguage } }";
+    let vars = json!({ "c": gid("Course", w.course), "l": "SIMPLE" });
+    let refused = app.gql(Some(&app.token(w.alice)), set, vars.clone()).await;
+    assert_eq!(error_code(&refused).as_deref(), Some("FORBIDDEN"), "{refused}");
+    let language = "query($c: ID!) { course(id: $c) { searchLanguage } }";
+    let data = app.gql_ok(Some(&app.token(w.alice)), language, json!({ "c": gid("Course", w.course) })).await;
+    assert_eq!(data["course"]["searchLanguage"], "ENGLISH");
+
+    let data = app.gql_ok(Some(&app.token(w.instructor)), set, vars).await;
+    assert_eq!(data["setSearchLanguage"]["searchLanguage"], "SIMPLE");
+    assert_eq!(found("running").await, 1, "simple: only the comment that says running");
+    assert_eq!(found("run").await, 1, "only the post that says run");
+    assert_eq!(found("the").await, 0, "no post says the");
+    // A post written after the switch is indexed the simple way too.
+    post(&app, w.bob, w.course, "The runs", "the running of the bulls", json!({})).await;
+    assert_eq!(found("the").await, 1, "stop words are words in simple");
+    // Back to English: stemming again, everything re-indexed.
+    let vars = json!({ "c": gid("Course", w.course), "l": "ENGLISH" });
+    app.gql_ok(Some(&app.token(w.instructor)), set, vars).await;
+    assert_eq!(found("running").await, 3);
+}
+
+#[tokio::test]
+async fn bad_inputs_are_refused_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    post(&app, w.alice, w.course, "Pointers", "pointer arithmetic", json!({})).await;
+    let long = "x".repeat(201);
+    for (query, first) in
+        [("", None), ("   ", None), (long.as_str(), None), ("pointer", Some(0)), ("pointer", Some(51))]
+    {
+        let response = search_raw(&app, w.alice, w.course, query, first, None, json!(null)).await;
+        assert_eq!(error_code(&response).as_deref(), Some("BAD_USER_INPUT"), "{query:?} {first:?}: {response}");
+    }
+    let bad_author =
+        search_raw(&app, w.alice, w.course, "pointer", None, None, json!({ "authorId": gid("Course", 1) })).await;
+    assert_eq!(error_code(&bad_author).as_deref(), Some("BAD_USER_INPUT"), "{bad_author}");
+    for (text, first) in [("", None), (long.as_str(), None), ("pointer", Some(0)), ("pointer", Some(11))] {
+        let response = app
+            .gql(Some(&app.token(w.alice)), SIMILAR, json!({ "c": gid("Course", w.course), "t": text, "n": first }))
+            .await;
+        assert_eq!(error_code(&response).as_deref(), Some("BAD_USER_INPUT"), "{text:?} {first:?}: {response}");
+    }
+    let set = "mutation($c: ID!) { setSearchLanguage(courseId: $c, language: SIMPLE) { id } }";
+    let response = app.gql(Some(&app.token(w.instructor)), set, json!({ "c": gid("Post", 1) })).await;
+    assert_eq!(error_code(&response).as_deref(), Some("BAD_USER_INPUT"), "{response}");
+    let language =
+        app.scalar_i64("SELECT count(*) AS v FROM courses WHERE search_config <> 'english'::regconfig", []).await;
+    assert_eq!(language, 0, "nothing changed");
+    assert_eq!(edges(&search(&app, w.alice, w.course, "pointer", json!(null)).await).len(), 1);
+}
