@@ -44,8 +44,8 @@ pub struct Mutation(
     mutation::NotificationMutations,
     roster::RosterMutations,
     questions::QuestionMutations,
-    search::SearchMutations,
     unread::UnreadMutations,
+    search::SearchMutations,
 );
 
 /// Deepest selection accepted (a post page with comments, replies and their authors fits).

@@ -150,6 +150,7 @@ impl Query {
     /// Posts, comments and replies matching `query` in every course you belong to, best first:
     /// `Course.search` across your courses (each course's search language, staff rights and
     /// anonymity as there). Pages forward with `first` (1 to 50, default 10) and `after`.
+    #[graphql(complexity = "page_cost(first, None, child_complexity)")]
     async fn search(
         &self,
         ctx: &Context<'_>,

@@ -199,6 +199,7 @@ impl Course {
     /// posts and comments, private questions only when yours or when you are staff. Pages
     /// forward with `first` and `after`. A blank query, or one longer than 200 characters, is
     /// BAD_USER_INPUT; a query of stop words only finds nothing.
+    #[graphql(complexity = "page_cost(first, None, child_complexity)")]
     pub(super) async fn search(
         &self,
         ctx: &Context<'_>,
@@ -220,6 +221,7 @@ impl Course {
     /// Posts whose title is like `text` (a title being typed; typos are fine), so an asker
     /// finds an existing answer before posting: resolved questions first, then the most alike.
     /// Only posts you may read. `text` of 1 to 200 characters, else BAD_USER_INPUT.
+    #[graphql(complexity = "1 + first.unwrap_or(5).clamp(1, 10) as usize * child_complexity")]
     pub(super) async fn similar_posts(
         &self,
         ctx: &Context<'_>,
