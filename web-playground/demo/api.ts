@@ -59,8 +59,10 @@ export async function gql<T = any>(query: string, variables: Record<string, unkn
   return body.data as T;
 }
 
-export function onLive(listener: (state: LiveState) => void) {
+/** Calls `listener` on every change of the socket's state; returns the function that stops it. */
+export function onLive(listener: (state: LiveState) => void): () => void {
   liveListeners.add(listener);
+  return () => liveListeners.delete(listener);
 }
 
 function ws(): Client {

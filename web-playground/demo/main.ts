@@ -1,13 +1,16 @@
 // The demo forum: pick a demo user, see their courses, then a course's posts (course.ts) and
 // a post with its comments and replies (post.ts); a bell in the header counts unread
-// notifications live (bell.ts).
-// Plain TypeScript; routes live in the URL hash: #/, #/courses, #/course/<id>[/hot|/top][?unresolved&tag=<id>...], #/post/<id>.
-import { gql, setToken, onLive } from './api';
+// notifications live (bell.ts). The course list shows each course's unread count, live, and a
+// search across all the user's courses (search.ts).
+// Plain TypeScript; routes live in the URL hash: #/, #/courses[?q=...],
+// #/course/<id>[/hot|/top][?unresolved&unread&tag=<id>&q=...], #/post/<id>.
+import { gql, setToken, onLive, subscribe } from './api';
 import { counted, esc } from './text';
 import { bellFor } from './bell';
-import { app, leave } from './page';
-import { course, orderOf } from './course';
+import { app, leave, onLeave } from './page';
+import { course, orderOf, unreadText } from './course';
 import { post } from './post';
+import { searchBox } from './search';
 
 type DemoUser = { id: string; handle: string; token: string; courses: string[] };
 const whoami = document.getElementById('whoami')!;
@@ -71,11 +74,48 @@ async function pickUser() {
   });
 }
 
-async function courses() {
-  const data = await gql(`query { me { handle displayName } myCourses { id code title myRole memberCount } }`);
+async function courses(params: URLSearchParams) {
+  const data = await gql(`query { me { handle displayName } myCourses { id code title myRole memberCount unreadPostCount } }`);
+  const list: { id: string; code: string; title: string; myRole: string; memberCount: number; unreadPostCount: number }[] = data.myCourses ?? [];
   app.innerHTML = `<h1>Your courses</h1>
-    ${data.myCourses.map((c: any) => `<div class="card"><a data-testid="course-${esc(c.code)}" href="#/course/${esc(c.id)}">
-      ${esc(c.code)} · ${esc(c.title)}</a> <span class="muted">${esc(c.myRole.toLowerCase())}, ${counted(c.memberCount, 'member')}</span></div>`).join('')}`;
+    ${list.map((c) => `<div class="card"><a data-testid="course-${esc(c.code)}" href="#/course/${esc(c.id)}">
+      ${esc(c.code)} · ${esc(c.title)}</a> <span class="unread-count" data-testid="unread-${esc(c.code)}" data-course="${esc(c.id)}"
+      data-count="${c.unreadPostCount}">${unreadText(c.unreadPostCount)}</span>
+      <span class="muted">${esc(c.myRole.toLowerCase())}, ${counted(c.memberCount, 'member')}</span></div>`).join('')}
+    <h2>Search</h2><div id="search" data-testid="home-search"></div>`;
+  const setCount = (id: string, n: number) => {
+    const el = app.querySelector<HTMLElement>(`.unread-count[data-course="${CSS.escape(id)}"]`);
+    if (!el) return;
+    el.dataset.count = String(n);
+    el.textContent = unreadText(n);
+  };
+  // Each course's count, live: one unreadCounts subscription per course (a handful).
+  for (const c of list) {
+    onLeave(
+      subscribe(`subscription($course: ID!) { unreadCounts(courseId: $course) { course { id unreadPostCount } } }`, { course: c.id }, (d: any) => {
+        const u = d.unreadCounts?.course;
+        if (u) setCount(u.id, u.unreadPostCount);
+      }),
+    );
+  }
+  // Events missed while the socket was down never arrive: after a reconnect, read the counts afresh.
+  let wasDown = false;
+  onLeave(
+    onLive((state) => {
+      if (state === 'up' && wasDown) {
+        gql(`query { myCourses { id unreadPostCount } }`).then(
+          (d) => (d.myCourses ?? []).forEach((c: { id: string; unreadPostCount: number }) => setCount(c.id, c.unreadPostCount)),
+          () => {},
+        );
+      }
+      wasDown = state !== 'up';
+    }),
+  );
+  // Search across every course; the query stays in the URL (#/courses?q=...).
+  const search = searchBox(app.querySelector<HTMLElement>('#search')!, {
+    onQuery: (q) => history.replaceState(null, '', `#/courses${q ? `?q=${encodeURIComponent(q)}` : ''}`),
+  });
+  if (params.get('q')) void search.run(params.get('q')!);
 }
 
 // --- routing ---------------------------------------------------------------------------------
@@ -91,7 +131,7 @@ async function route() {
   const [, page, id, extra] = path.split('/');
   try {
     if (!me || !page) return await pickUser();
-    if (page === 'courses') return await courses();
+    if (page === 'courses') return await courses(new URLSearchParams(query));
     if (page === 'course' && id) return await course(decodeURIComponent(id), orderOf(extra), new URLSearchParams(query));
     if (page === 'post' && id) return await post(decodeURIComponent(id));
     return await pickUser();

@@ -4,7 +4,8 @@
 // course's instructors may delete anything (the server decides: a refusal shows its code).
 // A post shows its kind, tags and a question's state; anonymous writing shows its pseudonym
 // (and, to those who may see through it, the writer too); comments and replies can be written
-// anonymously where the course allows it.
+// anonymously where the course allows it. Opening a post reads it (markPostRead), and so
+// does a comment or reply of others arriving while it is open.
 import { gql, subscribe, errorText } from './api';
 import { noun, esc, byline, badges } from './text';
 import { app, onLeave } from './page';
@@ -545,6 +546,25 @@ export async function post(postId: string) {
     }
   });
 
+  // Opening the post reads it and its comments up to now; what others write while it is open
+  // is read as it arrives (once per burst). The article says when the server has it read.
+  let readTimer: ReturnType<typeof setTimeout> | null = null;
+  const markRead = async () => {
+    readTimer = null;
+    if (left) return;
+    try {
+      const res = await gql(`mutation($id: ID!) { markPostRead(postId: $id) { id isUnread unreadCommentCount } }`, { id: p.id });
+      if (!left && res.markPostRead) article.dataset.read = String(!res.markPostRead.isUnread && res.markPostRead.unreadCommentCount === 0);
+    } catch {
+      // Unread marks are a convenience: the page works without them.
+    }
+  };
+  const readSoon = () => {
+    if (!readTimer && !left) readTimer = setTimeout(markRead, 500);
+  };
+  onLeave(() => readTimer && clearTimeout(readTimer));
+  void markRead();
+
   // Live: committed like counts of the post and everything shown; new comments in the course.
   subscribeLikes();
   onLeave(
@@ -560,6 +580,8 @@ export async function post(postId: string) {
         if (a.kind === 'REPLY_UPDATED') applyNode(a.reply);
         if (a.kind === 'COMMENT_CREATED' && a.comment) addComment(a.comment, true);
         if (a.kind === 'REPLY_CREATED' && a.reply?.comment) addReply(a.reply, a.reply.comment.id);
+        // Others' writing is read as it arrives; one's own is never unread.
+        if ((a.kind === 'COMMENT_CREATED' || a.kind === 'REPLY_CREATED') && (a.comment ?? a.reply)?.author?.id !== me) readSoon();
         if (a.kind === 'COMMENT_DELETED' || a.kind === 'REPLY_DELETED') removeNode(a.nodeId);
         if (a.kind === 'POST_DELETED' && !article.querySelector('[data-testid=post-deleted]')) {
           article.insertAdjacentHTML('afterbegin', '<p class="error" data-testid="post-deleted">This post was deleted.</p>');
