@@ -29,5 +29,11 @@ CREATE TABLE post_reads (
 CREATE INDEX post_reads_course_idx ON post_reads (user_id, course_id, post_id);
 
 -- A post's live comments and replies above a mark (`unreadCommentCount`): a range of this
--- index per post.
-CREATE INDEX comments_post_live_idx ON comments (post_id, id) WHERE deleted_at IS NULL;
+-- index per post, read from the index alone (the author is in it: others' comments count),
+-- without a visit to the comments' rows, which are wide (their text and its search vector).
+CREATE INDEX comments_post_live_idx ON comments (post_id, id) INCLUDE (user_id) WHERE deleted_at IS NULL;
+
+-- A course's unread posts (`unreadPostCount`, the `unread` filter): its live posts above a
+-- mark, with what decides whether they count for a reader (author, private) in the index, so
+-- that counting up to the cap reads the index alone.
+CREATE INDEX posts_unread_idx ON posts (course_id, id) INCLUDE (user_id, private) WHERE deleted_at IS NULL;

@@ -55,6 +55,9 @@ pub struct SearchBench {
     /// Longest one measurement may send requests, in seconds.
     #[arg(long, default_value_t = 60)]
     time_cap_secs: u64,
+    /// Leaves the generated database in place (its name is printed), for EXPLAIN.
+    #[arg(long)]
+    keep_database: bool,
 }
 
 /// One measured kind of request.
@@ -273,8 +276,10 @@ async fn measure(
         body: bodies[n % bodies.len()].clone(),
         forwarded_for: None,
     };
+    // Untimed, and its failures (a statement past STATEMENT_TIMEOUT) are not fatal: the
+    // measured run counts and shows them.
     let warm = (0..(requests / 10).max(tokens.len())).map(make).collect();
-    load::warm_up(what, &server.graphql_url(), warm, connections, time_cap, check.clone()).await?;
+    load::run(&server.graphql_url(), warm, connections, time_cap, check.clone(), false).await?;
     let counters_before = server.counters().await?;
     let cpu_before = CpuSplit::now(server.pid, &fixture.db).await?;
     let report =
@@ -437,7 +442,11 @@ pub async fn run(cli: &crate::Cli, bench: &SearchBench) -> AppResult<SearchResul
         })
     }
     .await;
-    fixture.drop().await?;
+    if bench.keep_database {
+        eprintln!("search: the database is kept: {}", fixture.url);
+    } else {
+        fixture.drop().await?;
+    }
     outcome
 }
 
