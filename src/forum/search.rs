@@ -267,31 +267,29 @@ fn match_sql(alias: &str, languages: &[Language], q: &str) -> String {
     format!("({})", parts.join(" OR "))
 }
 
-/// The normalized text rank of `alias.search_doc` under its own configuration's query.
-fn rank_sql(alias: &str, languages: &[Language], q: &str) -> String {
-    let rank = |l: Language| format!("ts_rank_cd('{{0.1, 0.2, 0.4, 1.0}}', {alias}.search_doc, {}, 32)", tsquery(l, q));
+/// `expr` of the row's own configuration: itself when one configuration is in use, else a
+/// CASE on `alias.search_config` with one arm per configuration (`otherwise` for none).
+fn per_language(alias: &str, languages: &[Language], otherwise: &str, expr: impl Fn(Language) -> String) -> String {
     match languages {
-        [only] => rank(*only),
+        [only] => expr(*only),
         _ => {
             let arms: String =
-                languages.iter().map(|l| format!(" WHEN '{}'::regconfig THEN {}", l.config(), rank(*l))).collect();
-            format!("(CASE {alias}.search_config{arms} ELSE 0 END)")
+                languages.iter().map(|l| format!(" WHEN '{}'::regconfig THEN {}", l.config(), expr(*l))).collect();
+            format!("(CASE {alias}.search_config{arms}{otherwise} END)")
         }
     }
 }
 
+/// The normalized text rank of `alias.search_doc` under its own configuration's query.
+fn rank_sql(alias: &str, languages: &[Language], q: &str) -> String {
+    per_language(alias, languages, " ELSE 0", |l| {
+        format!("ts_rank_cd('{{0.1, 0.2, 0.4, 1.0}}', {alias}.search_doc, {}, 32)", tsquery(l, q))
+    })
+}
+
 /// The query of the row's configuration, for `ts_headline`.
 fn row_query_sql(alias: &str, languages: &[Language], q: &str) -> String {
-    match languages {
-        [only] => tsquery(*only, q),
-        _ => {
-            let arms: String = languages
-                .iter()
-                .map(|l| format!(" WHEN '{}'::regconfig THEN {}", l.config(), tsquery(*l, q)))
-                .collect();
-            format!("(CASE {alias}.search_config{arms} END)")
-        }
-    }
+    per_language(alias, languages, "", |l| tsquery(l, q))
 }
 
 /// Recency: 0.1 per 30 days since 2020-01-01.
