@@ -44,7 +44,7 @@ impl PrivateCluster {
             let child = cluster.spawn_node(*port);
             cluster.children.push(Some(child));
         }
-        cluster.wait(Duration::from_secs(15), "every node answers PING", |c| {
+        cluster.wait(Duration::from_secs(60), "every node answers PING", |c| {
             c.ports.iter().all(|p| c.cli(*p, &["ping"]) == "PONG")
         });
         let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
