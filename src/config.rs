@@ -223,6 +223,12 @@ pub struct Settings {
     #[arg(long, env = "JOBS_DB_MAX_CONNECTIONS", default_value_t = 4, global = true)]
     pub jobs_db_max_connections: u32,
 
+    /// Size of the PostgreSQL pool of searches and similar-title lookups, apart from the other
+    /// requests': a burst of searches cannot take the connections a like or a page needs. Its
+    /// statements are planned for their own parameters every time.
+    #[arg(long, env = "SEARCH_DB_MAX_CONNECTIONS", default_value_t = 4, global = true)]
+    pub search_db_max_connections: u32,
+
     /// Longest one SQL statement of a request may run before PostgreSQL cancels it (its
     /// transaction rolls back and the request fails with TIMEOUT). Jobs and commands have none.
     #[arg(long, env = "STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]
@@ -638,6 +644,9 @@ impl Settings {
         }
         if self.jobs_db_max_connections == 0 {
             return Err(AppError::Config("JOBS_DB_MAX_CONNECTIONS must be at least 1".into()));
+        }
+        if self.search_db_max_connections == 0 {
+            return Err(AppError::Config("SEARCH_DB_MAX_CONNECTIONS must be at least 1".into()));
         }
         if self.statement_timeout < Duration::from_millis(10) {
             return Err(AppError::Config("STATEMENT_TIMEOUT must be at least 10ms".into()));

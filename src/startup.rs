@@ -350,8 +350,10 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
     // the other's connections.
     let mut db = db::connect_api(&settings).await?;
     let mut jobs_db = db::connect_jobs(&settings).await?;
+    let mut search_db = db::connect_search(&settings).await?;
     let sql_statements = db::StatementCounter::attach(&mut db, "api");
     sql_statements.attach_also(&mut jobs_db, "background");
+    sql_statements.attach_also(&mut search_db, "api");
     let redis = kv::connect_to(&settings.redis_target()?, settings.connect_timeout, "api").await?;
     if settings.like_mode == LikeMode::Buffered && !settings.allow_evicting_redis {
         kv::refuse_evicting_policy(&redis).await?;
@@ -392,6 +394,7 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
         settings,
         db,
         jobs_db,
+        search_db,
         sql_statements,
         redis,
         keys,

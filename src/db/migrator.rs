@@ -50,6 +50,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0012_announcements"),
             sql_migration!("0013_search"),
             sql_migration!("0014_unread"),
+            sql_migration!("0015_title_words"),
         ]
     }
 }

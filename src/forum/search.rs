@@ -57,8 +57,13 @@ pub(crate) const LATER_CANDIDATES: i64 = 4 * CANDIDATES;
 pub(crate) const ENDORSED_BOOST: f64 = 0.3;
 /// Added to the score of a resolved question and of an accepted answer.
 pub(crate) const RESOLVED_BOOST: f64 = 0.3;
-/// Nearest titles (by trigram distance) a similar-posts lookup reads before ordering them.
-const SIMILAR_CANDIDATES: i64 = 50;
+/// Least trigram similarity between a typed word and the lexicon word it is corrected to.
+const MIN_WORD_SIMILARITY: f64 = 0.25;
+/// Titles the chosen rare words of a similar-posts lookup may select, by their counts.
+const CANDIDATE_BUDGET: i64 = 200;
+/// Most candidate titles a similar-posts lookup compares with the text (when even its
+/// rarest word is in more titles than `CANDIDATE_BUDGET`).
+const MAX_CANDIDATES: i64 = 500;
 /// Least trigram similarity a similar post has.
 pub(crate) const MIN_SIMILARITY: f64 = 0.2;
 
@@ -179,6 +184,40 @@ pub(crate) fn validate_query(what: &str, raw: &str) -> AppResult<String> {
         return Err(AppError::bad_input(format!("`{what}` is longer than {MAX_QUERY_CHARS} characters")));
     }
     Ok(text.to_owned())
+}
+
+/// True when `query` (web search syntax) can match nothing because it excludes a word it
+/// also requires: a conjunction without `or` in which a `-word` is also one of the words
+/// searched for, alone, in a "phrase" or in a hyphenated word (`exam -exam`, `"final exam"
+/// -Exam`). Such a query is answered without a statement: the planner, judging the required
+/// word frequent, would test every row of the course for a match that cannot exist.
+/// Conservative: only the same spelling (case aside) counts; `exams -exam` is left to the
+/// database.
+pub(crate) fn excludes_itself(query: &str) -> bool {
+    let mut required: Vec<String> = Vec::new();
+    let mut excluded: Vec<String> = Vec::new();
+    let mut in_phrase = false;
+    for token in query.split_whitespace() {
+        let quotes = token.matches('"').count();
+        let negated = !in_phrase && token.len() > 1 && token.starts_with('-');
+        if !in_phrase && quotes == 0 && token.eq_ignore_ascii_case("or") {
+            return false;
+        }
+        if negated {
+            let word = &token[1..];
+            if !word.chars().all(char::is_alphanumeric) {
+                return false;
+            }
+            excluded.push(word.to_lowercase());
+        } else {
+            required
+                .extend(token.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase));
+        }
+        if quotes % 2 == 1 {
+            in_phrase = !in_phrase;
+        }
+    }
+    excluded.iter().any(|word| required.contains(word))
 }
 
 /// The configuration of each course given (missing ones are left out).
@@ -308,6 +347,9 @@ pub(crate) async fn search(
     after: Option<Position>,
     limit: i64,
 ) -> AppResult<HitPage> {
+    if excludes_itself(query) {
+        return Ok(HitPage { hits: Vec::new(), has_next: false });
+    }
     let course_ids: Vec<i64> = scope.courses.iter().map(|(id, _)| *id).collect();
     let staff: Vec<i64> = scope.courses.iter().filter(|(_, r)| *r == Role::Instructor).map(|(id, _)| *id).collect();
     let mut in_use: Vec<Language> = languages(db, &course_ids).await?.into_iter().map(|(_, l)| l).collect();
@@ -477,9 +519,17 @@ pub(crate) fn snippet_html(headline: &str) -> String {
     html
 }
 
-/// Posts of a course whose title is like `text` (trigram similarity), readable by the viewer:
-/// the `SIMILAR_CANDIDATES` nearest titles (KNN on `posts_title_trgm_idx`), those at least
-/// `MIN_SIMILARITY` alike, resolved questions first, then the most alike.
+/// Posts of a course whose title is like `text` (trigram similarity), readable by the viewer,
+/// those at least `MIN_SIMILARITY` alike, resolved questions first, then the most alike.
+///
+/// Candidates come from the course's lexicon of title words (`title_words`, migration 0015),
+/// not from a walk over every title: each typed word is taken as it is when the lexicon has
+/// it, else corrected to the lexicon's nearest word by trigram distance (when at least
+/// `MIN_WORD_SIMILARITY` alike). The rarest corrected words whose title counts add up to at
+/// most `CANDIDATE_BUDGET` (always the rarest one) select the candidates through the title
+/// words' GIN index (at most `MAX_CANDIDATES`), and only those are compared with the text.
+/// A title like the text shares its rarest word, so the work is bounded by how rare the
+/// typed words are, not by the size of the course.
 pub(crate) async fn similar_posts(
     db: &impl ConnectionTrait,
     course_id: i64,
@@ -488,12 +538,30 @@ pub(crate) async fn similar_posts(
     text: &str,
     limit: i64,
 ) -> AppResult<Vec<(PostRow, f64)>> {
-    let readable = if role == Role::Instructor { "TRUE" } else { "(NOT private OR user_id = $3)" };
+    let readable = if role == Role::Instructor { "TRUE" } else { "(NOT p.private OR p.user_id = $3)" };
+    let columns: String = POST_COLUMNS.split(", ").map(|c| format!("p.{c}")).collect::<Vec<_>>().join(", ");
     let sql = format!(
-        "SELECT {POST_COLUMNS}, similarity::float8 AS similarity FROM ( \
-           SELECT {POST_COLUMNS}, similarity(title, $2) AS similarity FROM posts \
-           WHERE course_id = $1 AND deleted_at IS NULL AND {readable} \
-           ORDER BY title <-> $2 LIMIT {SIMILAR_CANDIDATES}) near \
+        "WITH typed AS (SELECT DISTINCT w FROM unnest(title_words_of($2)) w), \
+         known AS ( \
+           SELECT best.word, best.posts FROM typed CROSS JOIN LATERAL ( \
+             SELECT word, posts FROM ( \
+               (SELECT t.word, t.posts FROM title_words t WHERE t.course_id = $1 AND t.word = typed.w) \
+               UNION ALL \
+               (SELECT t.word, t.posts FROM title_words t WHERE t.course_id = $1 ORDER BY t.word <-> typed.w LIMIT 1) \
+             ) nearest WHERE similarity(word, typed.w) >= {MIN_WORD_SIMILARITY} LIMIT 1) best \
+         ), chosen AS ( \
+           SELECT array_agg(word) AS words FROM ( \
+             SELECT word, sum(posts) OVER (ORDER BY posts, word) AS through, \
+                    row_number() OVER (ORDER BY posts, word) AS n FROM known) ranked \
+           WHERE n = 1 OR through <= {CANDIDATE_BUDGET} \
+         ), candidates AS MATERIALIZED ( \
+           SELECT {columns} FROM posts p, chosen \
+           WHERE p.course_id = $1 AND p.deleted_at IS NULL AND {readable} \
+             AND title_words_of(p.title) && chosen.words \
+           LIMIT {MAX_CANDIDATES} \
+         ) \
+         SELECT {POST_COLUMNS}, similarity::float8 AS similarity FROM ( \
+           SELECT *, similarity(title, $2) AS similarity FROM candidates) near \
          WHERE similarity >= {MIN_SIMILARITY} \
          ORDER BY (kind = 'question' AND (accepted_comment_id IS NOT NULL OR resolved_at IS NOT NULL)) DESC, \
                   similarity DESC, id DESC \
@@ -522,6 +590,18 @@ mod tests {
         assert_ne!(a.key(), b.key());
         assert_ne!(a.key(), SearchFilter::default().key());
         assert_eq!(a.key(), a.clone().key());
+    }
+
+    #[test]
+    fn a_query_that_excludes_a_word_it_requires_is_known_to_find_nothing() {
+        for nothing in ["exam -exam", "Exam -exam", "\"final exam\" -exam", "graph trees -graph", "well-known -known"] {
+            assert!(excludes_itself(nothing), "{nothing}");
+        }
+        for something in
+            ["exam -midterm", "exam or quiz -exam", "exams -exam", "\"a -exam\" exam", "exam", "-exam", "exam - exam"]
+        {
+            assert!(!excludes_itself(something), "{something}");
+        }
     }
 
     #[test]

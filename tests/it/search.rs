@@ -462,3 +462,123 @@ async fn bad_inputs_are_refused_and_change_nothing() {
     assert_eq!(language, 0, "nothing changed");
     assert_eq!(edges(&search(&app, w.alice, w.course, "pointer", json!(null)).await).len(), 1);
 }
+
+/// `title_words` as (course, word, titles) rows, and what the live titles say it must be.
+async fn lexicon_and_live_titles(app: &TestApp) -> (Vec<(i64, String, i64)>, Vec<(i64, String, i64)>) {
+    use sea_orm::{ConnectionTrait, DbBackend, Statement};
+    let read = |sql: &'static str| async move {
+        app.db
+            .query_all_raw(Statement::from_string(DbBackend::Postgres, sql))
+            .await
+            .expect("lexicon query")
+            .iter()
+            .map(|r| (r.try_get("", "c").expect("c"), r.try_get("", "w").expect("w"), r.try_get("", "n").expect("n")))
+            .collect::<Vec<(i64, String, i64)>>()
+    };
+    let lexicon = read("SELECT course_id AS c, word AS w, posts::bigint AS n FROM title_words ORDER BY 1, 2").await;
+    let live = read(
+        "SELECT course_id AS c, w, count(*) AS n FROM posts, unnest(title_words_of(title)) w \
+         WHERE deleted_at IS NULL GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .await;
+    (lexicon, live)
+}
+
+/// The lexicon similar posts read stays exactly what the live titles hold while posts,
+/// title edits and deletions race on the same words (its triggers take row locks in key
+/// order, so none of them deadlocks), and suggestions follow an edit at once.
+#[tokio::test]
+async fn the_title_lexicon_follows_racing_posts_edits_and_deletions() {
+    use futures_util::future::join_all;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    let words = ["graph", "trees", "python", "exam", "recursion", "stack", "heap"];
+    let mut rng = StdRng::seed_from_u64(0x7469_746c);
+    let titles: Vec<String> = (0..24)
+        .map(|_| (0..3).map(|_| words[rng.random_range(0..words.len())]).collect::<Vec<_>>().join(" "))
+        .collect();
+    let authors = [w.alice, w.bob];
+    let ids: Vec<i64> =
+        join_all(titles.iter().enumerate().map(|(n, t)| post(&app, authors[n % 2], w.course, t, "body", json!({}))))
+            .await;
+    let (lexicon, live) = lexicon_and_live_titles(&app).await;
+    assert!(!lexicon.is_empty());
+    assert_eq!(lexicon, live, "after racing inserts");
+
+    // A third deleted, a third renamed (to words of their own and shared ones), all at once.
+    let changes = ids.iter().enumerate().map(|(n, &id)| {
+        let (app, token) = (&app, app.token(authors[n % 2]));
+        async move {
+            match n % 3 {
+                0 => {
+                    app.gql_ok(
+                        Some(&token),
+                        "mutation($p: ID!) { deletePost(postId: $p) { deletedId } }",
+                        json!({ "p": gid("Post", id) }),
+                    )
+                    .await;
+                }
+                1 => {
+                    app.gql_ok(
+                        Some(&token),
+                        "mutation($p: ID!, $t: String!) { editPost(postId: $p, title: $t) { id } }",
+                        json!({ "p": gid("Post", id), "t": format!("stack zeppelin{n} heap") }),
+                    )
+                    .await;
+                }
+                _ => {}
+            }
+        }
+    });
+    join_all(changes).await;
+    let (lexicon, live) = lexicon_and_live_titles(&app).await;
+    assert_eq!(lexicon, live, "after racing edits and deletions");
+    assert!(lexicon.iter().any(|(_, word, n)| word == "zeppelin1" && *n == 1), "an edit's new words: {lexicon:?}");
+
+    // An edited title is suggested by its new word, typo included, at once.
+    let data = app
+        .gql_ok(Some(&app.token(w.alice)), SIMILAR, json!({ "c": gid("Course", w.course), "t": "zepelin4 stack" }))
+        .await;
+    let found: Vec<i64> = data["course"]["similarPosts"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|p| raw_id(p["post"]["id"].as_str().expect("id")))
+        .collect();
+    assert!(found.contains(&ids[4]), "{data}");
+}
+
+/// Searches run on a pool of their own whose connections plan every statement for its own
+/// words (a cached generic plan of a search is blind to them), and their statements are
+/// counted like every request's; the other requests' pool keeps its cached plans.
+#[tokio::test]
+async fn searches_run_on_their_own_pool_planned_for_their_words() {
+    use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+    async fn plan_cache_mode(db: &DatabaseConnection) -> String {
+        db.query_one_raw(Statement::from_string(DbBackend::Postgres, "SHOW plan_cache_mode"))
+            .await
+            .expect("SHOW")
+            .expect("a row")
+            .try_get("", "plan_cache_mode")
+            .expect("plan_cache_mode")
+    }
+    let app = TestApp::spawn().await;
+    assert_eq!(plan_cache_mode(&app.state.search_db).await, "force_custom_plan");
+    assert_eq!(plan_cache_mode(&app.state.db).await, "auto");
+
+    let w = World::create(&app).await;
+    post(&app, w.alice, w.course, "Zebra crossing", "stripes", json!({})).await;
+    let before = app.state.sql_statements.get();
+    assert_eq!(edges(&search(&app, w.bob, w.course, "zebra", json!(null)).await).len(), 1);
+    assert!(app.state.sql_statements.get() > before, "a search's statements are counted");
+    // A query that excludes what it asks for is answered without a statement.
+    let before = app.state.sql_statements.get();
+    assert!(edges(&search(&app, w.bob, w.course, "zebra -Zebra", json!(null)).await).is_empty());
+    let membership_reads = app.state.sql_statements.get() - before;
+    let before = app.state.sql_statements.get();
+    search(&app, w.bob, w.course, "zebra", json!(null)).await;
+    assert!(app.state.sql_statements.get() - before > membership_reads, "the plain search ran more statements");
+}

@@ -245,7 +245,7 @@ pub(crate) async fn search_in(
     let keys = &state.cursor_keys;
     let after = after.map(|raw| SearchCursor::open(keys, &raw, &walk)).transpose()?;
     let scope = Scope { viewer: viewer.user_id, courses };
-    let page = search::search(&state.db, &scope, &query, &filter, after, i64::from(first)).await?;
+    let page = search::search(&state.search_db, &scope, &query, &filter, after, i64::from(first)).await?;
     let mut conn = Connection::new(after.is_some(), page.has_next);
     conn.edges.extend(page.hits.into_iter().map(|hit| {
         let cursor = SearchCursor { walk, at: hit.position, keys: keys.clone() };
@@ -296,7 +296,8 @@ pub(crate) async fn similar_posts(
         return Err(AppError::bad_input(format!("`first` must be 1 to {MAX_SIMILAR}")).into());
     }
     let role = viewer.require_member(&state.db, course_id).await?;
-    let rows = search::similar_posts(&state.db, course_id, viewer.user_id, role, &text, i64::from(first)).await?;
+    let rows =
+        search::similar_posts(&state.search_db, course_id, viewer.user_id, role, &text, i64::from(first)).await?;
     Ok(rows.into_iter().map(|(row, similarity)| SimilarPost { post: Post::from(row), similarity }).collect())
 }
 
