@@ -51,6 +51,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0013_search"),
             sql_migration!("0014_unread"),
             sql_migration!("0015_title_words"),
+            sql_migration!("0016_search_windows"),
         ]
     }
 }

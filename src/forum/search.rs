@@ -10,8 +10,13 @@
 //! **Bounded work.** A frequent word can match most of a course. The ranking (reading every
 //! match's vector for `ts_rank_cd`) is therefore run on CANDIDATES only: the newest
 //! `CANDIDATES` matching posts and the newest `CANDIDATES` matching comments and replies the
-//! viewer may read (newest by id: a backward scan of the post list's index or the comments'
-//! primary key for a frequent word, the GIN index and a sort of its matches for a rarer one).
+//! viewer may read. They are looked for in a recent window first (the newest `POST_WINDOW`
+//! post ids, the newest `COMMENT_WINDOW` comment ids), and below it only when the window holds
+//! fewer: a frequent word is found by a backward scan of the newest rows that stops at
+//! `CANDIDATES` matches, a rarer one by its GIN matches ANDed with the window's pages (a BRIN
+//! index on the ids, migration 0016), so a word of middling frequency visits the rows of its
+//! recent matches, not of all its matches, before the sort by id. Each statement is planned
+//! for its own words (`db::connect_search`), so the planner sees how frequent they are.
 //! The first page fixes the walk's window: when a kind had more matches than candidates, the
 //! cursor keeps the lowest candidate id (the floor), and later pages rank every match at or
 //! above it (at most `CANDIDATES` plus what was written since, capped at `LATER_CANDIDATES`).
@@ -53,6 +58,11 @@ pub(crate) const CANDIDATES: i64 = 200;
 /// Most candidates of each kind a later page ranks (the window of the first page plus what
 /// was written since).
 pub(crate) const LATER_CANDIDATES: i64 = 4 * CANDIDATES;
+/// The recent window of posts: the newest `POST_WINDOW` post ids (of every course) are
+/// searched first; older posts only when the window holds fewer than the candidates wanted.
+pub(crate) const POST_WINDOW: i64 = 20_000;
+/// The recent window of comments and replies, as `POST_WINDOW`.
+pub(crate) const COMMENT_WINDOW: i64 = 100_000;
 /// Added to the score of what staff endorsed.
 pub(crate) const ENDORSED_BOOST: f64 = 0.3;
 /// Added to the score of a resolved question and of an accepted answer.
@@ -220,6 +230,38 @@ pub(crate) fn excludes_itself(query: &str) -> bool {
     excluded.iter().any(|word| required.contains(word))
 }
 
+/// What a search needs before its statement: the configurations in use among the courses
+/// searched, and the newest post and comment ids (where the recent windows start).
+struct SearchBounds {
+    languages: Vec<Language>,
+    post_hi: i64,
+    comment_hi: i64,
+}
+
+/// One primary-key read of the courses, and the last entry of each primary key.
+async fn search_bounds(db: &impl ConnectionTrait, courses: &[i64]) -> AppResult<SearchBounds> {
+    #[derive(FromQueryResult)]
+    struct Row {
+        config: String,
+        post_hi: i64,
+        comment_hi: i64,
+    }
+    let rows = Row::find_by_statement(stmt(
+        "SELECT search_config::text AS config, \
+                (SELECT coalesce(max(id), 0) FROM posts) AS post_hi, \
+                (SELECT coalesce(max(id), 0) FROM comments) AS comment_hi \
+         FROM courses WHERE id = ANY($1)",
+        [courses.to_vec().into()],
+    ))
+    .all(db)
+    .await?;
+    let mut languages = rows.iter().map(|row| Language::parse(&row.config)).collect::<AppResult<Vec<_>>>()?;
+    languages.sort_by_key(|l| l.config());
+    languages.dedup();
+    let (post_hi, comment_hi) = rows.first().map(|row| (row.post_hi, row.comment_hi)).unwrap_or((0, 0));
+    Ok(SearchBounds { languages, post_hi, comment_hi })
+}
+
 /// The configuration of each course given (missing ones are left out).
 async fn languages(db: &impl ConnectionTrait, courses: &[i64]) -> AppResult<Vec<(i64, Language)>> {
     #[derive(FromQueryResult)]
@@ -352,9 +394,8 @@ pub(crate) async fn search(
     }
     let course_ids: Vec<i64> = scope.courses.iter().map(|(id, _)| *id).collect();
     let staff: Vec<i64> = scope.courses.iter().filter(|(_, r)| *r == Role::Instructor).map(|(id, _)| *id).collect();
-    let mut in_use: Vec<Language> = languages(db, &course_ids).await?.into_iter().map(|(_, l)| l).collect();
-    in_use.sort_by_key(|l| l.config());
-    in_use.dedup();
+    let bounds = search_bounds(db, &course_ids).await?;
+    let in_use = bounds.languages;
     if in_use.is_empty() {
         return Ok(HitPage { hits: Vec::new(), has_next: false });
     }
@@ -394,6 +435,8 @@ pub(crate) async fn search(
     let post_floor_p = p.push(post_floor);
     let comment_floor_p = p.push(comment_floor);
     let candidates_p = p.push(candidates);
+    let post_window_p = p.push((bounds.post_hi - POST_WINDOW).max(0));
+    let comment_window_p = p.push((bounds.comment_hi - COMMENT_WINDOW).max(0));
 
     let mut post_where = post_conditions.clone();
     post_where.push(match_sql("p", &in_use, &q));
@@ -444,14 +487,25 @@ pub(crate) async fn search(
     let strip = |text: &str| format!("translate({text}, E'<>\\x01\\x02\\x03\\x04', E'\\x03\\x04')");
     let options = p.push(HEADLINE_OPTIONS);
     let sql = format!(
-        "WITH post_hits AS ( \
+        "WITH post_recent AS MATERIALIZED ( \
+           SELECT p.* FROM posts p WHERE {post_where} AND p.id >= {post_window_p} ORDER BY p.id DESC LIMIT {candidates_p} \
+         ), post_older AS MATERIALIZED ( \
+           SELECT p.* FROM posts p WHERE {post_where} AND p.id < {post_window_p} \
+             AND (SELECT count(*) FROM post_recent) < {candidates_p} ORDER BY p.id DESC LIMIT {candidates_p} \
+         ), post_hits AS ( \
            SELECT p.id, p.id AS post_id, NULL::bigint AS comment_id, 0::smallint AS kind, ({post_score})::float8 AS score \
-           FROM (SELECT p.* FROM posts p WHERE {post_where} ORDER BY p.id DESC LIMIT {candidates_p}) p \
+           FROM (SELECT * FROM post_recent UNION ALL SELECT * FROM post_older ORDER BY id DESC LIMIT {candidates_p}) p \
+         ), comment_recent AS MATERIALIZED ( \
+           SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id \
+           WHERE {comment_where} AND c.id >= {comment_window_p} ORDER BY c.id DESC LIMIT {candidates_p} \
+         ), comment_older AS MATERIALIZED ( \
+           SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id \
+           WHERE {comment_where} AND c.id < {comment_window_p} \
+             AND (SELECT count(*) FROM comment_recent) < {candidates_p} ORDER BY c.id DESC LIMIT {candidates_p} \
          ), comment_hits AS ( \
            SELECT c.id, c.post_id, c.id AS comment_id, \
                   (CASE WHEN c.parent_id IS NULL THEN 1 ELSE 2 END)::smallint AS kind, ({comment_score})::float8 AS score \
-           FROM (SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id \
-                 WHERE {comment_where} ORDER BY c.id DESC LIMIT {candidates_p}) c \
+           FROM (SELECT * FROM comment_recent UNION ALL SELECT * FROM comment_older ORDER BY id DESC LIMIT {candidates_p}) c \
          ), page AS ( \
            SELECT * FROM (SELECT * FROM post_hits UNION ALL SELECT * FROM comment_hits) hits \
            WHERE {keyset} ORDER BY score DESC, kind, id DESC LIMIT {limit_p} \
