@@ -71,6 +71,13 @@ pub(super) async fn upgrade(
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    // First, before any other work: a process out of descriptors refuses with 503 while it
+    // still has the reserve for PostgreSQL, Redis and HTTP (`ops::descriptors`).
+    if let Err(full) = crate::ops::descriptors::admit_socket(state.app.settings.ws_descriptor_reserve) {
+        tracing::warn!(error = %full, "websocket refused: descriptor capacity reached");
+        count_refusal("descriptors");
+        return at_capacity(full);
+    }
     let Some(protocol) = negotiated_protocol(&headers) else {
         return (StatusCode::BAD_REQUEST, "Sec-WebSocket-Protocol must be graphql-transport-ws or graphql-ws")
             .into_response();
@@ -115,6 +122,14 @@ pub(super) async fn upgrade(
             .instrument(span)
         })
         .into_response()
+}
+
+/// 503 with a GraphQL error body (`extensions.code` `UNAVAILABLE`) and `Retry-After`, before
+/// the upgrade: every websocket client sees the status, and a retry may land on another
+/// instance.
+fn at_capacity(full: AppError) -> Response {
+    let body = axum::Json(super::error_response(full));
+    (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5")], body).into_response()
 }
 
 /// Counts a socket refused or closed by one of its limits (`websocket_refusals_total`).
