@@ -74,7 +74,7 @@ pub(super) async fn upgrade(
     // First, before any other work: a process out of descriptors refuses with 503 while it
     // still has the reserve for PostgreSQL, Redis and HTTP (`ops::descriptors`).
     if let Err(full) = crate::ops::descriptors::admit_socket(state.app.settings.ws_descriptor_reserve) {
-        tracing::warn!(error = %full, "websocket refused: descriptor capacity reached");
+        tracing::debug!(error = %full, "websocket refused: descriptor capacity reached");
         count_refusal("descriptors");
         return at_capacity(full);
     }
