@@ -13,6 +13,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
+use course_forum::testing::startup::Application;
+
 use crate::common::ws::GqlSocket;
 use crate::common::{TestApp, World, gid};
 
@@ -87,6 +89,20 @@ async fn the_soft_limit_is_raised_to_the_hard_one_at_start() {
     assert_eq!(rlimit(), (hard, hard), "the soft limit is the hard one after start");
     let report = readyz(&app).await;
     assert_eq!(report["descriptors"]["limit"], hard, "{report}");
+}
+
+#[tokio::test]
+async fn a_reserve_that_leaves_websockets_nothing_stops_start_up_with_a_sentence() {
+    let (soft, hard) = rlimit();
+    let mut settings = crate::common::test_settings("cf_never_created", "cftreserve");
+    settings.ws_descriptor_reserve = hard.max(soft);
+    // Refused before any connection is made: the database named above does not exist.
+    let refused = match Application::build(settings).await {
+        Ok(_) => panic!("started with a reserve of the whole limit"),
+        Err(refused) => refused.to_string(),
+    };
+    assert!(refused.contains(&format!("WS_DESCRIPTOR_RESERVE={}", hard.max(soft))), "{refused}");
+    assert!(refused.contains("leaves no descriptor for websockets"), "{refused}");
 }
 
 #[tokio::test]
