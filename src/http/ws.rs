@@ -5,8 +5,9 @@
 //! When the process shuts down, every socket is closed with 1001 (going away) so clients
 //! reconnect to another instance instead of holding the shutdown up.
 //!
-//! Every socket is bounded before it costs a query: the upgrade checks `Origin` (403) and the
-//! client address's socket cap; a socket that sends no connection_init in time is closed with
+//! Every socket is bounded before it costs a query: the upgrade first checks that the process
+//! has descriptors to spare (`ops::descriptors`: 503 `UNAVAILABLE` at its capacity), then
+//! `Origin` (403) and the client address's socket cap; a socket that sends no connection_init in time is closed with
 //! 4408; the user's socket cap is checked as soon as the token names the user; every message
 //! (pings included) is counted against the connection's message rate, and each subscribe
 //! against its operation rate, as it is read, before it executes (both caps and both rates
