@@ -147,6 +147,12 @@ pub struct Settings {
     #[arg(long, env = "WS_MAX_PER_ADDRESS", default_value_t = 500, global = true)]
     pub ws_max_per_address: usize,
 
+    /// Websockets: file descriptors kept for PostgreSQL, Redis and HTTP. A new websocket is
+    /// refused (503 UNAVAILABLE, before the upgrade) once the process holds RLIMIT_NOFILE less
+    /// this many descriptors; must be below the limit.
+    #[arg(long, env = "WS_DESCRIPTOR_RESERVE", default_value_t = 512, global = true)]
+    pub ws_descriptor_reserve: u64,
+
     /// Websockets: operations (subscribe messages) one connection may start per minute, with
     /// bursts up to the same number (0: no limit).
     #[arg(long, env = "WS_OPERATIONS_PER_MINUTE", default_value_t = 120, global = true)]

@@ -33,6 +33,10 @@ pub enum AppError {
     /// The message is the one Apollo clients look for.
     #[error("PersistedQueryNotFound")]
     PersistedQueryNotFound,
+    /// This instance has no room for what was asked right now (a websocket over the descriptor
+    /// capacity, `ops::descriptors`): nothing was done; the client may retry, or go elsewhere.
+    #[error("{0}")]
+    AtCapacity(String),
     /// A setting is missing or malformed; the message is the sentence printed at start-up.
     #[error("{0}")]
     Config(String),
@@ -67,6 +71,7 @@ impl AppError {
             AppError::Timeout(_) => "TIMEOUT",
             AppError::StatementBudgetExceeded { .. } => "STATEMENT_BUDGET_EXCEEDED",
             AppError::PersistedQueryNotFound => "PERSISTED_QUERY_NOT_FOUND",
+            AppError::AtCapacity(_) => "UNAVAILABLE",
             _ if self.unreachable().is_some() => "UNAVAILABLE",
             // 57014: query_canceled, what STATEMENT_TIMEOUT raises.
             AppError::Database(_) if self.sqlstate().as_deref() == Some("57014") => "TIMEOUT",

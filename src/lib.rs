@@ -77,7 +77,8 @@
 //!   tests and `bench` drive, listed one by one; every other module is private and its items
 //!   `pub(crate)` at most.
 //! - `ops` — what operators ask: stream lag, pending and leases read from Redis, the `/readyz`
-//!   report, the invariants of `course-forum check`.
+//!   report, the invariants of `course-forum check`, file descriptors as a resource
+//!   (`ops::descriptors`: the limit raised at start, websockets refused below it, the headroom).
 //! - `layering` — (tests only) the crate's shape, read from its sources: no module imports back up
 //!   (no cycles between modules), and this map is the crate.
 //!

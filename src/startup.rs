@@ -54,6 +54,9 @@ impl Application {
     pub async fn build(settings: Settings) -> AppResult<Self> {
         settings.validate_for_serve()?;
         crate::telemetry::metrics();
+        // Before any connection is made: a server meant for many sockets takes the hard limit.
+        let limit = crate::ops::descriptors::raise_limit()?;
+        crate::ops::descriptors::check_reserve(settings.ws_descriptor_reserve, limit)?;
         let state = connect_state(settings).await?;
         settle_like_mode_switch(&state).await?;
         let bind = state.settings.bind;
@@ -145,6 +148,7 @@ pub(crate) async fn run_worker_until_stopped(
 ) -> AppResult<()> {
     let settings = state.settings.clone();
     crate::telemetry::metrics();
+    crate::ops::descriptors::raise_limit()?;
     // Bind first: a bad address stops the process before any work starts.
     let listener = match settings.worker_metrics_bind {
         Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {

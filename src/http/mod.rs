@@ -142,6 +142,7 @@ async fn metrics(State(state): State<OpsState>) -> impl IntoResponse {
     // The scrape's own Redis reads are not a request's: they count as role="scrape".
     crate::ops::refresh_gauges(&state.app.redis.with_role("scrape"), &state.app.keys).await;
     state.app.cache_budget.publish_metrics();
+    crate::ops::descriptors::publish_metrics(state.app.settings.ws_descriptor_reserve);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::telemetry::metrics().render())
 }
 

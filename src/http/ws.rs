@@ -5,8 +5,9 @@
 //! When the process shuts down, every socket is closed with 1001 (going away) so clients
 //! reconnect to another instance instead of holding the shutdown up.
 //!
-//! Every socket is bounded before it costs a query: the upgrade checks `Origin` (403) and the
-//! client address's socket cap; a socket that sends no connection_init in time is closed with
+//! Every socket is bounded before it costs a query: the upgrade first checks that the process
+//! has descriptors to spare (`ops::descriptors`: 503 `UNAVAILABLE` at its capacity), then
+//! `Origin` (403) and the client address's socket cap; a socket that sends no connection_init in time is closed with
 //! 4408; the user's socket cap is checked as soon as the token names the user; every message
 //! (pings included) is counted against the connection's message rate, and each subscribe
 //! against its operation rate, as it is read, before it executes (both caps and both rates
@@ -71,6 +72,13 @@ pub(super) async fn upgrade(
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    // First, before any other work: a process out of descriptors refuses with 503 while it
+    // still has the reserve for PostgreSQL, Redis and HTTP (`ops::descriptors`).
+    if let Err(full) = crate::ops::descriptors::admit_socket(state.app.settings.ws_descriptor_reserve) {
+        tracing::debug!(error = %full, "websocket refused: descriptor capacity reached");
+        count_refusal("descriptors");
+        return at_capacity(full);
+    }
     let Some(protocol) = negotiated_protocol(&headers) else {
         return (StatusCode::BAD_REQUEST, "Sec-WebSocket-Protocol must be graphql-transport-ws or graphql-ws")
             .into_response();
@@ -115,6 +123,14 @@ pub(super) async fn upgrade(
             .instrument(span)
         })
         .into_response()
+}
+
+/// 503 with a GraphQL error body (`extensions.code` `UNAVAILABLE`) and `Retry-After`, before
+/// the upgrade: every websocket client sees the status, and a retry may land on another
+/// instance.
+fn at_capacity(full: AppError) -> Response {
+    let body = axum::Json(super::error_response(full));
+    (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5")], body).into_response()
 }
 
 /// Counts a socket refused or closed by one of its limits (`websocket_refusals_total`).

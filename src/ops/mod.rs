@@ -2,7 +2,10 @@
 //!
 //! - `streams` — the like streams' state read from Redis: unapplied, pending and undelivered
 //!   likes per shard, the age of the oldest, lease holders, dead letters.
-//! - `ready`   — the readiness report of `GET /readyz` (PostgreSQL, Redis, worker leases).
+//! - `ready`   — the readiness report of `GET /readyz` (PostgreSQL, Redis, worker leases,
+//!   descriptor headroom).
+//! - `descriptors` — file descriptors as a resource: the soft limit raised at start, the
+//!   websocket admission below the limit less `WS_DESCRIPTOR_RESERVE`, the headroom reported.
 //! - `check`   — the invariants `course-forum check` verifies (counters equal rows, no dead
 //!   letters, lag under a bound, liked-sets that agree with PostgreSQL once nothing is
 //!   pending — `liked_sets`).
@@ -13,6 +16,7 @@
 //! so any process can report it, including a `serve` that runs no worker.
 
 pub(crate) mod check;
+pub(crate) mod descriptors;
 pub(crate) mod liked_sets;
 pub(crate) mod ready;
 pub(crate) mod streams;

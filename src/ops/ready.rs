@@ -4,14 +4,15 @@
 //! operator sees at once whether likes are being applied; a lease held elsewhere, or by
 //! nobody for a moment, does not make this process unready (another instance may run the
 //! worker, and a lapsed lease is taken over within `WORKER_LEASE_TTL`). It also says whether the
-//! process hears membership changes (`membership_listener`).
+//! process hears membership changes (`membership_listener`), and how many descriptors it has
+//! left (`descriptors`).
 
 use std::time::{Duration, Instant};
 
 use sea_orm::ConnectionTrait;
 use serde::Serialize;
 
-use super::streams;
+use super::{descriptors, streams};
 use crate::config::LikeMode;
 use crate::state::AppState;
 
@@ -27,6 +28,10 @@ pub(crate) struct Readiness {
     /// Whether this process hears membership changes (its `LISTEN` is connected). When it does
     /// not, it still serves, reading memberships from PostgreSQL, so this is not part of `ready`.
     pub membership_listener: bool,
+    /// The process's file descriptors: open, the limit, the reserve kept from websockets, and
+    /// how many more websockets fit (informational: a process at its websocket capacity still
+    /// serves HTTP, so it stays ready).
+    pub descriptors: descriptors::Headroom,
 }
 
 #[derive(Debug, Serialize)]
@@ -105,6 +110,7 @@ pub(crate) async fn readiness(state: &AppState, consumer: Option<&str>) -> Readi
             shards,
         },
         membership_listener: state.memberships.listening(),
+        descriptors: descriptors::headroom(state.settings.ws_descriptor_reserve),
     }
 }
 

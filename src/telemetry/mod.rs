@@ -118,6 +118,9 @@ pub(crate) mod names {
     pub(crate) const CACHE_ENTRIES: &str = "cache_entries";
     pub(crate) const CACHE_CAPACITY_BYTES: &str = "cache_capacity_bytes";
     pub(crate) const CACHE_EVICTIONS: &str = "cache_evictions_total";
+    pub(crate) const PROCESS_OPEN_FDS: &str = "process_open_fds";
+    pub(crate) const PROCESS_MAX_FDS: &str = "process_max_fds";
+    pub(crate) const PROCESS_RESERVED_FDS: &str = "process_reserved_fds";
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,7 +206,7 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             WEBSOCKET_REFUSALS,
             Counter,
             "reason",
-            "websockets refused or closed by a limit: origin, address_cap, user_cap, init_timeout, operation_rate, message_rate, keepalive, token",
+            "websockets refused or closed by a limit: origin, descriptors, address_cap, user_cap, init_timeout, operation_rate, message_rate, keepalive, token",
         ),
         (LIVE_MESSAGES_PUBLISHED, Counter, "kind", "live messages published to Redis Pub/Sub (counts, activity)"),
         (LIVE_PUBLISH_FAILURES, Counter, "", "live messages that could not be published (a stale number on screens)"),
@@ -255,6 +258,14 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             Counter,
             "cache, cause",
             "entries an in-process cache dropped: size (over its share) or expired",
+        ),
+        (PROCESS_OPEN_FDS, Gauge, "", "file descriptors this process holds open (read at scrape)"),
+        (PROCESS_MAX_FDS, Gauge, "", "the soft RLIMIT_NOFILE, raised to the hard limit at start"),
+        (
+            PROCESS_RESERVED_FDS,
+            Gauge,
+            "",
+            "descriptors kept from websockets for PostgreSQL, Redis and HTTP (WS_DESCRIPTOR_RESERVE)",
         ),
     ]
 };

@@ -30,6 +30,7 @@ mod cors;
 mod cost_model;
 mod course_pages;
 mod delete_race;
+mod descriptors;
 mod faults;
 mod feed;
 mod fuzz;

@@ -120,6 +120,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         // High: tests connect from one address, some with many sockets per user.
         ws_max_per_user: 1_000,
         ws_max_per_address: 10_000,
+        ws_descriptor_reserve: 512,
         ws_operations_per_minute: 10_000,
         ws_messages_per_minute: 100_000,
         // The production defaults: every live test then shows an ordinary selection fits them.
