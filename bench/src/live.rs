@@ -12,7 +12,8 @@
 //! subscriber reads whatever is left at full speed for up to 10 s, to learn how the server
 //! left it: the final count, or a close (its code counted, or "no close frame" when the socket
 //! ended without one). Latency, the final count and closes are reported for the fast and the
-//! slow subscribers apart; `commit_to_client_*` and `saw_final` are the fast ones'.
+//! slow subscribers apart; `commit_to_client_*`, `saw_final` and the messages per subscriber
+//! are the fast ones'.
 //!
 //! Memory per subscriber: the server's RSS (`VmRSS`) before the first subscriber opens and
 //! once all are subscribed and idle (2 s after the last one connected), the difference divided
@@ -94,6 +95,7 @@ pub struct LiveResult {
     pub slow_saw_final: usize,
     /// Slow subscribers closed by the server, by close code.
     pub slow_closed: BTreeMap<String, usize>,
+    /// Updates per fast subscriber, median (a burst is coalesced).
     pub messages_per_subscriber_p50: f64,
     pub rss_idle_mib: u64,
     pub rss_subscribed_mib: u64,
@@ -189,7 +191,9 @@ async fn measure(fixture: &Fixture, server: &Server, post_id: i64, config: &Live
     let mut messages = Vec::new();
     for reader in readers {
         let seen = reader.await.map_err(|e| internal("subscriber task")(e.to_string()))??;
-        messages.push(seen.updates.len() as f64);
+        if !seen.slow {
+            messages.push(seen.updates.len() as f64);
+        }
         let tally = if seen.slow { &mut slow } else { &mut fast };
         tally.add(seen, accepted);
     }
