@@ -4,8 +4,25 @@
 //! time the worker's COMMIT returned; each subscriber compares its receive time with it (same
 //! machine, same clock): commit→client latency, per delivered update. Also: messages per
 //! subscriber (a burst is coalesced) and the server's resident memory.
+//!
+//! `--slow-share F` (0 to 1, default 0) makes that share of the subscribers, spread evenly
+//! among them, slow readers: each has a small receive buffer (4 KiB asked of the kernel, and
+//! a 4 KiB read buffer) and sleeps 1 s after every frame it reads, so its socket and the
+//! server's queue for it fill during the storm. Once the final count is known, a slow
+//! subscriber reads whatever is left at full speed for up to 10 s, to learn how the server
+//! left it: the final count, or a close (its code counted, or "no close frame" when the socket
+//! ended without one). Latency, the final count and closes are reported for the fast and the
+//! slow subscribers apart; `commit_to_client_*`, `saw_final` and the messages per subscriber
+//! are the fast ones'.
+//!
+//! Memory per subscriber: the server's RSS (`VmRSS`) before the first subscriber opens and
+//! once all are subscribed and idle (2 s after the last one connected), the difference divided
+//! by the subscribers, in KiB. The RSS is also sampled every 100 ms from then until every
+//! subscriber is done: its peak, and its value at the end.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use course_forum::testing::config::LikeMode;
@@ -16,7 +33,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::protocol::Message;
+use tokio_tungstenite::tungstenite::protocol::{Message, WebSocketConfig};
 
 use crate::fixture::Fixture;
 use crate::load::{self, Request};
@@ -26,51 +43,88 @@ use crate::storm::{LIKE_POST, tokens};
 
 const LIKE_COUNTS: &str = "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount likeCountCommittedAt } }";
 
+/// How long a slow subscriber sleeps after every frame it reads.
+const SLOW_READ_INTERVAL: Duration = Duration::from_secs(1);
+/// The receive buffer a slow subscriber asks of the kernel (Linux doubles it), and its
+/// websocket read buffer.
+const SLOW_RECEIVE_BUFFER: usize = 4096;
+
+/// The sizes of one `bench live` run.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LiveConfig {
+    /// Websocket subscribers held open on the post.
+    pub subscribers: usize,
+    /// Likes in the storm (distinct users).
+    pub likes: usize,
+    /// Concurrent HTTP connections sending likes.
+    pub connections: usize,
+    /// Websocket subscribers opened per second during setup.
+    pub open_rate: u32,
+    /// The share of the subscribers (0 to 1) that read 1 frame per second.
+    pub slow_share: f64,
+    /// Longest the storm may send likes.
+    pub time_cap: Duration,
+}
+
 #[derive(Debug, Serialize)]
 pub struct LiveResult {
     pub subscribers: usize,
+    pub slow_share: f64,
+    /// Subscribers reading at full speed, and slowly (1 frame/s, small receive buffer).
+    pub fast_subscribers: usize,
+    pub slow_subscribers: usize,
     pub likes_accepted: usize,
     pub likes_failed: usize,
     pub likes_per_s: f64,
-    /// commit→client over every delivered update of every subscriber.
+    /// commit→client over every delivered update of every fast subscriber (every subscriber
+    /// when none is slow).
     pub commit_to_client_p50_ms: f64,
     pub commit_to_client_p99_ms: f64,
     pub commit_to_client_max_ms: f64,
     pub samples: usize,
-    /// Subscribers that saw the final count.
+    /// Fast subscribers that saw the final count.
     pub saw_final: usize,
+    /// Fast subscribers closed by the server, by close code ("no close frame": the socket
+    /// ended without one).
+    pub fast_closed: BTreeMap<String, usize>,
+    /// commit→client over every update the slow subscribers read (NaN when none).
+    pub slow_commit_to_client_p50_ms: f64,
+    pub slow_commit_to_client_p99_ms: f64,
+    pub slow_samples: usize,
+    /// Slow subscribers that saw the final count (reading at full speed once it was known).
+    pub slow_saw_final: usize,
+    /// Slow subscribers closed by the server, by close code.
+    pub slow_closed: BTreeMap<String, usize>,
+    /// Updates per fast subscriber, median (a burst is coalesced).
     pub messages_per_subscriber_p50: f64,
     pub rss_idle_mib: u64,
     pub rss_subscribed_mib: u64,
+    /// (RSS subscribed − RSS idle) / subscribers, in KiB.
+    pub memory_per_subscriber_kib: f64,
+    /// The server's RSS sampled every 100 ms from the subscribed point until every subscriber
+    /// was done: its peak, and its last value.
+    pub rss_peak_mib: u64,
+    pub rss_end_mib: u64,
     pub load_before: f64,
 }
 
 /// Subscribers on `post_id` during a storm of `likes` likes by users 2..=likes+1.
-pub async fn run_on(
-    cli: &crate::Cli,
-    fixture: &Fixture,
-    post_id: i64,
-    subscribers: usize,
-    likes: usize,
-    connections: usize,
-    open_rate: u32,
-) -> AppResult<LiveResult> {
+pub async fn run_on(cli: &crate::Cli, fixture: &Fixture, post_id: i64, config: &LiveConfig) -> AppResult<LiveResult> {
     let exe = cli.servers()?.remove(0);
     let server = Server::start(cli, &exe, &fixture.url, LikeMode::Buffered, &[]).await?;
-    let outcome = measure(fixture, &server, post_id, subscribers, likes, connections, open_rate).await;
+    let outcome = measure(fixture, &server, post_id, config).await;
     server.stop().await;
     outcome
 }
 
-async fn measure(
-    fixture: &Fixture,
-    server: &Server,
-    post_id: i64,
-    subscribers: usize,
-    likes: usize,
-    connections: usize,
-    open_rate: u32,
-) -> AppResult<LiveResult> {
+/// Whether subscriber `n` is one of the slow ones: `share` of them, spread evenly.
+fn is_slow(n: usize, share: f64) -> bool {
+    ((n + 1) as f64 * share).floor() > (n as f64 * share).floor()
+}
+
+async fn measure(fixture: &Fixture, server: &Server, post_id: i64, config: &LiveConfig) -> AppResult<LiveResult> {
+    let LiveConfig { subscribers, likes, connections, open_rate, slow_share, time_cap } = *config;
+    let slow_share = slow_share.clamp(0.0, 1.0);
     let post = encode(NodeKind::Post, post_id).to_string();
     let rss_idle = rss_kib(server.pid);
     let like_tokens = tokens(2, likes)?;
@@ -86,7 +140,8 @@ async fn measure(
         let token = like_tokens[n % likes.max(1)].clone();
         let permit = opening.clone().acquire_owned().await.map_err(|e| internal("semaphore")(e.to_string()))?;
         let (ready, final_count, url, post) = (ready_tx.clone(), final_rx.clone(), server.ws_url(), post.clone());
-        readers.push(tokio::spawn(async move { subscriber(url, token, post, ready, final_count, permit).await }));
+        let slow = is_slow(n, slow_share);
+        readers.push(tokio::spawn(async move { subscriber(url, token, post, ready, final_count, permit, slow).await }));
     }
     for _ in 0..subscribers {
         if tokio::time::timeout(Duration::from_secs(60), ready_rx.recv()).await.ok().flatten().is_none() {
@@ -96,6 +151,22 @@ async fn measure(
     // Let the last subscriptions finish their access checks before the storm starts.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_subscribed = rss_kib(server.pid);
+    // The RSS from here until every subscriber is done: bounded, or growing with the slow ones'
+    // queues.
+    let rss_peak = Arc::new(AtomicU64::new(rss_subscribed));
+    let rss_last = Arc::new(AtomicU64::new(rss_subscribed));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (peak, last, sampling, pid) = (rss_peak.clone(), rss_last.clone(), sampling.clone(), server.pid);
+        tokio::spawn(async move {
+            while sampling.load(Ordering::Relaxed) {
+                let rss = rss_kib(pid);
+                peak.fetch_max(rss, Ordering::Relaxed);
+                last.store(rss, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
 
     let load_before = load_average();
     let body = load::graphql_body(LIKE_POST, json!({ "p": post }));
@@ -106,8 +177,7 @@ async fn measure(
     let check: load::Check = Arc::new(|_, data| {
         data["likePost"]["likeCount"].as_i64().map(|_| ()).ok_or_else(|| format!("unexpected answer: {data}"))
     });
-    let report =
-        load::run(&server.graphql_url(), requests, connections, Duration::from_secs(120), check, false).await?;
+    let report = load::run(&server.graphql_url(), requests, connections, time_cap, check, false).await?;
     // The last count every subscriber must reach: what the database holds once it has caught up.
     let accepted = report.ok as i64;
     let flushing = Instant::now();
@@ -116,34 +186,72 @@ async fn measure(
     }
     let _ = final_tx.send(accepted);
 
-    let mut latencies = Vec::new();
+    let mut fast = Tally::default();
+    let mut slow = Tally::default();
     let mut messages = Vec::new();
-    let mut saw_final = 0;
     for reader in readers {
-        let updates = reader.await.map_err(|e| internal("subscriber task")(e.to_string()))??;
-        messages.push(updates.len() as f64);
-        if updates.last().is_some_and(|u| u.count >= accepted) {
-            saw_final += 1;
+        let seen = reader.await.map_err(|e| internal("subscriber task")(e.to_string()))??;
+        if !seen.slow {
+            messages.push(seen.updates.len() as f64);
         }
-        latencies.extend(updates.iter().map(|u| u.latency_ms));
+        let tally = if seen.slow { &mut slow } else { &mut fast };
+        tally.add(seen, accepted);
     }
-    latencies.sort_by(f64::total_cmp);
+    sampling.store(false, Ordering::Relaxed);
+    let _ = sampler.await;
+    fast.latencies.sort_by(f64::total_cmp);
+    slow.latencies.sort_by(f64::total_cmp);
     messages.sort_by(f64::total_cmp);
+    let rss_peak = rss_peak.load(Ordering::Relaxed).max(rss_kib(server.pid));
     Ok(LiveResult {
         subscribers,
+        slow_share,
+        fast_subscribers: fast.subscribers,
+        slow_subscribers: slow.subscribers,
         likes_accepted: report.ok,
         likes_failed: report.failed,
         likes_per_s: report.rate(),
-        commit_to_client_p50_ms: percentile(&latencies, 50.0),
-        commit_to_client_p99_ms: percentile(&latencies, 99.0),
-        commit_to_client_max_ms: latencies.last().copied().unwrap_or(f64::NAN),
-        samples: latencies.len(),
-        saw_final,
+        commit_to_client_p50_ms: percentile(&fast.latencies, 50.0),
+        commit_to_client_p99_ms: percentile(&fast.latencies, 99.0),
+        commit_to_client_max_ms: fast.latencies.last().copied().unwrap_or(f64::NAN),
+        samples: fast.latencies.len(),
+        saw_final: fast.saw_final,
+        fast_closed: fast.closed,
+        slow_commit_to_client_p50_ms: percentile(&slow.latencies, 50.0),
+        slow_commit_to_client_p99_ms: percentile(&slow.latencies, 99.0),
+        slow_samples: slow.latencies.len(),
+        slow_saw_final: slow.saw_final,
+        slow_closed: slow.closed,
         messages_per_subscriber_p50: percentile(&messages, 50.0),
         rss_idle_mib: rss_idle / 1024,
         rss_subscribed_mib: rss_subscribed / 1024,
+        memory_per_subscriber_kib: rss_subscribed.saturating_sub(rss_idle) as f64 / subscribers.max(1) as f64,
+        rss_peak_mib: rss_peak / 1024,
+        rss_end_mib: rss_last.load(Ordering::Relaxed) / 1024,
         load_before,
     })
+}
+
+/// What one class of subscribers (fast or slow) saw.
+#[derive(Default)]
+struct Tally {
+    subscribers: usize,
+    latencies: Vec<f64>,
+    saw_final: usize,
+    closed: BTreeMap<String, usize>,
+}
+
+impl Tally {
+    fn add(&mut self, seen: Seen, accepted: i64) {
+        self.subscribers += 1;
+        if seen.updates.iter().any(|u| u.count >= accepted) {
+            self.saw_final += 1;
+        }
+        self.latencies.extend(seen.updates.iter().map(|u| u.latency_ms));
+        if let Some(code) = seen.closed {
+            *self.closed.entry(code).or_default() += 1;
+        }
+    }
 }
 
 struct Update {
@@ -151,8 +259,17 @@ struct Update {
     latency_ms: f64,
 }
 
+/// What one subscriber saw: its updates, and how the server closed its socket if it did.
+struct Seen {
+    slow: bool,
+    updates: Vec<Update>,
+    /// The close code the server sent, or "no close frame" when the socket ended without one.
+    closed: Option<String>,
+}
+
 /// One websocket subscriber: every update it received, until it has seen the final count
-/// (or 10 s passed after the final count was known).
+/// (or 10 s passed after the final count was known), or the server closed its socket. A slow
+/// one sleeps `SLOW_READ_INTERVAL` after every frame until the final count is known.
 async fn subscriber(
     url: String,
     token: String,
@@ -160,19 +277,39 @@ async fn subscriber(
     ready: tokio::sync::mpsc::Sender<()>,
     mut final_count: watch::Receiver<i64>,
     permit: tokio::sync::OwnedSemaphorePermit,
-) -> AppResult<Vec<Update>> {
-    let mut ws = open_subscription(url, token, LIKE_COUNTS, json!({ "ids": [post] })).await?;
+    slow: bool,
+) -> AppResult<Seen> {
+    let receive_buffer = slow.then_some(SLOW_RECEIVE_BUFFER);
+    let mut ws = open_subscription_with(url, token, LIKE_COUNTS, json!({ "ids": [post] }), receive_buffer).await?;
     drop(permit);
     let _ = ready.send(()).await;
     let mut updates: Vec<Update> = Vec::new();
+    let mut closed = None;
     let mut deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    let mut final_known = false;
     loop {
         if updates.last().is_some_and(|u| u.count >= *final_count.borrow()) {
             break;
         }
         tokio::select! {
             message = ws.next() => {
-                let Some(Ok(message)) = message else { break };
+                let message = match message {
+                    Some(Ok(message)) => message,
+                    Some(Err(_)) | None => {
+                        closed = Some("no close frame".to_owned());
+                        break;
+                    }
+                };
+                if slow && !final_known {
+                    tokio::time::sleep(SLOW_READ_INTERVAL).await;
+                }
+                if let Message::Close(frame) = &message {
+                    closed = Some(frame.as_ref().map_or_else(
+                        || "no close frame".to_owned(),
+                        |f| format!("{} {}", u16::from(f.code), f.reason),
+                    ));
+                    break;
+                }
                 let Message::Text(text) = message else { continue };
                 let received = SystemTime::now();
                 let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
@@ -194,32 +331,67 @@ async fn subscriber(
                 let latency_ms = (received - committed.to_utc()).num_microseconds().unwrap_or(0) as f64 / 1000.0;
                 updates.push(Update { count, latency_ms });
             }
-            changed = final_count.changed() => {
+            changed = final_count.changed(), if !final_known => {
                 if changed.is_err() { break }
+                final_known = true;
                 deadline = tokio::time::Instant::now() + Duration::from_secs(10);
             }
             _ = tokio::time::sleep_until(deadline) => break,
         }
     }
     let _ = ws.close(None).await;
-    Ok(updates)
+    Ok(Seen { slow, updates, closed })
 }
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// A websocket (graphql-transport-ws) that has sent `connection_init` with `authorization` and
 /// subscribed (id `1`) to `query` with `variables`.
-pub async fn open_subscription(
+pub async fn open_subscription(url: String, authorization: String, query: &str, variables: Value) -> AppResult<Socket> {
+    open_subscription_with(url, authorization, query, variables, None).await
+}
+
+/// `open_subscription`, with `receive_buffer` bytes asked of the kernel for the socket's
+/// receive buffer (`SO_RCVBUF`, before connecting) and as the websocket's read buffer.
+async fn open_subscription_with(
     url: String,
     authorization: String,
     query: &str,
     variables: Value,
-) -> AppResult<tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>> {
+    receive_buffer: Option<usize>,
+) -> AppResult<Socket> {
     let ws_error = internal("websocket");
     let mut request = url.into_client_request().map_err(|e| ws_error(e.to_string()))?;
     request.headers_mut().insert(
         "Sec-WebSocket-Protocol",
         "graphql-transport-ws".parse().map_err(|_| AppError::Internal("header".into()))?,
     );
-    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| ws_error(e.to_string()))?;
+    let (mut ws, _) = match receive_buffer {
+        None => tokio_tungstenite::connect_async(request).await.map_err(|e| ws_error(e.to_string()))?,
+        Some(bytes) => {
+            let uri = request.uri();
+            let host = uri.host().unwrap_or("127.0.0.1").to_owned();
+            let port = uri.port_u16().unwrap_or(80);
+            let address = tokio::net::lookup_host((host.as_str(), port))
+                .await
+                .map_err(|e| ws_error(e.to_string()))?
+                .next()
+                .ok_or_else(|| ws_error(format!("no address for {host}")))?;
+            let socket =
+                if address.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
+                    .map_err(|e| ws_error(e.to_string()))?;
+            socket.set_recv_buffer_size(bytes as u32).map_err(|e| ws_error(e.to_string()))?;
+            let stream = socket.connect(address).await.map_err(|e| ws_error(e.to_string()))?;
+            let config = WebSocketConfig::default().read_buffer_size(bytes);
+            tokio_tungstenite::client_async_with_config(
+                request,
+                tokio_tungstenite::MaybeTlsStream::Plain(stream),
+                Some(config),
+            )
+            .await
+            .map_err(|e| ws_error(e.to_string()))?
+        }
+    };
     let send = |v: Value| Message::Text(v.to_string().into());
     ws.send(send(json!({ "type": "connection_init", "payload": { "authorization": authorization } })))
         .await
@@ -241,17 +413,11 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// `bench live` on its own: a fresh database.
-pub async fn run(
-    cli: &crate::Cli,
-    subscribers: usize,
-    likes: usize,
-    connections: usize,
-    open_rate: u32,
-) -> AppResult<LiveResult> {
-    let fixture = Fixture::create(&cli.database_url, likes as i64).await?;
+pub async fn run(cli: &crate::Cli, config: &LiveConfig) -> AppResult<LiveResult> {
+    let fixture = Fixture::create(&cli.database_url, config.likes as i64).await?;
     let outcome = async {
         let post = fixture.add_posts(1, 1, "live").await?[0];
-        run_on(cli, &fixture, post, subscribers, likes, connections, open_rate).await
+        run_on(cli, &fixture, post, config).await
     }
     .await;
     fixture.drop().await?;

@@ -12,7 +12,10 @@
 //! - `storm`: N distinct users like ONE post, per `LIKE_MODE`; rate, latency, flush lag, and
 //!   the assertion that the database holds exactly the accepted likes.
 //! - `page`: a course page of 20 posts with `likedByMe`; pages/s and Redis/SQL per page.
-//! - `live`: websocket subscribers on one post during a storm; commit→client latency.
+//! - `live`: websocket subscribers on one post during a storm; commit→client latency, the
+//!   server's memory per subscriber and its RSS peak.
+//!   - `--slow-share F` (0): that share of the subscribers read 1 frame/s (small receive
+//!     buffer); the fast and slow ones' latency, final count and server closes apart.
 //! - `worker-apply`: likes/s ONE worker applies to PostgreSQL at batch sizes 500 and 5,000.
 //! - `views`: start + complete a post view per user; rate and the aggregator's flush lag.
 //! - `worst`: the most expensive query the cost limit accepts, on a full course: its SQL
@@ -205,6 +208,10 @@ enum Scenario {
         /// Websocket subscribers opened per second during setup.
         #[arg(long, default_value_t = 500)]
         open_rate: u32,
+        /// The share of the subscribers (0 to 1) that read slowly: 1 frame per second, with a
+        /// 4 KiB receive buffer. Their latency, final count and closes are reported apart.
+        #[arg(long, default_value_t = 0.0, value_parser = parse_share)]
+        slow_share: f64,
     },
     /// Post views: start and complete, then the aggregator's flush.
     Views {
@@ -290,8 +297,16 @@ async fn main() -> std::process::ExitCode {
             worker_apply::print(&results);
             true
         }),
-        Scenario::Live { subscribers, likes, concurrency, open_rate } => {
-            show(live::run(&cli, *subscribers, *likes, *concurrency, *open_rate).await)
+        Scenario::Live { subscribers, likes, concurrency, open_rate, slow_share } => {
+            let config = live::LiveConfig {
+                subscribers: *subscribers,
+                likes: *likes,
+                connections: *concurrency,
+                open_rate: *open_rate,
+                slow_share: *slow_share,
+                time_cap: secs(120),
+            };
+            show(live::run(&cli, &config).await)
         }
         Scenario::Views { viewers, connections } => show(views::run(&cli, *viewers, *connections).await),
         Scenario::Worst { runs } => worst::run(&cli, *runs).await.map(|result| {
@@ -337,6 +352,14 @@ async fn main() -> std::process::ExitCode {
             eprintln!("bench: {err}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// A fraction from 0 to 1.
+pub fn parse_share(raw: &str) -> Result<f64, String> {
+    match raw.parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("`{raw}` is not a fraction from 0 to 1")),
     }
 }
 

@@ -4,6 +4,12 @@
 //! checked at the end; the suite fails (exit 1) when likes were lost or doubled, or a request
 //! failed, and reports the goals it missed without failing (they are measurements).
 //!
+//! Live delivery runs twice: at `--subscribers` (1,000) as before, then the hot post of issue
+//! 31: `--hot-subscribers` (10,000) watchers, `--hot-slow-share` (10 %) of them slow readers,
+//! during `--hot-likes` (3,000) likes. That run needs a descriptor per subscriber in the bench
+//! process (and in the server, which inherits its limit): when `RLIMIT_NOFILE` is too low for
+//! it the suite says so, in its table and JSON, instead of running it.
+//!
 //! A new scenario: a `run_on`-style function returning a `Serialize` result, one call below,
 //! one field in `SuiteReport`, its rows in `table`.
 
@@ -18,7 +24,7 @@ use crate::Cli;
 use crate::ceiling::{self, CeilingResult};
 use crate::feed::{self, FeedBench, FeedResult};
 use crate::fixture::Fixture;
-use crate::live::{self, LiveResult};
+use crate::live::{self, LiveConfig, LiveResult};
 use crate::page::{self, PageResult};
 use crate::server::load_average;
 use crate::storm::{self, StormResult};
@@ -49,6 +55,18 @@ pub struct SuiteConfig {
     /// Likes in the live storm.
     #[arg(long, default_value_t = 10_000)]
     pub live_likes: usize,
+    /// Watchers of the hot post in the second live run (0: not run).
+    #[arg(long, default_value_t = 10_000)]
+    pub hot_subscribers: usize,
+    /// Likes during the hot post's fan-out.
+    #[arg(long, default_value_t = 3_000)]
+    pub hot_likes: usize,
+    /// The share of the hot post's watchers reading 1 frame per second (0 to 1).
+    #[arg(long, default_value_t = 0.1, value_parser = crate::parse_share)]
+    pub hot_slow_share: f64,
+    /// Hot-post watchers opened per second during setup.
+    #[arg(long, default_value_t = 2_000)]
+    pub hot_open_rate: u32,
     /// Distinct viewers of the viewed post.
     #[arg(long, default_value_t = 10_000)]
     pub viewers: usize,
@@ -89,6 +107,10 @@ pub struct SuiteReport {
     pub storm: Vec<StormResult>,
     pub page: PageResult,
     pub live: LiveResult,
+    /// The hot post: `hot_subscribers` watchers, some slow; None when it did not run.
+    pub live_hot: Option<LiveResult>,
+    /// Why the hot post's run did not run.
+    pub live_hot_skipped: Option<String>,
     pub worker_apply: Vec<ApplyResult>,
     pub views: ViewsResult,
     pub feed: FeedResult,
@@ -103,7 +125,9 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
     let apply = worker_apply::run(cli, config.apply_likes, &config.batches).await?;
 
     let exe = cli.servers()?.remove(0);
-    let members = config.likes.max(config.live_likes).max(config.viewers).max(config.readers).max(21);
+    let members =
+        config.likes.max(config.live_likes).max(config.hot_likes).max(config.viewers).max(config.readers).max(21);
+    let hot_skipped = hot_run_refused(config);
     let fixture = Fixture::create(&cli.database_url, members as i64).await?;
     let outcome = async {
         // The three modes with every liked-set cold (each user's first request), then buffered
@@ -118,6 +142,7 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
         let ceiling = ceiling::run_on(cli, &exe, &fixture, config.ceiling_requests, config.connections, cap).await?;
         let storm_posts = fixture.add_posts(modes.len() as i64, 1, "storm").await?;
         let live_post = fixture.add_posts(1, 1, "live").await?[0];
+        let hot_post = fixture.add_posts(1, 1, "hot").await?[0];
         let views_post = fixture.add_posts(1, 1, "viewed").await?[0];
         // The page's posts last: they are the newest 20 the page shows.
         let page_posts = page::prepare(&fixture, config.readers).await?;
@@ -148,16 +173,44 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
         )
         .await?;
         eprintln!("bench suite: live delivery…");
-        let live =
-            live::run_on(cli, &fixture, live_post, config.subscribers, config.live_likes, config.connections, 500)
-                .await?;
+        let live_config = LiveConfig {
+            subscribers: config.subscribers,
+            likes: config.live_likes,
+            connections: config.connections,
+            open_rate: 500,
+            slow_share: 0.0,
+            time_cap: Duration::from_secs(120),
+        };
+        let live = live::run_on(cli, &fixture, live_post, &live_config).await?;
+        let live_hot = match &hot_skipped {
+            Some(reason) => {
+                eprintln!("bench suite: hot post not run: {reason}");
+                None
+            }
+            None => {
+                eprintln!(
+                    "bench suite: hot post, {} watchers, {:.0} % slow…",
+                    config.hot_subscribers,
+                    100.0 * config.hot_slow_share
+                );
+                let hot_config = LiveConfig {
+                    subscribers: config.hot_subscribers,
+                    likes: config.hot_likes,
+                    connections: config.connections,
+                    open_rate: config.hot_open_rate,
+                    slow_share: config.hot_slow_share,
+                    time_cap: cap,
+                };
+                Some(live::run_on(cli, &fixture, hot_post, &hot_config).await?)
+            }
+        };
         eprintln!("bench suite: views…");
         let views = views::run_on(cli, &fixture, views_post, config.viewers, config.connections).await?;
-        Ok::<_, AppError>((ceiling, storms, page, live, views))
+        Ok::<_, AppError>((ceiling, storms, page, live, live_hot, views))
     }
     .await;
     fixture.drop().await?;
-    let (ceiling, storm, page, live, views) = outcome?;
+    let (ceiling, storm, page, live, live_hot, views) = outcome?;
     // The home feed builds its own world (a celebrity course of 10,000) in its own database.
     eprintln!("bench suite: home feed…");
     let feed = feed::run(cli, &FeedBench::defaults()).await?;
@@ -168,7 +221,8 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
         load_at_start,
         load_at_end: load_average(),
     };
-    let goals = goals(&ceiling, &storm, &page, &live, &apply, &views);
+    let mut goals = goals(&ceiling, &storm, &page, &live, &apply, &views);
+    goals.extend(hot_goals(config, &storm, live_hot.as_ref(), hot_skipped.as_deref()));
     let report = SuiteReport {
         started_at: started_at.to_rfc3339(),
         machine,
@@ -177,6 +231,8 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
         storm,
         page,
         live,
+        live_hot,
+        live_hot_skipped: hot_skipped,
         worker_apply: apply,
         views,
         feed,
@@ -197,9 +253,39 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
         && report.storm.iter().all(|s| s.consistent && s.failed == 0)
         && report.page.failed == 0
         && report.live.likes_failed == 0
+        && report.live_hot.as_ref().is_none_or(|hot| hot.likes_failed == 0)
         && report.views.consistent
         && report.views.failed == 0;
     Ok(sound)
+}
+
+/// Descriptors the bench process keeps beyond its subscribers: the load generator's
+/// connections, PostgreSQL, Redis, the server's pipes, the runtime.
+const DESCRIPTOR_MARGIN: u64 = 1_024;
+
+/// Why the hot post's run cannot run here, if it cannot: not asked for, or too few descriptors
+/// for its subscribers (each is a socket in the bench and one in the server).
+fn hot_run_refused(config: &SuiteConfig) -> Option<String> {
+    if config.hot_subscribers == 0 {
+        return Some("--hot-subscribers 0".into());
+    }
+    let needed = config.hot_subscribers as u64 + DESCRIPTOR_MARGIN;
+    match open_files_limit() {
+        Some(limit) if limit < needed => Some(format!(
+            "{} watchers need about {needed} file descriptors in the bench process (and as many in the \
+             server, which inherits its limit), but RLIMIT_NOFILE is {limit}: raise it (`ulimit -n {needed}`) \
+             or lower --hot-subscribers",
+            config.hot_subscribers
+        )),
+        _ => None,
+    }
+}
+
+/// This process's soft RLIMIT_NOFILE, from /proc (Linux); None when unknown or unlimited.
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
 }
 
 /// `target/bench/`: next to the profile directory the bench binary runs from.
@@ -306,6 +392,108 @@ fn goals(
     goals
 }
 
+/// The hot post's goals (issue 31, "A hot post with 15,000 watchers"), at the suite's
+/// `--hot-subscribers` and `--hot-slow-share`.
+fn hot_goals(
+    config: &SuiteConfig,
+    storm: &[StormResult],
+    hot: Option<&LiveResult>,
+    skipped: Option<&str>,
+) -> Vec<Goal> {
+    let Some(hot) = hot else {
+        return vec![Goal {
+            goal: format!("hot post, {} watchers", config.hot_subscribers),
+            measured: format!("not run: {}", skipped.unwrap_or("unknown")),
+            met: false,
+        }];
+    };
+    let who = format!("{} watchers, {:.0} % slow", hot.subscribers, 100.0 * hot.slow_share);
+    let mut goals = vec![
+        Goal {
+            goal: format!("{who}: the fast ones' commit→client p99 < 250 ms"),
+            measured: format!("p50 {:.1} ms, p99 {:.1} ms", hot.commit_to_client_p50_ms, hot.commit_to_client_p99_ms),
+            met: hot.commit_to_client_p99_ms < 250.0,
+        },
+        Goal {
+            goal: format!("{who}: every fast subscriber sees the final count"),
+            measured: format!("{}/{}", hot.saw_final, hot.fast_subscribers),
+            met: hot.saw_final == hot.fast_subscribers,
+        },
+        Goal {
+            goal: "memory per subscriber ≤ 10 KiB".into(),
+            measured: format!(
+                "{:.1} KiB ({} → {} MiB for {})",
+                hot.memory_per_subscriber_kib, hot.rss_idle_mib, hot.rss_subscribed_mib, hot.subscribers
+            ),
+            met: hot.memory_per_subscriber_kib <= 10.0,
+        },
+    ];
+    if let Some(cold) = storm.iter().find(|s| s.mode == "buffered" && !s.warm_sets) {
+        goals.push(Goal {
+            goal: format!("{who}: likes/s ≥ 50 % of the cold buffered storm"),
+            measured: format!(
+                "{:.0}/s = {:.1} % of {:.0}/s",
+                hot.likes_per_s,
+                100.0 * hot.likes_per_s / cold.likes_per_s.max(1e-9),
+                cold.likes_per_s
+            ),
+            met: hot.likes_per_s >= 0.5 * cold.likes_per_s,
+        });
+    }
+    goals
+}
+
+/// One live run's rows: likes, the fast subscribers, the slow ones when there were any, memory.
+fn live_rows(t: &mut String, l: &LiveResult) {
+    let _ = writeln!(
+        t,
+        "| likes/s | commit→client p50 ms | p99 ms | max ms | samples | saw final count | closed by the server | messages/subscriber | RSS idle → subscribed → peak → end MiB | KiB/subscriber | load |"
+    );
+    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|");
+    let closed = |codes: &std::collections::BTreeMap<String, usize>| {
+        if codes.is_empty() {
+            "none".to_owned()
+        } else {
+            codes.iter().map(|(code, n)| format!("{n} × {code}")).collect::<Vec<_>>().join(", ")
+        }
+    };
+    let _ = writeln!(
+        t,
+        "| {:.0} | {:.1} | {:.1} | {:.1} | {} | {}/{} | {} | {:.0} | {} → {} → {} → {} | {:.1} | {:.2} |",
+        l.likes_per_s,
+        l.commit_to_client_p50_ms,
+        l.commit_to_client_p99_ms,
+        l.commit_to_client_max_ms,
+        l.samples,
+        l.saw_final,
+        l.fast_subscribers,
+        closed(&l.fast_closed),
+        l.messages_per_subscriber_p50,
+        l.rss_idle_mib,
+        l.rss_subscribed_mib,
+        l.rss_peak_mib,
+        l.rss_end_mib,
+        l.memory_per_subscriber_kib,
+        l.load_before
+    );
+    if l.slow_subscribers > 0 {
+        let _ = writeln!(
+            t,
+            "\nThe {} slow subscribers (1 frame/s, 4 KiB receive buffer; the row above is the {} fast ones): \
+             commit→client p50 {:.1} ms, p99 {:.1} ms over {} updates; {}/{} saw the final count; \
+             closed by the server: {}.",
+            l.slow_subscribers,
+            l.fast_subscribers,
+            l.slow_commit_to_client_p50_ms,
+            l.slow_commit_to_client_p99_ms,
+            l.slow_samples,
+            l.slow_saw_final,
+            l.slow_subscribers,
+            closed(&l.slow_closed)
+        );
+    }
+}
+
 /// The Markdown table of a run.
 pub fn table(r: &SuiteReport) -> String {
     let mut t = String::new();
@@ -410,26 +598,27 @@ pub fn table(r: &SuiteReport) -> String {
         "\nLive delivery: {} subscribers on one post during a storm of {} likes (buffered)\n",
         l.subscribers, c.live_likes
     );
-    let _ = writeln!(
-        t,
-        "| likes/s | commit→client p50 ms | p99 ms | max ms | samples | saw final count | messages/subscriber | RSS idle → subscribed MiB | load |"
-    );
-    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---:|---|---:|");
-    let _ = writeln!(
-        t,
-        "| {:.0} | {:.1} | {:.1} | {:.1} | {} | {}/{} | {:.0} | {} → {} | {:.2} |",
-        l.likes_per_s,
-        l.commit_to_client_p50_ms,
-        l.commit_to_client_p99_ms,
-        l.commit_to_client_max_ms,
-        l.samples,
-        l.saw_final,
-        l.subscribers,
-        l.messages_per_subscriber_p50,
-        l.rss_idle_mib,
-        l.rss_subscribed_mib,
-        l.load_before
-    );
+    live_rows(&mut t, l);
+    match (&r.live_hot, &r.live_hot_skipped) {
+        (Some(hot), _) => {
+            let _ = writeln!(
+                t,
+                "\nHot post: {} watchers, {:.0} % of them slow, during a storm of {} likes (buffered)\n",
+                hot.subscribers,
+                100.0 * hot.slow_share,
+                c.hot_likes
+            );
+            live_rows(&mut t, hot);
+        }
+        (None, reason) => {
+            let _ = writeln!(
+                t,
+                "\nHot post ({} watchers): not run: {}.",
+                c.hot_subscribers,
+                reason.as_deref().unwrap_or("unknown")
+            );
+        }
+    }
     let _ = writeln!(t, "\nWorker apply rate: one worker, one shard, {} likes on one post\n", c.apply_likes);
     let _ = writeln!(
         t,
