@@ -22,7 +22,11 @@ CREATE TABLE title_words (
     word text NOT NULL,
     posts integer NOT NULL CHECK (posts > 0),
     PRIMARY KEY (course_id, word)
-);
+) WITH (fillfactor = 50);
+-- Every new post updates the counts of its words. Half-full pages leave room for those
+-- updates to stay on their page (heap-only), so they add no index entries. From full pages,
+-- the bench course's lexicon had a GiST index nine times its rebuilt size; three rounds of
+-- updating every count were 98 % heap-only at fillfactor 50, under 1 % at 100.
 -- Nearest word of a course to a typed one: KNN on trigram distance within the course.
 CREATE INDEX title_words_trgm_idx ON title_words USING gist (course_id, word gist_trgm_ops);
 

@@ -229,9 +229,9 @@ pub struct Settings {
     #[arg(long, env = "JOBS_DB_MAX_CONNECTIONS", default_value_t = 4, global = true)]
     pub jobs_db_max_connections: u32,
 
-    /// Size of the PostgreSQL pool of searches and similar-title lookups, apart from the other
-    /// requests': a burst of searches cannot take the connections a like or a page needs. Its
-    /// statements are planned for their own parameters every time.
+    /// Size of the PostgreSQL pool of searches, apart from the other requests': a burst of
+    /// searches cannot take the connections a like or a page needs. Its statements are planned
+    /// for their own parameters every time.
     #[arg(long, env = "SEARCH_DB_MAX_CONNECTIONS", default_value_t = 4, global = true)]
     pub search_db_max_connections: u32,
 

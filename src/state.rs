@@ -28,8 +28,8 @@ pub struct AppState {
     /// the requests' `db`: their statements count as `role="background"` in
     /// `sql_statements_total`.
     pub jobs_db: DatabaseConnection,
-    /// Searches' and similar-title lookups' own pool (`db::connect_search`: planned per
-    /// query, apart from the other requests'); its statements count as `role="api"`.
+    /// Searches' own pool (`db::connect_search`: planned per query, apart from the other
+    /// requests'); its statements count as `role="api"`.
     pub search_db: DatabaseConnection,
     /// How many SQL statements `db` and `jobs_db` have run, for statements-per-request
     /// measurements.

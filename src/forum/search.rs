@@ -609,13 +609,12 @@ pub(crate) async fn similar_posts(
                     row_number() OVER (ORDER BY posts, word) AS n FROM known) ranked \
            WHERE n = 1 OR through <= {CANDIDATE_BUDGET} \
          ), candidates AS MATERIALIZED ( \
-           SELECT {columns} FROM posts p, chosen \
+           SELECT {columns}, similarity(p.title, $2) AS similarity FROM posts p, chosen \
            WHERE p.course_id = $1 AND p.deleted_at IS NULL AND {readable} \
              AND title_words_of(p.title) && chosen.words \
            LIMIT {MAX_CANDIDATES} \
          ) \
-         SELECT {POST_COLUMNS}, similarity::float8 AS similarity FROM ( \
-           SELECT *, similarity(title, $2) AS similarity FROM candidates) near \
+         SELECT {POST_COLUMNS}, similarity::float8 AS similarity FROM candidates \
          WHERE similarity >= {MIN_SIMILARITY} \
          ORDER BY (kind = 'question' AND (accepted_comment_id IS NOT NULL OR resolved_at IS NOT NULL)) DESC, \
                   similarity DESC, id DESC \
