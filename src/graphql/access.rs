@@ -110,11 +110,16 @@ pub(crate) async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostR
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
     let (row, start) = find_post(state, viewer, id).await?;
-    match viewer.require_member(&state.db, row.course_id).await {
-        Ok(role) => {
+    let checked = if state.likes.mode() == LikeMode::Buffered && viewer.known_memberships().is_none() {
+        first_touch(state, viewer, row.course_id).await
+    } else {
+        viewer.require_member(&state.db, row.course_id).await.map(|role| (role, Membership::Verified))
+    };
+    match checked {
+        Ok((role, membership)) => {
             keep_post(state, &row, start);
             readable(viewer.user_id, role, &row)?;
-            Ok((row, Membership::Verified))
+            Ok((row, membership))
         }
         // Unverified, a private post is refused: its readers cannot be told apart.
         Err(why)
@@ -127,6 +132,23 @@ pub(crate) async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostR
         }
         Err(err) => Err(err),
     }
+}
+
+/// A buffered like by a viewer whose memberships this instance does not hold (their first
+/// request here, typically with their liked-set cold too): reads the set's load generation
+/// (one HGET), then the memberships AND the viewer's likes in the course in ONE statement
+/// (`likes::buffered::roles_and_members`), so the toggle can load the set without asking
+/// PostgreSQL again. A non-member gets FORBIDDEN here, and nothing reaches Redis but the read.
+async fn first_touch(state: &AppState, viewer: &Viewer, course_id: i64) -> AppResult<(Role, Membership)> {
+    // Read before the rows: an apply that commits after the statement moves it, and the
+    // toggle then reads the rows again (`lua/liked_set_load.lua`).
+    let generation = state.likes.liked_sets().generation(viewer.user_id, course_id).await?;
+    let read_at = viewer.reading_starts();
+    let (roles, members) = crate::likes::buffered::roles_and_members(&state.db, viewer.user_id, course_id).await?;
+    let roles = roles.into_iter().map(|(course, role)| Ok((course, Role::parse(&role)?))).collect::<AppResult<_>>()?;
+    let memberships = viewer.remember_memberships(roles, read_at);
+    let role = crate::auth::role_in(&memberships, course_id)?;
+    Ok((role, Membership::Loaded { generation, members }))
 }
 
 /// A comment (`NodeKind::Comment`) or reply (`NodeKind::Reply`); the kind must match the row.

@@ -82,6 +82,11 @@ impl LikeTarget {
 pub enum Membership {
     /// PostgreSQL said the user is a member, in this request.
     Verified,
+    /// As `Verified`, on a user's first touch in buffered mode: the same statement that read the
+    /// memberships read the user's likes in the course (`members`, as liked-set members), after
+    /// the set's load `generation` was read. The toggle loads them if the set is not loaded,
+    /// instead of asking PostgreSQL again (`lua/like_toggle.lua`).
+    Loaded { generation: String, members: Vec<String> },
     /// PostgreSQL could not be asked (`why` is the error). A buffered like still goes ahead when
     /// the user's liked-set for the course is already loaded in Redis: it was loaded after a
     /// verified check, and the worker checks membership again when it applies the like (a user
