@@ -1,7 +1,8 @@
 //! Level 3, the Redis side: per (user, course) liked-sets, the atomic toggle that checks the
 //! user's rate limit, appends to the shard's stream and records the event as pending beside
 //! the set (`lua/like_toggle.lua`), loading a set when it is not loaded (inside the toggle's
-//! second call, or `lua/liked_set_warm.lua` for reads), and `likedByMe` by SMISMEMBER.
+//! second call, or its first when a first touch read the rows with the memberships,
+//! `roles_and_members`; `lua/liked_set_warm.lua` for reads), and `likedByMe` by SMISMEMBER.
 //!
 //! A liked-set caches PostgreSQL's rows PLUS what the stream accepted and the worker has not
 //! applied yet. So a load, whatever dropped the set (TTL, eviction, `reset-like-cache`, a
@@ -135,8 +136,9 @@ impl LikedSets {
     /// Counts the toggle against the user's rate limit and likes or unlikes in the set and, if
     /// that changed the set, appends the event to the stream and records it as pending: one
     /// script, one round trip. A set that is not loaded costs a second call carrying its rows
-    /// from PostgreSQL, which loads them with the pending records on top and toggles. Returns
-    /// whether the set changed.
+    /// from PostgreSQL, which loads them with the pending records on top and toggles; with
+    /// `Membership::Loaded` (a first touch) the first call carries the rows the caller read with
+    /// the memberships. Returns whether the set changed.
     pub async fn toggle(
         &self,
         user_id: i64,
@@ -218,9 +220,8 @@ impl LikedSets {
         struct Member {
             member: String,
         }
-        let members = Member::find_by_statement(stmt(MEMBERS_SQL, [user_id.into(), course_id.into()]))
-            .all(&self.db)
-            .await?;
+        let members =
+            Member::find_by_statement(stmt(MEMBERS_SQL, [user_id.into(), course_id.into()])).all(&self.db).await?;
         Ok(members.into_iter().map(|m| m.member).collect())
     }
 

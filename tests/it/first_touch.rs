@@ -55,7 +55,8 @@ async fn a_cold_first_like_reads_memberships_and_the_liked_set_in_one_statement(
     )
     .await;
     let token = app.token(carol);
-    let (data, first) = cost(&app, async || app.gql_ok(Some(&token), LIKE, json!({ "p": gid("Post", post) })).await).await;
+    let (data, first) =
+        cost(&app, async || app.gql_ok(Some(&token), LIKE, json!({ "p": gid("Post", post) })).await).await;
     assert_eq!(data["likePost"]["likeCount"], 1, "Bob's like is not applied yet");
     assert_eq!(first, (1, 2), "one statement; HGET of the generation and the toggle script");
 
@@ -65,8 +66,12 @@ async fn a_cold_first_like_reads_memberships_and_the_liked_set_in_one_statement(
     assert_eq!(warm, (0, 1), "one SMISMEMBER");
     assert!(liked_by_me(&app, carol, older).await, "the row only PostgreSQL had was loaded");
     let (_, again) = cost(&app, async || {
-        app.gql_ok(Some(&token), "mutation($p: ID!) { unlikePost(postId: $p) { likeCount } }", json!({ "p": gid("Post", post) }))
-            .await
+        app.gql_ok(
+            Some(&token),
+            "mutation($p: ID!) { unlikePost(postId: $p) { likeCount } }",
+            json!({ "p": gid("Post", post) }),
+        )
+        .await
     })
     .await;
     assert_eq!(again, (0, 1), "a warm toggle: one script");
@@ -74,7 +79,11 @@ async fn a_cold_first_like_reads_memberships_and_the_liked_set_in_one_statement(
     let worker = app.worker().await;
     worker.drain().await.expect("drain");
     let rows = |p: i64| app.scalar_i64("SELECT count(*) AS v FROM post_likes WHERE post_id = $1", [p.into()]);
-    assert_eq!((rows(post).await, rows(older).await), (1, 1), "Bob's like stays, Carol's was undone; the older row stays");
+    assert_eq!(
+        (rows(post).await, rows(older).await),
+        (1, 1),
+        "Bob's like stays, Carol's was undone; the older row stays"
+    );
 }
 
 /// The other modes write to PostgreSQL at once: the first like costs the memberships and the
@@ -116,7 +125,8 @@ async fn a_non_members_first_like_is_refused_and_changes_nothing() {
     let mut conn = app.state.redis.clone();
     let before: i64 = redis::cmd("XLEN").arg(&stream).query_async(&mut conn).await.expect("xlen");
     for attempt in 0..2 {
-        let (response, spent) = cost(&app, async || app.gql(Some(&token), LIKE, json!({ "p": gid("Post", post) })).await).await;
+        let (response, spent) =
+            cost(&app, async || app.gql(Some(&token), LIKE, json!({ "p": gid("Post", post) })).await).await;
         assert_eq!(response["errors"][0]["extensions"]["code"], "FORBIDDEN", "{response}");
         assert_eq!(spent, if attempt == 0 { (1, 1) } else { (0, 0) }, "attempt {attempt}");
     }
