@@ -110,7 +110,10 @@ pub(crate) async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostR
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
     let (row, start) = find_post(state, viewer, id).await?;
-    let checked = if state.likes.mode() == LikeMode::Buffered && viewer.known_memberships().is_none() {
+    // A first touch only while memberships are kept: otherwise every like would read its
+    // liked rows again, loaded set or not.
+    let first = state.memberships.keeps_readings() && viewer.known_memberships().is_none();
+    let checked = if state.likes.mode() == LikeMode::Buffered && first {
         first_touch(state, viewer, row.course_id).await
     } else {
         viewer.require_member(&state.db, row.course_id).await.map(|role| (role, Membership::Verified))

@@ -192,3 +192,23 @@ async fn a_first_start_reads_only_the_memberships() {
     let (_, second) = cost(&app, start).await;
     assert_eq!(second, (0, 2));
 }
+
+/// With `MEMBERSHIP_CACHE=false` every request reads the memberships: there is no first touch
+/// to recognise, and a like on a loaded set costs what it did (the memberships, the toggle),
+/// without reading its liked rows again.
+#[tokio::test]
+async fn without_the_membership_cache_a_warm_like_reads_no_liked_rows() {
+    let app = TestApp::spawn_with(|s| {
+        s.like_mode = LikeMode::Buffered;
+        s.membership_cache = false;
+    })
+    .await;
+    let (_, post, carol) = hot_post_and_new_member(&app).await;
+    let token = app.token(carol);
+    let like = async |field: &str| {
+        let query = format!("mutation($p: ID!) {{ {field}(postId: $p) {{ likeCount }} }}");
+        cost(&app, async || app.gql_ok(Some(&token), &query, json!({ "p": gid("Post", post) })).await).await.1
+    };
+    assert_eq!(like("likePost").await, (2, 2), "cold: the memberships, -1, the rows, the toggle");
+    assert_eq!(like("unlikePost").await, (1, 1), "warm: the memberships, the toggle");
+}
