@@ -138,20 +138,18 @@ pub(crate) async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostR
 }
 
 /// A buffered like by a viewer whose memberships this instance does not hold (their first
-/// request here, typically with their liked-set cold too): reads the set's load generation
-/// (one HGET), then the memberships AND the viewer's likes in the course in ONE statement
-/// (`likes::buffered::roles_and_members`), so the toggle can load the set without asking
-/// PostgreSQL again. A non-member gets FORBIDDEN here, and nothing reaches Redis but the read.
+/// request here, typically with their liked-set cold too): reads the memberships AND the
+/// viewer's likes in the course in ONE statement (`likes::buffered::roles_and_members`), so the
+/// toggle can load the set without asking PostgreSQL again, in its one round trip. A
+/// non-member gets FORBIDDEN here, and nothing reaches Redis.
 async fn first_touch(state: &AppState, viewer: &Viewer, course_id: i64) -> AppResult<(Role, Membership)> {
-    // Read before the rows: an apply that commits after the statement moves it, and the
-    // toggle then reads the rows again (`lua/liked_set_load.lua`).
-    let generation = state.likes.liked_sets().generation(viewer.user_id, course_id).await?;
     let read_at = viewer.reading_starts();
-    let (roles, members) = crate::likes::buffered::roles_and_members(&state.db, viewer.user_id, course_id).await?;
-    let roles = roles.into_iter().map(|(course, role)| Ok((course, Role::parse(&role)?))).collect::<AppResult<_>>()?;
+    let read = crate::likes::buffered::roles_and_members(&state.db, viewer.user_id, course_id).await?;
+    let roles =
+        read.roles.into_iter().map(|(course, role)| Ok((course, Role::parse(&role)?))).collect::<AppResult<_>>()?;
     let memberships = viewer.remember_memberships(roles, read_at);
     let role = crate::auth::role_in(&memberships, course_id)?;
-    Ok((role, Membership::Loaded { generation, members }))
+    Ok((role, Membership::Loaded { xmin: read.xmin, members: read.members }))
 }
 
 /// A comment (`NodeKind::Comment`) or reply (`NodeKind::Reply`); the kind must match the row.

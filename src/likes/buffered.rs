@@ -34,24 +34,30 @@ const MEMBERS_SQL: &str = "SELECT 'p:' || l.post_id AS member FROM post_likes l 
      SELECT 'c:' || l.comment_id FROM comment_likes l JOIN comments c ON c.id = l.comment_id \
      JOIN posts p ON p.id = c.post_id WHERE l.user_id = $1 AND p.course_id = $2";
 
-/// The user's memberships (course id and role, every course) and their likes in one course as
-/// set members, in ONE statement: what a user's first like on an instance needs (the
-/// membership check, then the liked-set's rows), read together. The members are returned
-/// whatever the memberships say: the caller sends them to Redis only for a member.
-pub(crate) async fn roles_and_members(
-    db: &DatabaseConnection,
-    user_id: i64,
-    course_id: i64,
-) -> AppResult<(Vec<(i64, String)>, Vec<String>)> {
+/// What a first touch read in one statement: the user's memberships (course id and role, every
+/// course), their likes in one course as set members, and the `xmin` of the statement's
+/// snapshot (the oldest transaction it may not see), which stands for the generation a load
+/// reads before its rows (`lua/load_stamp.lua`).
+pub(crate) struct FirstTouch {
+    pub roles: Vec<(i64, String)>,
+    pub members: Vec<String>,
+    pub xmin: String,
+}
+
+/// A user's first like on an instance needs the membership check, then the liked-set's rows:
+/// read together, in ONE statement. The members are returned whatever the memberships say:
+/// the caller sends them to Redis only for a member.
+pub(crate) async fn roles_and_members(db: &DatabaseConnection, user_id: i64, course_id: i64) -> AppResult<FirstTouch> {
     #[derive(FromQueryResult)]
     struct Row {
         course_ids: Option<Vec<i64>>,
         roles: Option<Vec<String>>,
         members: Option<Vec<String>>,
+        xmin: String,
     }
     let row = Row::find_by_statement(stmt(
         &format!(
-            "SELECT m.course_ids, m.roles, l.members \
+            "SELECT m.course_ids, m.roles, l.members, pg_snapshot_xmin(pg_current_snapshot())::text AS xmin \
              FROM (SELECT array_agg(course_id) AS course_ids, array_agg(role) AS roles \
                    FROM course_members WHERE user_id = $1) m, \
                   (SELECT array_agg(member) AS members FROM ({MEMBERS_SQL}) x) l"
@@ -62,7 +68,7 @@ pub(crate) async fn roles_and_members(
     .await?
     .ok_or_else(|| AppError::Internal("an aggregate returned no row".into()))?;
     let roles = row.course_ids.unwrap_or_default().into_iter().zip(row.roles.unwrap_or_default()).collect();
-    Ok((roles, row.members.unwrap_or_default()))
+    Ok(FirstTouch { roles, members: row.members.unwrap_or_default(), xmin: row.xmin })
 }
 
 /// The sentinel member every loaded set holds.
@@ -98,6 +104,7 @@ pub struct LikedSets {
     limiter: RateLimiter,
     toggle: Arc<Script>,
     warm: Arc<Script>,
+    forget: Arc<Script>,
     stats: Arc<LikeStats>,
     /// Test hook: passed by every load after it read the rows from PostgreSQL and before the
     /// script loads them (where an apply committing meanwhile must not be lost).
@@ -128,6 +135,10 @@ impl LikedSets {
                 include_str!("../../lua/liked_set_load.lua"),
                 include_str!("../../lua/liked_set_warm.lua"),
             ])),
+            forget: Arc::new(crate::kv::script(&[
+                include_str!("../../lua/load_stamp.lua"),
+                include_str!("../../lua/liked_set_forget.lua"),
+            ])),
             stats,
             rows_read: Arc::new(Gate::default()),
         }
@@ -150,10 +161,10 @@ impl LikedSets {
         // The rows read from PostgreSQL and the load generation read before them, once needed:
         // already, when the caller read them with the membership check (a first touch).
         let (mut membership, mut rows) = match membership {
-            Membership::Loaded { generation, members } => {
+            Membership::Loaded { xmin, members } => {
                 LikeStats::bump(&self.stats.set_warms);
                 self.rows_read.pass().await;
-                (None, Some((generation, members)))
+                (None, Some((format!("~{xmin}"), members)))
             }
             other => (Some(other), None),
         };
@@ -225,18 +236,6 @@ impl LikedSets {
         Ok(members.into_iter().map(|m| m.member).collect())
     }
 
-    /// The load generation of the user's liked-set in the course, as it is now: one HGET. A
-    /// caller that reads the set's rows itself (`roles_and_members`) reads it first and passes
-    /// both in `Membership::Loaded`.
-    pub async fn generation(&self, user_id: i64, course_id: i64) -> AppResult<String> {
-        let generations = self.keys.load_generations(self.keys.shard_of(user_id));
-        let bucket = self.keys.load_generation_bucket(user_id, course_id);
-        let mut conn = self.redis.clone();
-        let generation: Option<String> =
-            redis::cmd("HGET").arg(&generations).arg(bucket).query_async(&mut conn).await?;
-        Ok(generation.unwrap_or_else(|| "0".into()))
-    }
-
     /// Loads the user's likes in the course into the set, unless it exists: PostgreSQL's rows
     /// plus the pending records (`lua/liked_set_load.lua`).
     pub async fn warm(&self, user_id: i64, course_id: i64) -> AppResult<()> {
@@ -274,24 +273,19 @@ impl LikedSets {
     /// Forgets the (user, course) liked-set, so the next buffered use reloads it: called after
     /// a like written straight to PostgreSQL (sync and recount modes), which the set would
     /// otherwise contradict. Also moves the set's load generation, so a buffered load whose rows
-    /// predate that write reads them again. Best effort: startup in those modes drops every
-    /// set anyway.
-    pub async fn forget(&self, user_id: i64, course_id: i64) {
+    /// predate that write reads them again, and stamps it with the writing transaction `xid`,
+    /// for first-touch loads (`lua/liked_set_forget.lua`). Best effort: startup in those modes
+    /// drops every set anyway.
+    pub async fn forget(&self, user_id: i64, course_id: i64, xid: Option<i64>) {
         let shard = self.keys.shard_of(user_id);
         let mut conn = self.redis.clone();
-        // Both keys share the shard's slot: an atomic pipeline is one MULTI/EXEC there.
-        let dropped: redis::RedisResult<()> = redis::pipe()
-            .atomic()
-            .cmd("UNLINK")
-            .arg(self.keys.liked_set(user_id, course_id))
-            .ignore()
-            .cmd("HINCRBY")
-            .arg(self.keys.load_generations(shard))
+        // Both keys share the shard's slot: one script.
+        let mut invocation = self.forget.key(self.keys.liked_set(user_id, course_id));
+        invocation
+            .key(self.keys.load_generations(shard))
             .arg(self.keys.load_generation_bucket(user_id, course_id))
-            .arg(1)
-            .ignore()
-            .query_async(&mut conn)
-            .await;
+            .arg(xid.map(|x| x.to_string()).unwrap_or_default());
+        let dropped: redis::RedisResult<i64> = invocation.invoke_async(&mut conn).await;
         if let Err(err) = dropped {
             tracing::warn!(error = %err, user_id, course_id, "could not drop a liked-set after a direct write");
         }
