@@ -9,7 +9,10 @@
 //! refused event, a crash), overlays the (user, course) pending records on the rows, in one
 //! script (`lua/liked_set_load.lua`); a per-bucket load generation, read before the rows and
 //! moved by the worker whenever it retires a record, makes a load whose rows predate an apply
-//! read them again. The worker retires records after COMMIT (`worker::LikeWorker`).
+//! read them again. The worker retires records after COMMIT (`worker::LikeWorker`). A
+//! first-touch load, whose rows were read with the memberships and no generation before them,
+//! uses the bucket's load stamp instead (`lua/load_stamp.lua`): the highest transaction id
+//! that changed its rows and was retired, against the xmin of the statement's snapshot.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
