@@ -11,7 +11,9 @@
 -- ARGV[4]  toggles allowed per window (0: no limit)     ARGV[5]  window in milliseconds
 -- ARGV[6]  the set's generation bucket
 -- ARGV[7]  the generation read before the rows in ARGV[9+n..] were read from PostgreSQL, or
---          `` when no rows are given
+--          `~<xmin>` for rows read with the memberships on a first touch, no generation read
+--          before them (`xmin` of the statement's snapshot, see load_stamp.lua), or `` when no
+--          rows are given
 -- ARGV[8]  n, the number of stream entry fields and values that follow
 -- ARGV[9 .. 8+n]  the entry's fields and values (the event codec's, passed to XADD untouched)
 -- ARGV[9+n ..]    the set's members as PostgreSQL has them (possibly none), when ARGV[7] ~= ''
@@ -28,7 +30,17 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   if ARGV[7] == '' then
     return {-1, redis.call('HGET', KEYS[5], ARGV[6]) or '0'}
   end
-  local refused = load_liked_set(KEYS[1], KEYS[4], KEYS[5], ARGV[6], ARGV[7], ARGV[3], 9 + fields)
+  local expected = ARGV[7]
+  if string.sub(expected, 1, 1) == '~' then
+    -- Rows without a generation: good only if no change they may miss was retired since.
+    local current = redis.call('HGET', KEYS[5], ARGV[6]) or '0'
+    local stamp = redis.call('HGET', KEYS[5], 'x' .. ARGV[6])
+    if stamp and tonumber(stamp) >= tonumber(string.sub(expected, 2)) then
+      return {-3, current}
+    end
+    expected = current
+  end
+  local refused = load_liked_set(KEYS[1], KEYS[4], KEYS[5], ARGV[6], expected, ARGV[3], 9 + fields)
   if refused then
     return {-3, refused}
   end

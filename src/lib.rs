@@ -99,7 +99,10 @@
 //!    pending beside the set (`+ <entry id>` under the target), atomically, in one round trip.
 //!    A set not loaded answers -1 with its load generation; the service reads its rows from
 //!    PostgreSQL and calls again with them (the script loads the rows, overlays the pending
-//!    records, then toggles; -3 if an apply moved the generation meanwhile: read again). The
+//!    records, then toggles; -3 if an apply moved the generation meanwhile: read again). A
+//!    user's first like on an instance reads the rows with its memberships in one statement
+//!    (`graphql::access`), and the first call carries them: loaded unless the bucket's load
+//!    stamp (`lua/load_stamp.lua`) says an apply the rows may miss was retired. The
 //!    mutation answers at once.
 //! 3. `worker::LikeWorker` — the shard's one consumer, by lease and fencing epoch — reads the
 //!    entries (own pending first, then new; `LikeEvent::decode`), collapses the batch to the
@@ -110,8 +113,8 @@
 //! 4. After COMMIT: `likes::committed::AfterCommit` patches the counts into cached posts and
 //!    publishes them on the one Pub/Sub channel.
 //! 5. Then `lua/like_batch_done.lua`: XACK + XDEL, retire each event's pending record if it is
-//!    still that event's, bump the load generation, drop the sets of refused or dead-lettered
-//!    events. A crash before this replays the batch with no effect twice.
+//!    still that event's, bump the load generation and stamp it with the batch's transaction
+//!    id, drop the sets of refused or dead-lettered events. A crash before this replays the batch with no effect twice.
 //! 6. Delivery: each instance's relay (`live::hub`) receives the counts once and fans them out
 //!    to its `likeCounts` subscribers, newest `like_version` winning.
 //!

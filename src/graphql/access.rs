@@ -110,11 +110,19 @@ pub(crate) async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostR
     let viewer = viewer(ctx)?;
     let state = state(ctx)?;
     let (row, start) = find_post(state, viewer, id).await?;
-    match viewer.require_member(&state.db, row.course_id).await {
-        Ok(role) => {
+    // A first touch only while memberships are kept: otherwise every like would read its
+    // liked rows again, loaded set or not.
+    let first = state.memberships.keeps_readings() && viewer.known_memberships().is_none();
+    let checked = if state.likes.mode() == LikeMode::Buffered && first {
+        first_touch(state, viewer, row.course_id).await
+    } else {
+        viewer.require_member(&state.db, row.course_id).await.map(|role| (role, Membership::Verified))
+    };
+    match checked {
+        Ok((role, membership)) => {
             keep_post(state, &row, start);
             readable(viewer.user_id, role, &row)?;
-            Ok((row, Membership::Verified))
+            Ok((row, membership))
         }
         // Unverified, a private post is refused: its readers cannot be told apart.
         Err(why)
@@ -127,6 +135,21 @@ pub(crate) async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostR
         }
         Err(err) => Err(err),
     }
+}
+
+/// A buffered like by a viewer whose memberships this instance does not hold (their first
+/// request here, typically with their liked-set cold too): reads the memberships AND the
+/// viewer's likes in the course in ONE statement (`likes::buffered::roles_and_members`), so the
+/// toggle can load the set without asking PostgreSQL again, in its one round trip. A
+/// non-member gets FORBIDDEN here, and nothing reaches Redis.
+async fn first_touch(state: &AppState, viewer: &Viewer, course_id: i64) -> AppResult<(Role, Membership)> {
+    let read_at = viewer.reading_starts();
+    let read = crate::likes::buffered::roles_and_members(&state.db, viewer.user_id, course_id).await?;
+    let roles =
+        read.roles.into_iter().map(|(course, role)| Ok((course, Role::parse(&role)?))).collect::<AppResult<_>>()?;
+    let memberships = viewer.remember_memberships(roles, read_at);
+    let role = crate::auth::role_in(&memberships, course_id)?;
+    Ok((role, Membership::Loaded { xmin: read.xmin, members: read.members }))
 }
 
 /// A comment (`NodeKind::Comment`) or reply (`NodeKind::Reply`); the kind must match the row.

@@ -44,6 +44,9 @@ pub struct Applied {
     /// who is not a member. Their liked-sets said something PostgreSQL did not take, so the
     /// worker drops those sets after COMMIT and they reload the truth.
     pub refused: Vec<(i64, i64)>,
+    /// The id of the batch's transaction (`pg_current_xact_id()`), which the retire stamps on
+    /// the load generations (`lua/load_stamp.lua`); set by the worker.
+    pub xid: String,
 }
 
 /// Applies collapsed events inside the caller's transaction.

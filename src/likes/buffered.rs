@@ -1,14 +1,18 @@
 //! Level 3, the Redis side: per (user, course) liked-sets, the atomic toggle that checks the
 //! user's rate limit, appends to the shard's stream and records the event as pending beside
 //! the set (`lua/like_toggle.lua`), loading a set when it is not loaded (inside the toggle's
-//! second call, or `lua/liked_set_warm.lua` for reads), and `likedByMe` by SMISMEMBER.
+//! second call, or its first when a first touch read the rows with the memberships,
+//! `roles_and_members`; `lua/liked_set_warm.lua` for reads), and `likedByMe` by SMISMEMBER.
 //!
 //! A liked-set caches PostgreSQL's rows PLUS what the stream accepted and the worker has not
 //! applied yet. So a load, whatever dropped the set (TTL, eviction, `reset-like-cache`, a
 //! refused event, a crash), overlays the (user, course) pending records on the rows, in one
 //! script (`lua/liked_set_load.lua`); a per-bucket load generation, read before the rows and
 //! moved by the worker whenever it retires a record, makes a load whose rows predate an apply
-//! read them again. The worker retires records after COMMIT (`worker::LikeWorker`).
+//! read them again. The worker retires records after COMMIT (`worker::LikeWorker`). A
+//! first-touch load, whose rows were read with the memberships and no generation before them,
+//! uses the bucket's load stamp instead (`lua/load_stamp.lua`): the highest transaction id
+//! that changed its rows and was retired, against the xmin of the statement's snapshot.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +28,51 @@ use crate::error::{AppError, AppResult};
 use crate::hooks::Gate;
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
+
+/// The user's ($1) likes in the course ($2) as set members (`p:<id>`, `c:<id>`). Served by the
+/// (user_id, target) indexes of both like tables.
+const MEMBERS_SQL: &str = "SELECT 'p:' || l.post_id AS member FROM post_likes l JOIN posts p ON p.id = l.post_id \
+     WHERE l.user_id = $1 AND p.course_id = $2 \
+     UNION ALL \
+     SELECT 'c:' || l.comment_id FROM comment_likes l JOIN comments c ON c.id = l.comment_id \
+     JOIN posts p ON p.id = c.post_id WHERE l.user_id = $1 AND p.course_id = $2";
+
+/// What a first touch read in one statement: the user's memberships (course id and role, every
+/// course), their likes in one course as set members, and the `xmin` of the statement's
+/// snapshot (the oldest transaction it may not see), which stands for the generation a load
+/// reads before its rows (`lua/load_stamp.lua`).
+pub(crate) struct FirstTouch {
+    pub roles: Vec<(i64, String)>,
+    pub members: Vec<String>,
+    pub xmin: String,
+}
+
+/// A user's first like on an instance needs the membership check, then the liked-set's rows:
+/// read together, in ONE statement. The members are returned whatever the memberships say:
+/// the caller sends them to Redis only for a member.
+pub(crate) async fn roles_and_members(db: &DatabaseConnection, user_id: i64, course_id: i64) -> AppResult<FirstTouch> {
+    #[derive(FromQueryResult)]
+    struct Row {
+        course_ids: Option<Vec<i64>>,
+        roles: Option<Vec<String>>,
+        members: Option<Vec<String>>,
+        xmin: String,
+    }
+    let row = Row::find_by_statement(stmt(
+        &format!(
+            "SELECT m.course_ids, m.roles, l.members, pg_snapshot_xmin(pg_current_snapshot())::text AS xmin \
+             FROM (SELECT array_agg(course_id) AS course_ids, array_agg(role) AS roles \
+                   FROM course_members WHERE user_id = $1) m, \
+                  (SELECT array_agg(member) AS members FROM ({MEMBERS_SQL}) x) l"
+        ),
+        [user_id.into(), course_id.into()],
+    ))
+    .one(db)
+    .await?
+    .ok_or_else(|| AppError::Internal("an aggregate returned no row".into()))?;
+    let roles = row.course_ids.unwrap_or_default().into_iter().zip(row.roles.unwrap_or_default()).collect();
+    Ok(FirstTouch { roles, members: row.members.unwrap_or_default(), xmin: row.xmin })
+}
 
 /// The sentinel member every loaded set holds.
 pub(crate) const SENTINEL: &str = "_";
@@ -58,6 +107,7 @@ pub struct LikedSets {
     limiter: RateLimiter,
     toggle: Arc<Script>,
     warm: Arc<Script>,
+    forget: Arc<Script>,
     stats: Arc<LikeStats>,
     /// Test hook: passed by every load after it read the rows from PostgreSQL and before the
     /// script loads them (where an apply committing meanwhile must not be lost).
@@ -88,6 +138,10 @@ impl LikedSets {
                 include_str!("../../lua/liked_set_load.lua"),
                 include_str!("../../lua/liked_set_warm.lua"),
             ])),
+            forget: Arc::new(crate::kv::script(&[
+                include_str!("../../lua/load_stamp.lua"),
+                include_str!("../../lua/liked_set_forget.lua"),
+            ])),
             stats,
             rows_read: Arc::new(Gate::default()),
         }
@@ -96,8 +150,9 @@ impl LikedSets {
     /// Counts the toggle against the user's rate limit and likes or unlikes in the set and, if
     /// that changed the set, appends the event to the stream and records it as pending: one
     /// script, one round trip. A set that is not loaded costs a second call carrying its rows
-    /// from PostgreSQL, which loads them with the pending records on top and toggles. Returns
-    /// whether the set changed.
+    /// from PostgreSQL, which loads them with the pending records on top and toggles; with
+    /// `Membership::Loaded` (a first touch) the first call carries the rows the caller read with
+    /// the memberships. Returns whether the set changed.
     pub async fn toggle(
         &self,
         user_id: i64,
@@ -106,7 +161,16 @@ impl LikedSets {
         liked: bool,
         membership: Membership,
     ) -> AppResult<bool> {
-        let mut membership = Some(membership);
+        // The rows read from PostgreSQL and the load generation read before them, once needed:
+        // already, when the caller read them with the membership check (a first touch).
+        let (mut membership, mut rows) = match membership {
+            Membership::Loaded { xmin, members } => {
+                LikeStats::bump(&self.stats.set_warms);
+                self.rows_read.pass().await;
+                (None, Some((format!("~{xmin}"), members)))
+            }
+            other => (Some(other), None),
+        };
         let event = LikeEvent { target, user_id, course_id, liked };
         let set = self.keys.liked_set(user_id, course_id);
         let shard = self.keys.shard_of(user_id);
@@ -115,8 +179,6 @@ impl LikedSets {
         // applies it links back to it (`telemetry::otel`).
         let fields = event.flat_fields_traced(crate::telemetry::otel::current_traceparent());
         let bucket = self.keys.load_generation_bucket(user_id, course_id);
-        // The rows read from PostgreSQL and the load generation read before them, once needed.
-        let mut rows: Option<(String, Vec<String>)> = None;
         for attempt in 0..MAX_LOAD_ATTEMPTS {
             let mut invocation = self.toggle.key(&set);
             invocation
@@ -137,7 +199,8 @@ impl LikedSets {
             let mut conn = self.redis.clone();
             let (status, value): (i64, String) = invocation.invoke_async(&mut conn).await?;
             if attempt == 0 {
-                cache_lookup(status != -1);
+                // Rows read beforehand count as a miss: the set was not known to be loaded.
+                cache_lookup(status != -1 && rows.is_none());
             }
             match status {
                 1 => return Ok(true),
@@ -171,17 +234,8 @@ impl LikedSets {
         struct Member {
             member: String,
         }
-        // Served by the (user_id, target) indexes of both like tables.
-        let members = Member::find_by_statement(stmt(
-            "SELECT 'p:' || l.post_id AS member FROM post_likes l JOIN posts p ON p.id = l.post_id \
-             WHERE l.user_id = $1 AND p.course_id = $2 \
-             UNION ALL \
-             SELECT 'c:' || l.comment_id FROM comment_likes l JOIN comments c ON c.id = l.comment_id \
-             JOIN posts p ON p.id = c.post_id WHERE l.user_id = $1 AND p.course_id = $2",
-            [user_id.into(), course_id.into()],
-        ))
-        .all(&self.db)
-        .await?;
+        let members =
+            Member::find_by_statement(stmt(MEMBERS_SQL, [user_id.into(), course_id.into()])).all(&self.db).await?;
         Ok(members.into_iter().map(|m| m.member).collect())
     }
 
@@ -222,24 +276,19 @@ impl LikedSets {
     /// Forgets the (user, course) liked-set, so the next buffered use reloads it: called after
     /// a like written straight to PostgreSQL (sync and recount modes), which the set would
     /// otherwise contradict. Also moves the set's load generation, so a buffered load whose rows
-    /// predate that write reads them again. Best effort: startup in those modes drops every
-    /// set anyway.
-    pub async fn forget(&self, user_id: i64, course_id: i64) {
+    /// predate that write reads them again, and stamps it with the writing transaction `xid`,
+    /// for first-touch loads (`lua/liked_set_forget.lua`). Best effort: startup in those modes
+    /// drops every set anyway.
+    pub async fn forget(&self, user_id: i64, course_id: i64, xid: Option<i64>) {
         let shard = self.keys.shard_of(user_id);
         let mut conn = self.redis.clone();
-        // Both keys share the shard's slot: an atomic pipeline is one MULTI/EXEC there.
-        let dropped: redis::RedisResult<()> = redis::pipe()
-            .atomic()
-            .cmd("UNLINK")
-            .arg(self.keys.liked_set(user_id, course_id))
-            .ignore()
-            .cmd("HINCRBY")
-            .arg(self.keys.load_generations(shard))
+        // Both keys share the shard's slot: one script.
+        let mut invocation = self.forget.key(self.keys.liked_set(user_id, course_id));
+        invocation
+            .key(self.keys.load_generations(shard))
             .arg(self.keys.load_generation_bucket(user_id, course_id))
-            .arg(1)
-            .ignore()
-            .query_async(&mut conn)
-            .await;
+            .arg(xid.map(|x| x.to_string()).unwrap_or_default());
+        let dropped: redis::RedisResult<i64> = invocation.invoke_async(&mut conn).await;
         if let Err(err) = dropped {
             tracing::warn!(error = %err, user_id, course_id, "could not drop a liked-set after a direct write");
         }

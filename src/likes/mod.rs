@@ -82,6 +82,12 @@ impl LikeTarget {
 pub enum Membership {
     /// PostgreSQL said the user is a member, in this request.
     Verified,
+    /// As `Verified`, on a user's first touch in buffered mode: the same statement that read the
+    /// memberships read the user's likes in the course (`members`, as liked-set members), with
+    /// `xmin`, the oldest transaction its snapshot may not see. The toggle loads them if the set
+    /// is not loaded, unless a transaction at or after `xmin` applied likes of the set since
+    /// (`lua/like_toggle.lua`), instead of asking PostgreSQL again.
+    Loaded { xmin: String, members: Vec<String> },
     /// PostgreSQL could not be asked (`why` is the error). A buffered like still goes ahead when
     /// the user's liked-set for the course is already loaded in Redis: it was loaded after a
     /// verified check, and the worker checks membership again when it applies the like (a user
@@ -220,7 +226,7 @@ impl Likes {
                     .await?
                     .ok_or_else(|| AppError::not_found(target.kind_name()))?;
                 if outcome.changed {
-                    self.buffered.forget(user_id, course_id).await;
+                    self.buffered.forget(user_id, course_id, outcome.xid).await;
                     // The statement autocommitted: the count is final.
                     let change = CountChange { target, like_count: outcome.like_count, version: outcome.version };
                     self.after_commit.one_like(change).await;
@@ -228,9 +234,10 @@ impl Likes {
                 (ShownCount { like_count: outcome.like_count, version: outcome.version }, outcome.changed)
             }
             LikeMode::Recount => {
-                let changed = recount::set(&self.db, user_id, target, liked).await?;
+                let changed_by = recount::set_in_transaction(&self.db, user_id, target, liked).await?;
+                let changed = changed_by.is_some();
                 if changed {
-                    self.buffered.forget(user_id, course_id).await;
+                    self.buffered.forget(user_id, course_id, changed_by).await;
                     self.recount.mark(target).await?;
                 }
                 (adjusted(current, liked, changed), changed)

@@ -27,19 +27,39 @@ pub struct RecountHooks {
 /// Inserts (only for a member of the target's course) or deletes the like row; returns whether
 /// a row changed.
 pub async fn set(db: &impl ConnectionTrait, user_id: i64, target: LikeTarget, liked: bool) -> AppResult<bool> {
+    Ok(set_in_transaction(db, user_id, target, liked).await?.is_some())
+}
+
+/// As `set`; when the row changed, the id of the transaction that changed it
+/// (`pg_current_xact_id()`), for the liked-set's load stamp (`LikedSets::forget`).
+pub(crate) async fn set_in_transaction(
+    db: &impl ConnectionTrait,
+    user_id: i64,
+    target: LikeTarget,
+    liked: bool,
+) -> AppResult<Option<i64>> {
+    #[derive(FromQueryResult)]
+    struct Changed {
+        xid: i64,
+    }
     let (t, id) = target.tables();
     let sql = if liked {
         format!(
-            "INSERT INTO {likes} ({key}, user_id) SELECT id, $2 FROM ({live}) live ON CONFLICT DO NOTHING",
+            "INSERT INTO {likes} ({key}, user_id) SELECT id, $2 FROM ({live}) live ON CONFLICT DO NOTHING \
+             RETURNING pg_current_xact_id()::text::bigint AS xid",
             live = t.live_target_of_member_sql(),
             likes = t.likes,
             key = t.key
         )
     } else {
-        format!("DELETE FROM {likes} WHERE {key} = $1 AND user_id = $2", likes = t.likes, key = t.key)
+        format!(
+            "DELETE FROM {likes} WHERE {key} = $1 AND user_id = $2 RETURNING pg_current_xact_id()::text::bigint AS xid",
+            likes = t.likes,
+            key = t.key
+        )
     };
-    let result = db.execute_raw(stmt(&sql, [id.into(), user_id.into()])).await?;
-    Ok(result.rows_affected() > 0)
+    let changed = Changed::find_by_statement(stmt(&sql, [id.into(), user_id.into()])).one(db).await?;
+    Ok(changed.map(|c| c.xid))
 }
 
 /// The dirty set of targets awaiting a recount.

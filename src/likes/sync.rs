@@ -12,6 +12,7 @@ use crate::error::AppResult;
 struct CountRow {
     like_count: Option<i32>,
     like_version: Option<i64>,
+    xid: Option<i64>,
 }
 
 /// What one toggle did.
@@ -22,6 +23,9 @@ pub struct SyncOutcome {
     pub version: i64,
     /// False for a repeat (or a race another request won).
     pub changed: bool,
+    /// The id of the transaction that made the change (`pg_current_xact_id()`), for the
+    /// liked-set's load stamp (`LikedSets::forget`).
+    pub xid: Option<i64>,
 }
 
 /// Applies the like or unlike; `None` when the target is gone (deleted meanwhile). A like by a
@@ -39,7 +43,8 @@ pub async fn set(
              changed AS (INSERT INTO {likes} ({key}, user_id) SELECT id, $2 FROM live \
                          ON CONFLICT DO NOTHING RETURNING {key}) \
              UPDATE {target} SET like_count = like_count + 1, like_version = like_version + 1 \
-             WHERE id IN (SELECT {key} FROM changed) RETURNING like_count, like_version",
+             WHERE id IN (SELECT {key} FROM changed) \
+             RETURNING like_count, like_version, pg_current_xact_id()::text::bigint AS xid",
             live = t.live_target_of_member_sql(),
             target = t.target,
             likes = t.likes,
@@ -49,7 +54,8 @@ pub async fn set(
         format!(
             "WITH changed AS (DELETE FROM {likes} WHERE {key} = $1 AND user_id = $2 RETURNING {key}) \
              UPDATE {target} SET like_count = like_count - 1, like_version = like_version + 1 \
-             WHERE id IN (SELECT {key} FROM changed) RETURNING like_count, like_version",
+             WHERE id IN (SELECT {key} FROM changed) \
+             RETURNING like_count, like_version, pg_current_xact_id()::text::bigint AS xid",
             target = t.target,
             likes = t.likes,
             key = t.key
@@ -60,12 +66,16 @@ pub async fn set(
             like_count,
             version: row.like_version.unwrap_or_default(),
             changed: true,
+            xid: row.xid,
         }));
     }
     // Nothing changed (a repeat, or another request won the race). Read the count in a new
     // statement: the one above ran on a snapshot that may predate the winner's commit.
     let current = CountRow::find_by_statement(stmt(
-        &format!("SELECT like_count, like_version FROM {} WHERE id = $1 AND deleted_at IS NULL", t.target),
+        &format!(
+            "SELECT like_count, like_version, NULL::bigint AS xid FROM {} WHERE id = $1 AND deleted_at IS NULL",
+            t.target
+        ),
         [id.into()],
     ))
     .one(db)
@@ -75,6 +85,7 @@ pub async fn set(
             like_count,
             version: row.like_version.unwrap_or_default(),
             changed: false,
+            xid: None,
         })
     }))
 }

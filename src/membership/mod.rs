@@ -135,6 +135,12 @@ impl Memberships {
         self.inner.generation.load(Ordering::Acquire)
     }
 
+    /// Whether a reading would be kept now (the cache is on and the listener connected): a
+    /// miss then means the user is new to this instance, not that nothing is ever kept.
+    pub fn keeps_readings(&self) -> bool {
+        !self.inner.keep_nothing && self.inner.listening.load(Ordering::Acquire)
+    }
+
     /// Keeps a reading of the user's roles taken when the generation was `read_at`, unless a
     /// change was heard since (or the listener is not connected).
     pub fn keep(&self, user_id: i64, roles: Roles, read_at: u64) {

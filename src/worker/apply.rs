@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use sea_orm::{ConnectionTrait, DbErr, TransactionTrait};
+use sea_orm::{DbErr, FromQueryResult, TransactionTrait};
 
 use super::read::Entry;
 use super::run::{Carried, finish};
@@ -86,9 +86,10 @@ impl LikeWorker {
                 report.timings.apply = started.elapsed();
                 let worker = self.clone();
                 let refused = applied.refused.clone();
+                let xid = applied.xid.clone();
                 let retiring = tokio::spawn(async move {
                     let entries: Vec<&Entry> = entries.iter().collect();
-                    worker.retire(shard, &entries, &refused).await
+                    worker.retire(shard, &entries, &refused, &xid).await
                 });
                 let epoch = self.epoch(shard);
                 self.carry(shard, Carried { retiring: Some(retiring), ahead: ahead.map(|entries| (entries, epoch)) });
@@ -99,7 +100,7 @@ impl LikeWorker {
             Ok(Transaction::Committed(applied, _)) => {
                 report.timings.apply = started.elapsed();
                 let retired: Vec<&Entry> = entries.iter().filter(|e| e.event.is_ok()).collect();
-                self.retire(shard, &retired, &applied.refused).await?;
+                self.retire(shard, &retired, &applied.refused, &applied.xid).await?;
                 report.timings.ack = started.elapsed() - report.timings.apply;
                 report.acked += retired.len();
                 report.refused = applied.refused.len();
@@ -174,7 +175,7 @@ impl LikeWorker {
                     return Ok(());
                 }
                 Ok(Some(applied)) => {
-                    self.retire(shard, &[entry], &applied.refused).await?;
+                    self.retire(shard, &[entry], &applied.refused, &applied.xid).await?;
                     report.acked += 1;
                     report.refused += applied.refused.len();
                     report.changed.extend(applied.changed);
@@ -209,16 +210,21 @@ impl LikeWorker {
         let txn = self.db.begin().await?;
         // The fence: first statement, and its row lock lasts until COMMIT, so a taker's bump
         // waits for this batch instead of overtaking it.
-        let fence = txn
-            .execute_raw(stmt(
-                "SELECT 1 FROM like_shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE",
-                [(shard as i32).into(), epoch.into()],
-            ))
-            .await?;
-        if fence.rows_affected() == 0 {
+        // It also names the transaction, for the load stamps of the retire.
+        #[derive(FromQueryResult)]
+        struct Fence {
+            xid: String,
+        }
+        let fence = Fence::find_by_statement(stmt(
+            "SELECT pg_current_xact_id()::text AS xid FROM like_shard_epochs WHERE shard = $1 AND epoch = $2 FOR SHARE",
+            [(shard as i32).into(), epoch.into()],
+        ))
+        .one(&txn)
+        .await?;
+        let Some(Fence { xid }) = fence else {
             txn.rollback().await?;
             return Ok(Transaction::Fenced);
-        }
+        };
         let (applied, retired_before, ahead) = tokio::join!(
             apply::apply(&txn, &collapsed),
             async {
@@ -235,7 +241,8 @@ impl LikeWorker {
             txn.rollback().await?;
             return Ok(Transaction::PreviousRetireFailed(err));
         }
-        let applied = applied?;
+        let mut applied = applied?;
+        applied.xid = xid;
         let ahead = ahead.unwrap_or_else(|err| {
             tracing::warn!(shard, error = %err, "reading the next batch ahead failed; it is read again");
             None
@@ -263,7 +270,10 @@ impl LikeWorker {
     /// record each event left beside its liked-set, unless a later toggle replaced it. Drops
     /// the liked-sets of `drop_sets`: they hold an op PostgreSQL did not take (a refused or
     /// dead-lettered event) and must reload the truth.
-    async fn retire(&self, shard: u32, entries: &[&Entry], drop_sets: &[(i64, i64)]) -> AppResult<()> {
+    ///
+    /// `xid` is the transaction that committed the entries (`0` when none did): each bucket
+    /// whose record is removed is stamped with it, for first-touch loads (`lua/load_stamp.lua`).
+    async fn retire(&self, shard: u32, entries: &[&Entry], drop_sets: &[(i64, i64)], xid: &str) -> AppResult<()> {
         if entries.is_empty() && drop_sets.is_empty() {
             return Ok(());
         }
@@ -291,6 +301,7 @@ impl LikeWorker {
                 .arg(event.pending_record(id))
                 .arg(self.keys.load_generation_bucket(event.user_id, event.course_id));
         }
+        invocation.arg(xid);
         let mut conn = self.redis.clone();
         let _removed: i64 = invocation.invoke_async(&mut conn).await?;
         if !drop_sets.is_empty() {
@@ -325,7 +336,8 @@ impl LikeWorker {
         }
         let _: String = letter.arg("error").arg(why).query_async(&mut conn).await?;
         let drop_sets: Vec<(i64, i64)> = entry.event.iter().map(|e| (e.user_id, e.course_id)).collect();
-        self.retire(shard, &[entry], &drop_sets).await?;
+        // Nothing committed: no load stamp.
+        self.retire(shard, &[entry], &drop_sets, "0").await?;
         self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(names::LIKE_DEAD_LETTERS).increment(1);
         tracing::error!(shard, stream, id = %entry.id, error = why, "like event moved to the dead-letter stream");

@@ -223,7 +223,10 @@ impl LikeWorker {
             stats: Arc::new(WorkerStats::default()),
             hooks: Arc::new(WorkerHooks::default()),
             epochs: Arc::new(Mutex::new(HashMap::new())),
-            done: Arc::new(Script::new(include_str!("../../lua/like_batch_done.lua"))),
+            done: Arc::new(crate::kv::script(&[
+                include_str!("../../lua/load_stamp.lua"),
+                include_str!("../../lua/like_batch_done.lua"),
+            ])),
             read: Arc::new(Script::new(include_str!("../../lua/like_read.lua"))),
             carried: Arc::default(),
         }

@@ -33,6 +33,7 @@ mod delete_race;
 mod descriptors;
 mod faults;
 mod feed;
+mod first_touch;
 mod fuzz;
 mod graphql_http;
 mod identity;
