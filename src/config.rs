@@ -139,6 +139,13 @@ pub struct Settings {
     #[arg(long, env = "WS_KEEPALIVE", default_value = "15s", value_parser = parse_duration, global = true)]
     pub ws_keepalive: Duration,
 
+    /// Websockets: longest one frame may take to leave for a client that does not read (its
+    /// socket's buffers full); past it the socket is closed with 1008 (or dropped, when even
+    /// the close frame cannot be written). It also bounds how long such a socket outlives its
+    /// token.
+    #[arg(long, env = "WS_SEND_TIMEOUT", default_value = "10s", value_parser = parse_duration, global = true)]
+    pub ws_send_timeout: Duration,
+
     /// Websockets: most sockets one user may hold open on this instance (0: no cap).
     #[arg(long, env = "WS_MAX_PER_USER", default_value_t = 10, global = true)]
     pub ws_max_per_user: usize,
@@ -690,6 +697,9 @@ impl Settings {
         }
         if self.ws_init_timeout < Duration::from_millis(100) || self.ws_init_timeout > Duration::from_secs(600) {
             return Err(AppError::Config("WS_INIT_TIMEOUT must be between 100ms and 10m".into()));
+        }
+        if self.ws_send_timeout < Duration::from_millis(100) || self.ws_send_timeout > Duration::from_secs(600) {
+            return Err(AppError::Config("WS_SEND_TIMEOUT must be between 100ms and 10m".into()));
         }
         if !self.ws_keepalive.is_zero() && self.ws_keepalive < Duration::from_millis(100) {
             return Err(AppError::Config("WS_KEEPALIVE must be 0s (off) or at least 100ms".into()));

@@ -11,7 +11,9 @@
 //! 4408; the user's socket cap is checked as soon as the token names the user; every message
 //! (pings included) is counted against the connection's message rate, and each subscribe
 //! against its operation rate, as it is read, before it executes (both caps and both rates
-//! close with 4429). Acknowledged sockets are pinged, on either protocol, and a peer that
+//! close with 4429). A frame that cannot leave within WS_SEND_TIMEOUT (a client that stopped
+//! reading, its buffers full) closes the socket with 1008, or drops it when even that cannot be
+//! written. Acknowledged sockets are pinged, on either protocol, and a peer that
 //! answers nothing for a whole interval is closed with 3008.
 //!
 //! What an operation may spend once it runs is bounded as over HTTP (`graphql::socket`): each
@@ -65,6 +67,11 @@ const TOO_MANY: u16 = 4429;
 const KEEPALIVE_TIMEOUT: u16 = 3008;
 /// RFC 6455: the endpoint is going away (server shutdown).
 const GOING_AWAY: u16 = 1001;
+/// RFC 6455 "policy violation": the client did not read its frames (one stayed unsent for
+/// WS_SEND_TIMEOUT).
+const SLOW_CONSUMER: u16 = 1008;
+/// How long the close frame of a slow consumer may take before the connection is dropped.
+const SLOW_CONSUMER_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub(super) async fn upgrade(
     State(state): State<HttpState>,
@@ -224,13 +231,25 @@ async fn serve(
     let mut keepalive = keepalive_interval(state.app.settings.ws_keepalive);
     let mut ping_unanswered = false;
     let close = |code: u16, reason: &str| Message::Close(Some(CloseFrame { code, reason: reason.into() }));
+    let send_timeout = state.app.settings.ws_send_timeout;
     loop {
         tokio::select! {
             message = outgoing.next() => {
                 let Some(message) = message else { break };
                 let closing = matches!(message, Message::Close(_));
-                if sink.send(message).await.is_err() || closing {
-                    break;
+                // A client that stops reading fills its socket's buffers and this send waits;
+                // meanwhile nothing else of this socket runs (pings, the token's expiry), and
+                // its subscriptions coalesce upstream. So the wait is bounded.
+                match tokio::time::timeout(send_timeout, sink.send(message)).await {
+                    Ok(Ok(())) if !closing => {}
+                    Ok(_) => break,
+                    Err(_) => {
+                        tracing::debug!("closing the websocket: the client did not read its frames in time");
+                        count_refusal("slow_consumer");
+                        let frame = close(SLOW_CONSUMER, "slow consumer: frames not read in time");
+                        let _ = tokio::time::timeout(SLOW_CONSUMER_CLOSE_WAIT, sink.send(frame)).await;
+                        return;
+                    }
                 }
             }
             () = tokio::time::sleep_until(init_deadline), if !heard.init.load(Ordering::SeqCst) => {
@@ -275,22 +294,30 @@ async fn serve(
                     break;
                 }
                 ping_unanswered = true;
-                let sent = match protocol {
-                    // graphql-transport-ws peers must answer a ping with a pong.
-                    WebSocketProtocols::GraphQLWS => sink.send(Message::Text(r#"{"type":"ping"}"#.into())).await,
-                    // The legacy protocol's `ka` has no answer (it keeps proxies from timing the
-                    // socket out); the websocket Ping frame beside it does: RFC 6455 has every
-                    // peer answer Pong (browsers and websocket libraries do it themselves), so a
-                    // dead legacy peer is noticed too.
-                    WebSocketProtocols::SubscriptionsTransportWS => {
-                        match sink.send(Message::Text(r#"{"type":"ka"}"#.into())).await {
-                            Ok(()) => sink.send(Message::Ping(Default::default())).await,
-                            Err(err) => Err(err),
+                let ping = async {
+                    match protocol {
+                        // graphql-transport-ws peers must answer a ping with a pong.
+                        WebSocketProtocols::GraphQLWS => sink.send(Message::Text(r#"{"type":"ping"}"#.into())).await,
+                        // The legacy protocol's `ka` has no answer (it keeps proxies from timing
+                        // the socket out); the websocket Ping frame beside it does: RFC 6455 has
+                        // every peer answer Pong (browsers and websocket libraries do it
+                        // themselves), so a dead legacy peer is noticed too.
+                        WebSocketProtocols::SubscriptionsTransportWS => {
+                            match sink.send(Message::Text(r#"{"type":"ka"}"#.into())).await {
+                                Ok(()) => sink.send(Message::Ping(Default::default())).await,
+                                Err(err) => Err(err),
+                            }
                         }
                     }
                 };
-                if sent.is_err() {
-                    break;
+                match tokio::time::timeout(send_timeout, ping).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => break,
+                    Err(_) => {
+                        tracing::debug!("closing the websocket: the client did not read its frames in time");
+                        count_refusal("slow_consumer");
+                        return;
+                    }
                 }
             }
             () = token_expired(&mut expiry) => {
@@ -307,7 +334,8 @@ async fn serve(
             }
         }
     }
-    let _ = sink.close().await;
+    // A peer that does not read would hold the close handshake up forever.
+    let _ = tokio::time::timeout(send_timeout, sink.close()).await;
 }
 
 /// The per-connection rates (None: no limit).

@@ -453,3 +453,57 @@ async fn a_connection_flooding_pings_is_closed_with_4429() {
     }
     assert_eq!(refusals(&app, "message_rate").await, 2);
 }
+
+/// A subscriber that stops reading costs the others nothing: once one of its frames cannot
+/// leave within WS_SEND_TIMEOUT (its buffers full), the server closes its socket (1008, or
+/// drops it when even the close frame cannot be written) and counts a `slow_consumer`, while
+/// a reading subscriber of the same course gets every event, before and after.
+#[tokio::test]
+async fn a_subscriber_that_stops_reading_is_closed_and_the_others_keep_receiving() {
+    // It reads /metrics, which counts for the whole process.
+    if crate::common::ran_alone_elsewhere().await {
+        return;
+    }
+    let app = TestApp::spawn_with(|s| s.ws_send_timeout = Duration::from_millis(300)).await;
+    let world = World::create(&app).await;
+    let activity = "subscription($c: ID!) { courseActivity(courseId: $c) { kind post { id body } } }";
+    let course = json!({ "c": gid("Course", world.course) });
+    let mut slow = GqlSocket::open_with_receive_buffer(app.addr, PROTOCOL, 4096)
+        .await
+        .init(bearer(&app.token(world.bob)))
+        .await
+        .expect("acknowledged");
+    slow.subscribe("1", activity, course.clone()).await;
+    let mut reading = GqlSocket::connect(app.addr, Some(&app.token(world.instructor))).await.expect("connected");
+    reading.subscribe("1", activity, course).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // 20 kB posts until the slow socket's buffers are full and a frame waits past the timeout.
+    let body = "x".repeat(20_000);
+    let create = "mutation($c: ID!, $b: String!) { createPost(courseId: $c, title: \"big\", body: $b) { id } }";
+    let mut created = 0;
+    while refusals(&app, "slow_consumer").await == 0 {
+        assert!(created < 400, "no slow consumer was closed after {created} posts of 20 kB");
+        let answer = app
+            .gql_ok(Some(&app.token(world.alice)), create, json!({ "c": gid("Course", world.course), "b": body }))
+            .await;
+        let id = answer["createPost"]["id"].clone();
+        let event = reading.next_data(Duration::from_secs(5)).await.expect("the reading subscriber gets each event");
+        assert_eq!(event["courseActivity"]["post"]["id"], id, "{event}");
+        created += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(refusals(&app, "slow_consumer").await, 1, "only the socket that stopped reading");
+
+    // Reading now, the slow client finds its connection over: a 1008 close frame, or the end
+    // of the stream when the server could not even write that.
+    let ended = slow.close_frame(Duration::from_secs(10)).await.expect("the slow socket was closed");
+    if let Some((code, reason)) = ended {
+        assert_eq!(code, 1008, "{reason}");
+        assert!(reason.contains("slow consumer"), "{reason}");
+    }
+    // The reading subscriber is still served.
+    let id = app.create_post_as(world.alice, world.course, "after").await;
+    let event = reading.next_data(Duration::from_secs(5)).await.expect("still receiving");
+    assert_eq!(event["courseActivity"]["post"]["id"], json!(gid("Post", id)), "{event}");
+}

@@ -115,6 +115,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         unread_exceptions_per_course: 1000,
         live_max_subscriptions: 50,
         ws_init_timeout: Duration::from_secs(10),
+        ws_send_timeout: Duration::from_secs(10),
         // Long enough that no existing test sees a ping or is taken for a dead peer.
         ws_keepalive: Duration::from_secs(60),
         // High: tests connect from one address, some with many sockets per user.

@@ -63,6 +63,23 @@ impl GqlSocket {
         }
     }
 
+    /// The websocket handshake over a TCP socket whose receive buffer is `receive_buffer`
+    /// bytes: a client that stops reading fills it, and then the server's, quickly.
+    pub async fn open_with_receive_buffer(
+        addr: std::net::SocketAddr,
+        protocol: &str,
+        receive_buffer: u32,
+    ) -> GqlSocket {
+        let tcp = tokio::net::TcpSocket::new_v4().expect("tcp socket");
+        tcp.set_recv_buffer_size(receive_buffer).expect("SO_RCVBUF");
+        let stream = tcp.connect(addr).await.expect("tcp connect");
+        let mut request = format!("ws://{addr}/graphql/ws").into_client_request().expect("request");
+        request.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().expect("header"));
+        let (ws, _) =
+            tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(stream)).await.expect("websocket handshake");
+        GqlSocket { ws, legacy: protocol == "graphql-ws" }
+    }
+
     /// Sends connection_init with `payload` and waits for the ack (or the refusal).
     pub async fn init(mut self, payload: Value) -> Result<GqlSocket, Refused> {
         self.send(json!({ "type": "connection_init", "payload": payload })).await;
