@@ -31,7 +31,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures_util::{SinkExt, StreamExt, future};
+use futures_util::{FutureExt, SinkExt, StreamExt, future};
 use std::str::FromStr;
 use std::time::SystemTime;
 use tokio::sync::{Notify, watch};
@@ -70,6 +70,9 @@ const GOING_AWAY: u16 = 1001;
 /// RFC 6455 "policy violation": the client did not read its frames (one stayed unsent for
 /// WS_SEND_TIMEOUT).
 const SLOW_CONSUMER: u16 = 1008;
+/// Most frames one write carries: the frames a socket has ready together go out in one flush,
+/// up to this many.
+const FRAMES_PER_WRITE: usize = 64;
 /// How long the close frame of a slow consumer may take before the connection is dropped.
 const SLOW_CONSUMER_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -143,6 +146,46 @@ fn at_capacity(full: AppError) -> Response {
 /// Counts a socket refused or closed by one of its limits (`websocket_refusals_total`).
 fn count_refusal(reason: &'static str) {
     metrics::counter!(crate::telemetry::names::WEBSOCKET_REFUSALS, "reason" => reason).increment(1);
+}
+
+/// What a write left behind.
+enum Written {
+    /// The socket stays open.
+    Open,
+    /// A close frame was sent, or the outgoing stream ended: the socket is done.
+    Done,
+}
+
+/// Feeds `first` and every frame `outgoing` has ready now (never waiting for one, at most
+/// `FRAMES_PER_WRITE`), then flushes them in one write.
+async fn write_ready<S, O>(sink: &mut S, first: Message, outgoing: &mut O) -> Result<Written, axum::Error>
+where
+    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
+    O: futures_util::Stream<Item = Message> + Unpin,
+{
+    let mut next = Some(first);
+    let mut frames = 0u64;
+    let mut written = Written::Open;
+    while let Some(message) = next.take() {
+        let closing = matches!(message, Message::Close(_));
+        sink.feed(message).await?;
+        frames += 1;
+        if closing {
+            written = Written::Done;
+            break;
+        }
+        if frames < FRAMES_PER_WRITE as u64 {
+            match outgoing.next().now_or_never() {
+                Some(Some(message)) => next = Some(message),
+                Some(None) => written = Written::Done,
+                None => {}
+            }
+        }
+    }
+    sink.flush().await?;
+    metrics::counter!(crate::telemetry::names::WEBSOCKET_FRAMES_SENT).increment(frames);
+    metrics::counter!(crate::telemetry::names::WEBSOCKET_WRITES).increment(1);
+    Ok(written)
 }
 
 /// The first GraphQL websocket protocol the client offers.
@@ -236,12 +279,13 @@ async fn serve(
         tokio::select! {
             message = outgoing.next() => {
                 let Some(message) = message else { break };
-                let closing = matches!(message, Message::Close(_));
-                // A client that stops reading fills its socket's buffers and this send waits;
-                // meanwhile nothing else of this socket runs (pings, the token's expiry), and
-                // its subscriptions coalesce upstream. So the wait is bounded.
-                match tokio::time::timeout(send_timeout, sink.send(message)).await {
-                    Ok(Ok(())) if !closing => {}
+                // Every frame already ready (several subscriptions updated in the same tick)
+                // joins this one in a single write. A client that stops reading fills its
+                // socket's buffers and the write waits; meanwhile nothing else of this socket
+                // runs (pings, the token's expiry), and its subscriptions coalesce upstream.
+                // So the wait is bounded.
+                match tokio::time::timeout(send_timeout, write_ready(&mut sink, message, &mut outgoing)).await {
+                    Ok(Ok(Written::Open)) => {}
                     Ok(_) => break,
                     Err(_) => {
                         tracing::debug!("closing the websocket: the client did not read its frames in time");

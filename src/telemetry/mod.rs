@@ -97,6 +97,8 @@ pub(crate) mod names {
     pub(crate) const LIVE_SUBSCRIPTIONS_OPEN: &str = "live_subscriptions_open";
     pub(crate) const WEBSOCKET_CONNECTIONS_OPEN: &str = "websocket_connections_open";
     pub(crate) const WEBSOCKET_REFUSALS: &str = "websocket_refusals_total";
+    pub(crate) const WEBSOCKET_FRAMES_SENT: &str = "websocket_frames_sent_total";
+    pub(crate) const WEBSOCKET_WRITES: &str = "websocket_writes_total";
     pub(crate) const LIVE_MESSAGES_PUBLISHED: &str = "live_messages_published_total";
     pub(crate) const LIVE_PUBLISH_FAILURES: &str = "live_publish_failures_total";
     pub(crate) const LIVE_MESSAGES_RECEIVED: &str = "live_messages_received_total";
@@ -202,11 +204,18 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
         (FEED_FANOUT_DELAY, Histogram, "", "time from a post's commit to its fan-out"),
         (LIVE_SUBSCRIPTIONS_OPEN, Gauge, "", "GraphQL subscriptions open in this process"),
         (WEBSOCKET_CONNECTIONS_OPEN, Gauge, "", "websocket connections open in this process"),
+        (WEBSOCKET_FRAMES_SENT, Counter, "", "GraphQL protocol frames sent on websockets (next, complete, errors…)"),
+        (
+            WEBSOCKET_WRITES,
+            Counter,
+            "",
+            "flushes of websocket frames to their sockets: the frames ready together go out in one",
+        ),
         (
             WEBSOCKET_REFUSALS,
             Counter,
             "reason",
-            "websockets refused or closed by a limit: origin, descriptors, address_cap, user_cap, init_timeout, operation_rate, message_rate, keepalive, token",
+            "websockets refused or closed by a limit: origin, descriptors, address_cap, user_cap, init_timeout, operation_rate, message_rate, keepalive, slow_consumer, token",
         ),
         (LIVE_MESSAGES_PUBLISHED, Counter, "kind", "live messages published to Redis Pub/Sub (counts, activity)"),
         (LIVE_PUBLISH_FAILURES, Counter, "", "live messages that could not be published (a stale number on screens)"),

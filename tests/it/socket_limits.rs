@@ -507,3 +507,53 @@ async fn a_subscriber_that_stops_reading_is_closed_and_the_others_keep_receiving
     let event = reading.next_data(Duration::from_secs(5)).await.expect("still receiving");
     assert_eq!(event["courseActivity"]["post"]["id"], json!(gid("Post", id)), "{event}");
 }
+
+/// A process-wide counter of `/metrics` without labels (0 before the first).
+async fn counter(app: &TestApp, name: &str) -> u64 {
+    let text = app.http.get(app.url("/metrics")).send().await.expect("GET /metrics").text().await.expect("text");
+    let series = format!("{name} ");
+    text.lines().find_map(|line| line.strip_prefix(&series)).map_or(0, |value| value.trim().parse().expect("a value"))
+}
+
+/// The frames a socket has ready together go out in one write: five likes applied in one batch
+/// reach one `likeCounts` subscription as five `next` frames, written in fewer flushes than
+/// frames.
+#[tokio::test]
+async fn frames_ready_together_leave_in_one_write() {
+    use crate::common::likes::{Target, toggle};
+    // It reads /metrics, which counts for the whole process.
+    if crate::common::ran_alone_elsewhere().await {
+        return;
+    }
+    // Buffered, the worker stepped by hand: the five likes are applied in one batch.
+    let app = TestApp::spawn_in(course_forum::testing::config::LikeMode::Buffered).await;
+    let world = World::create(&app).await;
+    let mut posts = Vec::new();
+    for n in 0..5 {
+        posts.push(app.create_post_as(world.alice, world.course, &format!("post {n}")).await);
+    }
+    let ids: Vec<String> = posts.iter().map(|&p| gid("Post", p)).collect();
+    let mut socket = GqlSocket::connect(app.addr, Some(&app.token(world.bob))).await.expect("connected");
+    socket
+        .subscribe("1", "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount } }", json!({ "ids": ids }))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (frames, writes) =
+        (counter(&app, "websocket_frames_sent_total").await, counter(&app, "websocket_writes_total").await);
+
+    for &post in &posts {
+        toggle(&app, world.bob, Target::Post(post), true).await;
+    }
+    app.worker().await.drain().await.expect("one batch applies the five likes");
+    let mut liked = std::collections::HashSet::new();
+    while liked.len() < posts.len() {
+        let data = socket.next_data(Duration::from_secs(10)).await.expect("every count arrives");
+        if data["likeCounts"]["likeCount"] == 1 {
+            liked.insert(data["likeCounts"]["id"].as_str().expect("id").to_owned());
+        }
+    }
+    let frames = counter(&app, "websocket_frames_sent_total").await - frames;
+    let writes = counter(&app, "websocket_writes_total").await - writes;
+    assert!(frames >= 5, "{frames} frames");
+    assert!(writes < frames, "{frames} frames in {writes} writes: none shared a write");
+}
