@@ -148,6 +148,22 @@ fn count_refusal(reason: &'static str) {
     metrics::counter!(crate::telemetry::names::WEBSOCKET_REFUSALS, "reason" => reason).increment(1);
 }
 
+/// Ends a socket whose client did not read a frame within WS_SEND_TIMEOUT: a 1008 close frame
+/// if it can still be written at once, else the connection is just dropped (by the caller
+/// returning, without the close handshake a non-reading peer would hold up).
+async fn close_slow_consumer<S>(sink: &mut S)
+where
+    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
+{
+    tracing::debug!("closing the websocket: the client did not read its frames in time");
+    count_refusal("slow_consumer");
+    let frame = Message::Close(Some(CloseFrame {
+        code: SLOW_CONSUMER,
+        reason: "slow consumer: frames not read in time".into(),
+    }));
+    let _ = tokio::time::timeout(SLOW_CONSUMER_CLOSE_WAIT, sink.send(frame)).await;
+}
+
 /// What a write left behind.
 enum Written {
     /// The socket stays open.
@@ -287,13 +303,7 @@ async fn serve(
                 match tokio::time::timeout(send_timeout, write_ready(&mut sink, message, &mut outgoing)).await {
                     Ok(Ok(Written::Open)) => {}
                     Ok(_) => break,
-                    Err(_) => {
-                        tracing::debug!("closing the websocket: the client did not read its frames in time");
-                        count_refusal("slow_consumer");
-                        let frame = close(SLOW_CONSUMER, "slow consumer: frames not read in time");
-                        let _ = tokio::time::timeout(SLOW_CONSUMER_CLOSE_WAIT, sink.send(frame)).await;
-                        return;
-                    }
+                    Err(_) => return close_slow_consumer(&mut sink).await,
                 }
             }
             () = tokio::time::sleep_until(init_deadline), if !heard.init.load(Ordering::SeqCst) => {
@@ -357,11 +367,7 @@ async fn serve(
                 match tokio::time::timeout(send_timeout, ping).await {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => break,
-                    Err(_) => {
-                        tracing::debug!("closing the websocket: the client did not read its frames in time");
-                        count_refusal("slow_consumer");
-                        return;
-                    }
+                    Err(_) => return close_slow_consumer(&mut sink).await,
                 }
             }
             () = token_expired(&mut expiry) => {

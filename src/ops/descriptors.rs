@@ -9,7 +9,9 @@
 //!   HTTP), else the upgrade is refused with 503 `UNAVAILABLE`. It costs O(1): the open
 //!   descriptors are counted from `/proc/self/fd` at most every `SAMPLE_EVERY`, plus the
 //!   websockets admitted since that count;
-//! - `headroom` is what `/readyz` and `/metrics` report (open, limit, reserve, what is left).
+//! - `headroom` is what `/readyz` and `/metrics` report (open, limit, reserve, what is left),
+//!   from the same shared count, so no caller can make the process list its descriptors more
+//!   often than once per `SAMPLE_EVERY`.
 //!
 //! Should the limit be reached anyway, `accept` fails with EMFILE: axum's `serve` logs the
 //! error and sleeps one second before it accepts again (`axum::serve::Listener` for
@@ -200,10 +202,16 @@ pub(crate) struct Headroom {
     pub headroom: Option<u64>,
 }
 
-/// Counts the open descriptors now (not from the sample: for a probe or a scrape).
+/// The headroom as the admissions see it: from the shared count (at most `SAMPLE_EVERY` old)
+/// plus the websockets admitted since. `/readyz` and `/metrics` answer anyone who asks, so they
+/// never list `/proc/self/fd` themselves: however often they are called, the process counts at
+/// most once per `SAMPLE_EVERY`.
 pub(crate) fn headroom(reserve: u64) -> Headroom {
-    let open = count_open();
-    let limit = limit().ok().map(|limit| limit.soft);
+    refresh_if_stale();
+    let known = |value: u64| (value != UNKNOWN).then_some(value);
+    let open =
+        known(SAMPLE.open.load(Ordering::Acquire)).map(|open| open + SAMPLE.admitted_since.load(Ordering::Acquire));
+    let limit = known(SAMPLE.limit.load(Ordering::Acquire));
     let headroom = match (open, limit) {
         (Some(open), Some(limit)) => Some(limit.saturating_sub(reserve).saturating_sub(open)),
         _ => None,

@@ -268,7 +268,12 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             "cache, cause",
             "entries an in-process cache dropped: size (over its share) or expired",
         ),
-        (PROCESS_OPEN_FDS, Gauge, "", "file descriptors this process holds open (read at scrape)"),
+        (
+            PROCESS_OPEN_FDS,
+            Gauge,
+            "",
+            "file descriptors this process holds open (its shared count, at most 100 ms old)",
+        ),
         (PROCESS_MAX_FDS, Gauge, "", "the soft RLIMIT_NOFILE, raised to the hard limit at start"),
         (
             PROCESS_RESERVED_FDS,
