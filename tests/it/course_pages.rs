@@ -159,6 +159,25 @@ async fn with_the_cache_off_every_page_reads_the_database() {
     assert!(app.state.course_pages.is_empty());
 }
 
+/// Waits until both instances have heard every live message published on either since the
+/// peer subscribed (`app_before_peer`: the app's count then). A message drops the cached pages
+/// it touches when it arrives, so a page warmed before a late echo would be dropped under a
+/// test that counts warm pages.
+async fn both_heard(app: &TestApp, peer: &common::Peer, app_before_peer: u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (by_app, by_peer) = (app.state.publisher.published(), peer.state.publisher.published());
+        let app_heard = app.state.live.stats.messages_received.load(Relaxed) >= by_app + by_peer;
+        let peer_heard = peer.state.live.stats.messages_received.load(Relaxed) >= by_app - app_before_peer + by_peer;
+        if app_heard && peer_heard {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the relays did not hear every message within 10 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Every kind of write, made on one instance, shows at once there and within the relay's delay
 /// on the other, each while both hold the page warm.
 #[tokio::test]
@@ -166,9 +185,12 @@ async fn every_write_reaches_warm_pages_on_the_writer_at_once_and_on_a_peer_soon
     let app = TestApp::spawn().await;
     let world = World::create(&app).await;
     let peer = app.spawn_peer(|_| {}).await;
+    let app_before_peer = app.state.publisher.published();
     let (a, b) = (app.addr, peer.addr);
     let first = app.create_post_at(a, &app.token(world.alice), world.course, "first").await;
     let warm = async || {
+        // The echoes of the last write first: one arriving after these reads would drop a page.
+        both_heard(&app, &peer, app_before_peer).await;
         page_at(&app, a, world.bob, world.course).await;
         page_at(&app, b, world.bob, world.course).await;
         assert_eq!((app.state.course_pages.len(), peer.state.course_pages.len()), (1, 1), "both pages warm");
