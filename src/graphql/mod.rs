@@ -18,6 +18,7 @@ pub(crate) mod questions;
 pub(crate) mod revocation;
 pub(crate) mod roster;
 pub(crate) mod search;
+pub(crate) mod shared_live;
 pub(crate) mod socket;
 pub(crate) mod subscription;
 pub(crate) mod types;

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_graphql::extensions::{ExtensionContext, NextExecute};
-use async_graphql::parser::types::{DocumentOperations, ExecutableDocument, OperationType};
+use async_graphql::parser::types::{ExecutableDocument, OperationType};
 use async_graphql::{Data, ErrorExtensionValues, Request, Response, ServerError, ValidationResult};
 
 use super::batch_gate::BatchGate;
@@ -83,21 +83,10 @@ pub(crate) fn mark_subscription(request: &mut Request, document: &ExecutableDocu
     else {
         return;
     };
-    if operation_type(document, request.operation_name.as_deref()) == Some(OperationType::Subscription) {
+    let operation = super::shared_live::operation(document, request.operation_name.as_deref());
+    if operation.is_some_and(|operation| operation.ty == OperationType::Subscription) {
         request.data.insert(SubscriptionOperation { max_cost });
-    }
-}
-
-/// The type of the operation the request names (or the document's only one); None when the
-/// schema will refuse the request for naming none or an unknown one.
-fn operation_type(document: &ExecutableDocument, name: Option<&str>) -> Option<OperationType> {
-    match (&document.operations, name) {
-        (DocumentOperations::Single(operation), _) => Some(operation.node.ty),
-        (DocumentOperations::Multiple(operations), Some(name)) => operations.get(name).map(|o| o.node.ty),
-        (DocumentOperations::Multiple(operations), None) if operations.len() == 1 => {
-            operations.values().next().map(|o| o.node.ty)
-        }
-        (DocumentOperations::Multiple(_), None) => None,
+        super::shared_live::mark_shared(request, document);
     }
 }
 
@@ -175,24 +164,4 @@ pub(crate) async fn execute(
     error.source = Some(Arc::new(stopped));
     assign_code(&mut error);
     Response::from_errors(vec![error])
-}
-
-#[cfg(test)]
-mod tests {
-    use async_graphql::parser::parse_query;
-    use async_graphql::parser::types::OperationType;
-
-    use super::operation_type;
-
-    #[test]
-    fn the_operation_a_request_runs_is_found_by_its_name_or_alone() {
-        let one = parse_query("subscription { notifications { unreadCount } }").expect("parses");
-        assert_eq!(operation_type(&one, None), Some(OperationType::Subscription));
-        let two =
-            parse_query("query Q { me { id } } subscription S { notifications { unreadCount } }").expect("parses");
-        assert_eq!(operation_type(&two, Some("S")), Some(OperationType::Subscription));
-        assert_eq!(operation_type(&two, Some("Q")), Some(OperationType::Query));
-        assert_eq!(operation_type(&two, None), None, "the schema refuses it: no operation named");
-        assert_eq!(operation_type(&two, Some("X")), None);
-    }
 }

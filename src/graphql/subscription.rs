@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_graphql::{Context, ID, Object, Subscription};
-use chrono::DateTime;
 use futures_util::Stream;
 use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
 use tokio::time::Instant;
 use tokio_stream::wrappers::BroadcastStream;
 
@@ -18,13 +18,14 @@ use super::access;
 use super::context::{state, viewer};
 use super::ids::{self, NodeKind, encode};
 use super::revocation::{AccessScope, until_access_lost};
+use super::shared_live::SharedDelivery;
 use super::types::{Comment, Likeable, LiveLikes, Post, Reply};
 use super::unread::UnreadUpdate;
 use crate::error::AppError;
 use crate::forum::audience;
 use crate::forum::comments;
 use crate::likes::LikeTarget;
-use crate::live::hub::CountWatch;
+use crate::live::hub::{CountWatch, VersionedCount};
 use crate::live::{Activity, ActivityKind};
 use crate::state::AppState;
 
@@ -91,7 +92,7 @@ impl Subscription {
             desc = "1 to 100 global ids of posts, comments or replies (else BAD_USER_INPUT), each in a course the user belongs to."
         )]
         ids: Vec<ID>,
-    ) -> async_graphql::Result<impl Stream<Item = async_graphql::Result<Likeable>> + use<>> {
+    ) -> async_graphql::Result<BoxStream<'static, async_graphql::Result<Likeable>>> {
         // The budget first: a connection at its cap costs no access lookup.
         let permit = permit(ctx)?;
         let viewer = viewer(ctx)?;
@@ -121,10 +122,24 @@ impl Subscription {
         let state = state(ctx)?;
         let list: Vec<LikeTarget> = targets.keys().copied().collect();
         let watch = state.live.watch_counts(&list);
-        let updates = coalesced(watch, targets, state.settings.live_coalesce, permit);
         let mut scope = access_scope(state, viewer.user_id, courses);
         scope.staff_in = staff_in;
-        Ok(until_access_lost(updates, access_watch, scope))
+        let interval = state.settings.live_coalesce;
+        // A selection every reader sees alike, on a websocket: rendered once per value for all
+        // of its subscribers (`shared_live`), not executed here per subscriber.
+        if let Some(shared) = SharedDelivery::of(ctx) {
+            let updates = coalesced(watch, interval, None);
+            return Ok(shared.start(&state.live, updates, targets, (access_watch, scope), permit));
+        }
+        let updates = coalesced(watch, interval, permit).map(move |(target, value)| {
+            let likes = LiveLikes::of(&value);
+            match (target, targets.get(&target)) {
+                (LikeTarget::Post(id), _) => Likeable::Post(Post::live(id, likes)),
+                (LikeTarget::Comment(id), Some(NodeKind::Reply)) => Likeable::Reply(Reply::live(id, likes)),
+                (LikeTarget::Comment(id), _) => Likeable::Comment(Comment::live(id, likes)),
+            }
+        });
+        Ok(until_access_lost(updates, access_watch, scope).boxed())
     }
 
     /// Your notifications as they commit, on every instance: each new one (announcements of
@@ -238,14 +253,12 @@ fn access_scope(state: &AppState, user_id: i64, courses: Vec<i64>) -> AccessScop
 
 struct Coalescer {
     watch: CountWatch,
-    /// What each target is (a comment and a reply share `LikeTarget::Comment`).
-    kinds: HashMap<LikeTarget, NodeKind>,
     interval: Duration,
     last_emit: HashMap<LikeTarget, Instant>,
     /// The `seq` of the last value this subscriber received (or found at subscribe time).
     seen: HashMap<LikeTarget, u64>,
     pending: HashSet<LikeTarget>,
-    ready: VecDeque<Likeable>,
+    ready: VecDeque<(LikeTarget, VersionedCount)>,
     _permit: Option<BudgetPermit>,
 }
 
@@ -253,14 +266,12 @@ struct Coalescer {
 /// `interval`; the last value always arrives (it stays pending until its slot comes).
 fn coalesced(
     watch: CountWatch,
-    kinds: HashMap<LikeTarget, NodeKind>,
     interval: Duration,
     permit: Option<BudgetPermit>,
-) -> impl Stream<Item = Likeable> {
+) -> impl Stream<Item = (LikeTarget, VersionedCount)> + Send + 'static {
     let seen = watch.receivers.iter().map(|(target, receiver)| (*target, receiver.borrow().seq)).collect();
     let state = Coalescer {
         watch,
-        kinds,
         interval,
         last_emit: HashMap::new(),
         seen,
@@ -309,18 +320,7 @@ fn coalesced(
                             drop(span.enter());
                         }
                         st.last_emit.insert(*target, now);
-                        let likes = LiveLikes {
-                            like_count: latest.like_count,
-                            like_version: latest.version,
-                            committed_at: (latest.committed_at_us > 0)
-                                .then(|| DateTime::from_timestamp_micros(latest.committed_at_us))
-                                .flatten(),
-                        };
-                        st.ready.push_back(match (*target, st.kinds.get(target)) {
-                            (LikeTarget::Post(id), _) => Likeable::Post(Post::live(id, likes)),
-                            (LikeTarget::Comment(id), Some(NodeKind::Reply)) => Likeable::Reply(Reply::live(id, likes)),
-                            (LikeTarget::Comment(id), _) => Likeable::Comment(Comment::live(id, likes)),
-                        });
+                        st.ready.push_back((*target, latest));
                     }
                 } else {
                     next_due = Some(next_due.map_or(due, |d: Instant| d.min(due)));

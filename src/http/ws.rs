@@ -31,9 +31,12 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::stream::{BoxStream, SelectAll};
 use futures_util::{FutureExt, SinkExt, StreamExt, future};
 use std::str::FromStr;
+use std::task::Poll;
 use std::time::SystemTime;
+use tokio::sync::mpsc;
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tracing::Instrument;
@@ -43,6 +46,7 @@ use super::ws_limits::{OperationRate, Slot};
 use crate::auth::Viewer;
 use crate::error::AppError;
 use crate::graphql::loaders::Loaders;
+use crate::graphql::shared_live::{OperationId, SocketFrames};
 use crate::graphql::socket::{SocketLimits, from_socket};
 use crate::graphql::subscription::SubscriptionBudget;
 
@@ -245,6 +249,8 @@ async fn serve(
     let app = state.app.clone();
     let sockets = state.sockets.clone();
     let acknowledged = heard.clone();
+    // Shared subscriptions (`graphql::shared_live`) hand their frames here, beside the schema's.
+    let (frames, shared_started) = SocketFrames::new(protocol == WebSocketProtocols::SubscriptionsTransportWS);
     // The token's expiry, once connection_init has verified it.
     let (expiry_tx, mut expiry) = watch::channel::<Option<SystemTime>>(None);
     let outgoing = GqlWebSocket::from_message_stream(state.schema.clone(), input, protocol)
@@ -265,6 +271,7 @@ async fn serve(
                 })?;
                 let mut data = connection_data(&app, token.user_id);
                 data.insert(slot);
+                data.insert(frames.clone());
                 let _ = expiry_tx.send(Some(token.expires_at));
                 acknowledged.acknowledged.store(true, Ordering::SeqCst);
                 Ok(data)
@@ -284,6 +291,7 @@ async fn serve(
                 Message::Close(Some(CloseFrame { code, reason: close_reason(&reason).into() }))
             }
         });
+    let outgoing = outgoing_messages(Box::pin(outgoing), shared_started);
     futures_util::pin_mut!(outgoing);
     let _open = OpenConnection::new();
     let mut shutdown = state.lifecycle.shutdown.clone();
@@ -388,6 +396,36 @@ async fn serve(
     let _ = tokio::time::timeout(send_timeout, sink.close()).await;
 }
 
+/// The socket's outgoing messages: the schema's (acknowledgements, results, errors, completes,
+/// closes) and the frames of its shared subscriptions, taken in turn. Ends with the schema's.
+///
+/// A shared subscription's frames stop as soon as the schema drops its side (its `complete`),
+/// and are checked for that when polled, so no frame of it follows its `complete`.
+fn outgoing_messages(
+    mut schema_messages: impl futures_util::Stream<Item = Message> + Unpin,
+    mut started: mpsc::UnboundedReceiver<BoxStream<'static, String>>,
+) -> impl futures_util::Stream<Item = Message> {
+    let mut shared = SelectAll::new();
+    let mut shared_first = false;
+    futures_util::stream::poll_fn(move |cx| {
+        while let Poll::Ready(Some(frames)) = started.poll_recv(cx) {
+            shared.push(frames);
+        }
+        // In turn, so neither side can starve the other.
+        shared_first = !shared_first;
+        if shared_first && let Poll::Ready(Some(frame)) = shared.poll_next_unpin(cx) {
+            return Poll::Ready(Some(Message::Text(frame.into())));
+        }
+        if let Poll::Ready(message) = schema_messages.poll_next_unpin(cx) {
+            return Poll::Ready(message);
+        }
+        if !shared_first && let Poll::Ready(Some(frame)) = shared.poll_next_unpin(cx) {
+            return Poll::Ready(Some(Message::Text(frame.into())));
+        }
+        Poll::Pending
+    })
+}
+
 /// The per-connection rates (None: no limit).
 struct Rates {
     /// Subscribe messages (`WS_OPERATIONS_PER_MINUTE`).
@@ -442,6 +480,7 @@ fn read_messages(
                     // (1011): it is not worth marking.
                     if heard.acknowledged.load(Ordering::SeqCst) {
                         from_socket(&mut payload, subscription_max_cost);
+                        payload.data.insert(OperationId(id.as_str().into()));
                     }
                     Some(Ok(ClientMessage::Start { id, payload }))
                 }

@@ -82,6 +82,8 @@ pub struct Hub {
     notifications: Mutex<NotificationChannels>,
     /// Per user: their read marks moved (`unreadCounts` of their own tabs only).
     read_marks: Mutex<HashMap<i64, broadcast::Sender<ReadMarksChange>>>,
+    /// Count payloads rendered once and shared by the subscribers of a shape.
+    pub payloads: super::payloads::Payloads,
     pub stats: HubStats,
 }
 

@@ -6,6 +6,7 @@
 //! could still roll back.
 
 pub(crate) mod hub;
+pub(crate) mod payloads;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

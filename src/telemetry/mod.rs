@@ -104,6 +104,7 @@ pub(crate) mod names {
     pub(crate) const LIVE_MESSAGES_RECEIVED: &str = "live_messages_received_total";
     pub(crate) const LIVE_UPDATES_DELIVERED: &str = "live_updates_delivered_total";
     pub(crate) const LIVE_UPDATES_COALESCED: &str = "live_updates_coalesced_total";
+    pub(crate) const LIVE_PAYLOADS_RENDERED: &str = "live_payloads_rendered_total";
     pub(crate) const VIEW_FLUSHES: &str = "view_flushes_total";
     pub(crate) const VIEW_FLUSH_DURATION: &str = "view_flush_duration_seconds";
     pub(crate) const VIEWS_FLUSHED: &str = "views_flushed_total";
@@ -222,6 +223,12 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
         (LIVE_MESSAGES_RECEIVED, Counter, "", "live messages this process received from Pub/Sub"),
         (LIVE_UPDATES_DELIVERED, Counter, "", "like-count updates sent to subscribers"),
         (LIVE_UPDATES_COALESCED, Counter, "", "like-count updates superseded before delivery (coalescing)"),
+        (
+            LIVE_PAYLOADS_RENDERED,
+            Counter,
+            "",
+            "like-count payloads rendered for shared likeCounts subscriptions (once per value and selection)",
+        ),
         (VIEW_FLUSHES, Counter, "result", "view aggregator flushes: ok or failed"),
         (VIEW_FLUSH_DURATION, Histogram, "", "time of one view flush"),
         (VIEWS_FLUSHED, Counter, "", "counted views written to posts.view_count"),

@@ -64,6 +64,7 @@ mod roster_cli;
 mod schema_descriptions;
 mod schema_sdl;
 mod search;
+mod shared_live;
 mod shutdown;
 mod smoke;
 mod socket_limits;

@@ -158,6 +158,19 @@ pub(crate) struct LiveLikes {
     pub committed_at: Option<DateTime<Utc>>,
 }
 
+impl LiveLikes {
+    /// The count a live update carries, as the schema shows it.
+    pub(crate) fn of(value: &crate::live::hub::VersionedCount) -> Self {
+        Self {
+            like_count: value.like_count,
+            like_version: value.version,
+            committed_at: (value.committed_at_us > 0)
+                .then(|| DateTime::from_timestamp_micros(value.committed_at_us))
+                .flatten(),
+        }
+    }
+}
+
 /// What a `Post`, `Comment` or `Reply` knows of its row: all of it (read by the resolver that
 /// checked access), or, for an object a `likeCounts` update built, only its id and committed
 /// like count, with the row read through the request's loaders on first ask. So a subscriber

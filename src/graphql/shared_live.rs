@@ -1,0 +1,398 @@
+//! Shared live payloads: a `likeCounts` subscription on a websocket whose selection reads only
+//! what is the same for every reader of the object is not executed per subscriber. Its count
+//! updates are rendered once per value and selection (`live::payloads`), and each socket sends
+//! that payload inside a frame with its own subscription id.
+//!
+//! Which fields are shared, and why that is safe with the access rules:
+//! - `__typename`, `id`, `likeCount`, `likeVersion` and `likeCountCommittedAt` of the `Post`,
+//!   `Comment` or `Reply` an update carries, under any alias, directly or in inline fragments
+//!   and fragment spreads on `Likeable`, `Node`, `AnyComment`, `Post`, `Comment` or `Reply`.
+//!   Each is a function of the object and its committed count alone, never of who reads: no
+//!   author, no body, nothing of the viewer. So two members who may both see the object see
+//!   the same bytes. Like counts of a private post or of an anonymous author's post name nobody.
+//! - Whether a subscriber may see the object at all is decided per subscriber, as before: the
+//!   `likeCounts` resolver checks every id when the subscription starts, and the subscription
+//!   then ends with FORBIDDEN when its viewer leaves a watched course (or stops being staff
+//!   where it watches someone else's private post; `revocation`). That check runs on the
+//!   shared delivery itself, before any further frame, so nothing is delivered past it.
+//! - Anything else (a field outside that list such as `likedByMe` or `title`, arguments, a
+//!   directive, another type condition) makes the subscription run per subscriber through the
+//!   schema, as every other subscription does.
+//!
+//! The grouping key is the normalized selection (response keys and fields per concrete type, in
+//! the order the client wrote them) and the target: variables cannot change such a selection
+//! (no arguments, no directives), and the ids only choose which targets a subscriber joins.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_graphql::parser::types::{
+    DocumentOperations, ExecutableDocument, OperationDefinition, Selection, SelectionSet,
+};
+use async_graphql::{Context, Request};
+use futures_util::stream::BoxStream;
+use futures_util::{Stream, StreamExt, future};
+use tokio::sync::{mpsc, oneshot};
+
+use super::ids::{self, NodeKind};
+use super::revocation::{AccessScope, until_access_lost};
+use super::types::Likeable;
+use crate::like_event::LikeTarget;
+use crate::live::hub::{Hub, VersionedCount};
+use crate::membership::MembershipWatch;
+
+/// Deepest nesting of inline fragments and spreads a shared selection may have (a cycle of
+/// spreads, refused later by validation, must not recurse here first).
+const MAX_FRAGMENT_DEPTH: usize = 8;
+
+/// The operation a request runs: the one it names, or the document's only one. None when the
+/// schema will refuse the request for naming none or an unknown one.
+pub(crate) fn operation<'d>(document: &'d ExecutableDocument, name: Option<&str>) -> Option<&'d OperationDefinition> {
+    match (&document.operations, name) {
+        (DocumentOperations::Single(operation), _) => Some(&operation.node),
+        (DocumentOperations::Multiple(operations), Some(name)) => operations.get(name).map(|o| &o.node),
+        (DocumentOperations::Multiple(operations), None) if operations.len() == 1 => {
+            operations.values().next().map(|o| &o.node)
+        }
+        (DocumentOperations::Multiple(_), None) => None,
+    }
+}
+
+/// A field every reader of a like update sees alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SharedField {
+    Typename,
+    Id,
+    LikeCount,
+    LikeVersion,
+    LikeCountCommittedAt,
+}
+
+impl SharedField {
+    fn named(name: &str) -> Option<Self> {
+        Some(match name {
+            "__typename" => SharedField::Typename,
+            "id" => SharedField::Id,
+            "likeCount" => SharedField::LikeCount,
+            "likeVersion" => SharedField::LikeVersion,
+            "likeCountCommittedAt" => SharedField::LikeCountCommittedAt,
+            _ => return None,
+        })
+    }
+}
+
+/// The concrete types an update can be, as indexes into `LiveShape::fields`.
+const POST: usize = 0;
+const COMMENT: usize = 1;
+const REPLY: usize = 2;
+
+/// Which concrete types a type condition covers (a bit per index above).
+fn types_of(condition: &str) -> Option<u8> {
+    Some(match condition {
+        "Likeable" | "Node" => 0b111,
+        "AnyComment" => 0b110,
+        "Post" => 0b001,
+        "Comment" => 0b010,
+        "Reply" => 0b100,
+        _ => return None,
+    })
+}
+
+/// The normalized selection of a shareable `likeCounts` subscription.
+#[derive(Debug)]
+pub(crate) struct LiveShape {
+    /// The response key of `likeCounts` (its alias, if any).
+    root_key: String,
+    /// Per concrete type: its response keys and fields, in first-appearance order.
+    fields: [Vec<(String, SharedField)>; 3],
+    /// The grouping key: everything above, as one string.
+    key: Arc<str>,
+}
+
+/// Request data of a subscription whose selection may be shared (set from its document by
+/// `socket::mark_subscription`, on websockets only).
+#[derive(Clone)]
+pub(crate) struct SharedSelection(pub(crate) Arc<LiveShape>);
+
+/// Notes on `request` that the subscription it runs may be delivered shared.
+pub(crate) fn mark_shared(request: &mut Request, document: &ExecutableDocument) {
+    if let Some(shape) = shape_of(document, request.operation_name.as_deref()) {
+        request.data.insert(SharedSelection(Arc::new(shape)));
+    }
+}
+
+/// The shape of `document`'s operation when it is exactly one `likeCounts` field whose
+/// selection reads shared fields only; None otherwise (the subscription then runs per
+/// subscriber).
+pub(crate) fn shape_of(document: &ExecutableDocument, operation_name: Option<&str>) -> Option<LiveShape> {
+    let operation = operation(document, operation_name)?;
+    if !operation.directives.is_empty() {
+        return None;
+    }
+    let [root] = operation.selection_set.node.items.as_slice() else { return None };
+    let Selection::Field(root) = &root.node else { return None };
+    let root = &root.node;
+    if root.name.node.as_str() != "likeCounts" || !root.directives.is_empty() {
+        return None;
+    }
+    let mut fields: [Vec<(String, SharedField)>; 3] = Default::default();
+    collect(&root.selection_set.node, 0b111, document, &mut fields, 0)?;
+    let root_key = root.response_key().node.to_string();
+    let mut key = root_key.clone();
+    for (index, list) in fields.iter().enumerate() {
+        key.push_str(&format!("|{index}"));
+        for (response_key, field) in list {
+            key.push_str(&format!(" {response_key}:{field:?}"));
+        }
+    }
+    Some(LiveShape { root_key, fields, key: key.into() })
+}
+
+/// Adds the fields of `set` to the concrete types in `types`; None at anything not shareable.
+fn collect(
+    set: &SelectionSet,
+    types: u8,
+    document: &ExecutableDocument,
+    fields: &mut [Vec<(String, SharedField)>; 3],
+    depth: usize,
+) -> Option<()> {
+    if depth > MAX_FRAGMENT_DEPTH {
+        return None;
+    }
+    for item in &set.items {
+        match &item.node {
+            Selection::Field(field) => {
+                let field = &field.node;
+                if !field.directives.is_empty()
+                    || !field.arguments.is_empty()
+                    || !field.selection_set.node.items.is_empty()
+                {
+                    return None;
+                }
+                let shared = SharedField::named(field.name.node.as_str())?;
+                let response_key = field.response_key().node.as_str();
+                for (index, list) in fields.iter_mut().enumerate() {
+                    // Validation makes one response key one field, so the first one stands.
+                    if types & (1 << index) != 0 && !list.iter().any(|(key, _)| key == response_key) {
+                        list.push((response_key.to_owned(), shared));
+                    }
+                }
+            }
+            Selection::InlineFragment(fragment) => {
+                let fragment = &fragment.node;
+                if !fragment.directives.is_empty() {
+                    return None;
+                }
+                let covered = match &fragment.type_condition {
+                    Some(condition) => types_of(condition.node.on.node.as_str())?,
+                    None => 0b111,
+                };
+                collect(&fragment.selection_set.node, types & covered, document, fields, depth + 1)?;
+            }
+            Selection::FragmentSpread(spread) => {
+                let spread = &spread.node;
+                if !spread.directives.is_empty() {
+                    return None;
+                }
+                let definition = &document.fragments.get(&spread.fragment_name.node)?.node;
+                if !definition.directives.is_empty() {
+                    return None;
+                }
+                let covered = types_of(definition.type_condition.node.on.node.as_str())?;
+                collect(&definition.selection_set.node, types & covered, document, fields, depth + 1)?;
+            }
+        }
+    }
+    Some(())
+}
+
+/// The `payload` of a `next` (or legacy `data`) message: `{"data":{"<root>":{…}}}`, as the
+/// schema would write it for `target` at `value`.
+fn render(shape: &LiveShape, target: LikeTarget, kind: NodeKind, value: &VersionedCount) -> String {
+    let (index, typename, id) = match (target, kind) {
+        (LikeTarget::Post(id), _) => (POST, "Post", ids::encode(NodeKind::Post, id)),
+        (LikeTarget::Comment(id), NodeKind::Reply) => (REPLY, "Reply", ids::encode(NodeKind::Reply, id)),
+        (LikeTarget::Comment(id), _) => (COMMENT, "Comment", ids::encode(NodeKind::Comment, id)),
+    };
+    let likes = super::types::LiveLikes::of(value);
+    let mut object = serde_json::Map::new();
+    for (response_key, field) in &shape.fields[index] {
+        let value = match field {
+            SharedField::Typename => serde_json::Value::from(typename),
+            SharedField::Id => serde_json::Value::from(id.as_str()),
+            SharedField::LikeCount => serde_json::Value::from(likes.like_count),
+            SharedField::LikeVersion => serde_json::Value::from(likes.like_version),
+            SharedField::LikeCountCommittedAt => {
+                likes.committed_at.map_or(serde_json::Value::Null, |at| serde_json::Value::from(at.to_rfc3339()))
+            }
+        };
+        object.insert(response_key.clone(), value);
+    }
+    let mut data = serde_json::Map::new();
+    data.insert(shape.root_key.clone(), serde_json::Value::Object(object));
+    serde_json::json!({ "data": data }).to_string()
+}
+
+/// Request data: the id of the operation on its websocket (`http::ws` sets it on every
+/// subscribe), spliced into each shared frame.
+#[derive(Clone)]
+pub(crate) struct OperationId(pub(crate) Arc<str>);
+
+/// Connection data of a websocket: where its shared subscriptions hand their frames, and which
+/// message type carries a result on its protocol.
+#[derive(Clone)]
+pub(crate) struct SocketFrames {
+    /// `next` (graphql-transport-ws) or `data` (the legacy graphql-ws).
+    result_type: &'static str,
+    sender: mpsc::UnboundedSender<BoxStream<'static, String>>,
+}
+
+impl SocketFrames {
+    /// The frames of a socket: `legacy` for graphql-ws. The socket polls each stream received
+    /// on the other end (one per shared subscription; their number is bounded by the
+    /// connection's subscription budget) beside the schema's own messages.
+    pub(crate) fn new(legacy: bool) -> (Self, mpsc::UnboundedReceiver<BoxStream<'static, String>>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        (Self { result_type: if legacy { "data" } else { "next" }, sender }, receiver)
+    }
+}
+
+/// What a shared subscription needs from its request: its shape, its operation id, its socket.
+pub(crate) struct SharedDelivery {
+    shape: Arc<LiveShape>,
+    operation_id: Arc<str>,
+    socket: SocketFrames,
+}
+
+impl SharedDelivery {
+    /// The shared delivery of the subscription `ctx` runs, when its selection is shareable and
+    /// it came over a websocket; None otherwise.
+    pub(crate) fn of(ctx: &Context<'_>) -> Option<Self> {
+        Some(Self {
+            shape: ctx.data_opt::<SharedSelection>()?.0.clone(),
+            operation_id: ctx.data_opt::<OperationId>()?.0.clone(),
+            socket: ctx.data_opt::<SocketFrames>()?.clone(),
+        })
+    }
+
+    /// Starts delivering `updates` (each target's coalesced committed counts) to the socket as
+    /// shared frames, until the access scope is lost or the schema's side of the subscription
+    /// ends (the client completed it, replaced it, or the socket closed).
+    ///
+    /// Returns the schema's side: it yields nothing but the FORBIDDEN error of a lost access
+    /// (so the client gets it, then `complete`, exactly as for an unshared subscription) and
+    /// holds `held` (the connection's subscription budget permit, say) for as long as it runs.
+    pub(crate) fn start<H: Send + Sync + 'static>(
+        self,
+        hub: &Arc<Hub>,
+        updates: impl Stream<Item = (LikeTarget, VersionedCount)> + Send + 'static,
+        kinds: HashMap<LikeTarget, NodeKind>,
+        access: (MembershipWatch, AccessScope),
+        held: H,
+    ) -> BoxStream<'static, async_graphql::Result<Likeable>> {
+        let cells: HashMap<LikeTarget, _> =
+            kinds.keys().map(|target| (*target, hub.payloads.cell(*target, &self.shape.key))).collect();
+        let id = serde_json::Value::from(&*self.operation_id).to_string();
+        let prefix = format!(r#"{{"type":"{}","id":{id},"payload":"#, self.socket.result_type);
+        let (hub, shape) = (hub.clone(), self.shape);
+        // Dropped with the schema's side: the frames stop at once.
+        let (stop, stopped) = oneshot::channel::<()>();
+        // Sent by the frames' side when access is lost; dropped when they end otherwise.
+        let (verdict, lost) = oneshot::channel::<async_graphql::Error>();
+        let mut verdict = Some(verdict);
+        let frames = until_access_lost(updates, access.0, access.1).take_until(stopped).filter_map(move |update| {
+            let frame = match update {
+                Ok((target, value)) => cells.get(&target).map(|cell| {
+                    let kind = kinds.get(&target).copied().unwrap_or(NodeKind::Post);
+                    let payload = cell.get_or_render(&hub.payloads, &value, || render(&shape, target, kind, &value));
+                    let mut frame = String::with_capacity(prefix.len() + payload.len() + 1);
+                    frame.push_str(&prefix);
+                    frame.push_str(&payload);
+                    frame.push('}');
+                    frame
+                }),
+                Err(forbidden) => {
+                    if let Some(verdict) = verdict.take() {
+                        let _ = verdict.send(forbidden);
+                    }
+                    None
+                }
+            };
+            future::ready(frame)
+        });
+        if self.socket.sender.send(frames.boxed()).is_err() {
+            // The socket is gone: the subscription ends here (`lost` resolves as dropped).
+            tracing::debug!("a shared subscription started on a socket that has closed");
+        }
+        let held = (stop, held);
+        futures_util::stream::once(lost)
+            .filter_map(move |verdict| {
+                let _held = &held;
+                future::ready(verdict.ok().map(Err))
+            })
+            .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_graphql::parser::parse_query;
+
+    use super::*;
+
+    fn shape(query: &str) -> Option<LiveShape> {
+        shape_of(&parse_query(query).expect("parses"), None)
+    }
+
+    #[test]
+    fn like_fields_under_any_alias_or_fragment_are_shared() {
+        let plain =
+            shape("subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount likeVersion } }").expect("shared");
+        assert_eq!(plain.root_key, "likeCounts");
+        assert!(plain.fields.iter().all(|list| list.len() == 3));
+        let fragments = shape(
+            "subscription S($ids: [ID!]!) { live: likeCounts(ids: $ids) { __typename ... on Post { n: likeCount } \
+             ...Comments } } fragment Comments on AnyComment { likeVersion }",
+        )
+        .expect("shared");
+        assert_eq!(fragments.root_key, "live");
+        assert_eq!(
+            fragments.fields[POST],
+            [("__typename".into(), SharedField::Typename), ("n".into(), SharedField::LikeCount)]
+        );
+        assert_eq!(
+            fragments.fields[REPLY],
+            [("__typename".into(), SharedField::Typename), ("likeVersion".into(), SharedField::LikeVersion)]
+        );
+        assert_ne!(plain.key, fragments.key);
+    }
+
+    #[test]
+    fn viewer_fields_directives_and_other_roots_run_per_subscriber() {
+        for query in [
+            "subscription { likeCounts(ids: [\"x\"]) { likeCount ... on Post { likedByMe } } }",
+            "subscription { likeCounts(ids: [\"x\"]) { likeCount ... on Post { title } } }",
+            "subscription($show: Boolean!) { likeCounts(ids: [\"x\"]) { likeCount @include(if: $show) } }",
+            "subscription { likeCounts(ids: [\"x\"]) @skip(if: false) { likeCount } }",
+            "subscription { notifications { unreadCount } }",
+            "subscription { likeCounts(ids: [\"x\"]) { ...F } } fragment F on Likeable { ...G } fragment G on Likeable { ...F }",
+        ] {
+            assert!(shape(query).is_none(), "{query}");
+        }
+    }
+
+    #[test]
+    fn the_operation_a_request_runs_is_found_by_its_name_or_alone() {
+        use async_graphql::parser::types::OperationType;
+        let ty = |query: &str, name: Option<&str>| {
+            let document = parse_query(query).expect("parses");
+            operation(&document, name).map(|o| o.ty)
+        };
+        assert_eq!(ty("subscription { notifications { unreadCount } }", None), Some(OperationType::Subscription));
+        let two = "query Q { me { id } } subscription S { notifications { unreadCount } }";
+        assert_eq!(ty(two, Some("S")), Some(OperationType::Subscription));
+        assert_eq!(ty(two, Some("Q")), Some(OperationType::Query));
+        assert_eq!(ty(two, None), None, "the schema refuses it: no operation named");
+        assert_eq!(ty(two, Some("X")), None);
+    }
+}
