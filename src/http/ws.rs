@@ -252,7 +252,7 @@ async fn serve(
     // Shared subscriptions (`graphql::shared_live`) hand their frames here, beside the schema's.
     let (frames, shared_started) = SocketFrames::new(protocol == WebSocketProtocols::SubscriptionsTransportWS);
     // The token's expiry, once connection_init has verified it.
-    let (expiry_tx, mut expiry) = watch::channel::<Option<SystemTime>>(None);
+    let (expiry_tx, expiry) = watch::channel::<Option<SystemTime>>(None);
     let outgoing = GqlWebSocket::from_message_stream(state.schema.clone(), input, protocol)
         .on_connection_init(move |payload| {
             let app = app.clone();
@@ -294,7 +294,14 @@ async fn serve(
     let outgoing = outgoing_messages(Box::pin(outgoing), shared_started);
     futures_util::pin_mut!(outgoing);
     let _open = OpenConnection::new();
-    let mut shutdown = state.lifecycle.shutdown.clone();
+    // Each wait is made once and polled on every turn of the loop: a socket delivering a frame
+    // every 100 ms must not register and drop a timer and three waiters per frame.
+    let init_timeout = tokio::time::sleep_until(init_deadline);
+    let over_rate = heard.over_rate.notified();
+    let over_messages = heard.over_messages.notified();
+    let expired = token_expired(expiry);
+    let stopping = shutting_down(state.lifecycle.shutdown.clone());
+    futures_util::pin_mut!(init_timeout, over_rate, over_messages, expired, stopping);
     let mut keepalive = keepalive_interval(state.app.settings.ws_keepalive);
     let mut ping_unanswered = false;
     let close = |code: u16, reason: &str| Message::Close(Some(CloseFrame { code, reason: reason.into() }));
@@ -314,7 +321,7 @@ async fn serve(
                     Err(_) => return close_slow_consumer(&mut sink).await,
                 }
             }
-            () = tokio::time::sleep_until(init_deadline), if !heard.init.load(Ordering::SeqCst) => {
+            () = &mut init_timeout, if !heard.init.load(Ordering::SeqCst) => {
                 // connection_init may have arrived in this very turn.
                 if heard.init.load(Ordering::SeqCst) {
                     continue;
@@ -324,7 +331,7 @@ async fn serve(
                 let _ = sink.send(close(INIT_TIMEOUT, "Connection initialisation timeout")).await;
                 break;
             }
-            () = heard.over_rate.notified() => {
+            () = &mut over_rate => {
                 tracing::debug!("closing the websocket: over its operation rate");
                 count_refusal("operation_rate");
                 let reason = format!(
@@ -334,7 +341,7 @@ async fn serve(
                 let _ = sink.send(close(TOO_MANY, &reason)).await;
                 break;
             }
-            () = heard.over_messages.notified() => {
+            () = &mut over_messages => {
                 tracing::debug!("closing the websocket: over its message rate");
                 count_refusal("message_rate");
                 let reason = format!(
@@ -378,14 +385,14 @@ async fn serve(
                     Err(_) => return close_slow_consumer(&mut sink).await,
                 }
             }
-            () = token_expired(&mut expiry) => {
+            () = &mut expired => {
                 tracing::debug!("closing the websocket: its token expired");
                 count_refusal("token");
                 let _ = sink.send(close(TOKEN_REFUSED, "authentication failed: the token expired")).await;
                 break;
             }
             // Also when the sender is gone: the process is going away either way.
-            () = shutting_down(&mut shutdown) => {
+            () = &mut stopping => {
                 tracing::debug!("closing the websocket: the server is shutting down");
                 let _ = sink.send(close(GOING_AWAY, "server shutting down")).await;
                 break;
@@ -534,7 +541,7 @@ fn close_reason(reason: &str) -> &str {
 }
 
 /// Resolves when the connection's token expires; never before connection_init verified one.
-async fn token_expired(expiry: &mut watch::Receiver<Option<SystemTime>>) {
+async fn token_expired(mut expiry: watch::Receiver<Option<SystemTime>>) {
     let expires_at = match expiry.wait_for(Option::is_some).await {
         Ok(expires_at) => *expires_at,
         // connection_init never succeeded: nothing to expire.
@@ -549,7 +556,7 @@ async fn token_expired(expiry: &mut watch::Receiver<Option<SystemTime>>) {
 }
 
 /// Resolves once the process begins to shut down (or its shutdown sender is gone).
-async fn shutting_down(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
+async fn shutting_down(mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stopping| *stopping).await;
 }
 
