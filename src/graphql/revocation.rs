@@ -6,10 +6,13 @@
 //! and ends (the client sees `next` with the error, then `complete`). A subscription watching a
 //! private post of someone else ends the same way when its viewer stops being staff.
 
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::{Stream, StreamExt};
+use futures_util::Stream;
 
 use crate::error::AppError;
 use crate::forum::courses::Role;
@@ -39,10 +42,71 @@ impl AccessScope {
     }
 }
 
-struct Running<T> {
+/// A future that owns what it works on, so it can be kept across polls.
+type Owned<O> = Pin<Box<dyn Future<Output = O> + Send>>;
+
+/// The stream `until_access_lost` returns. The wait for a membership change is made once and
+/// kept while items flow (a subscription delivering an update every 100 ms must not register
+/// and drop waiters on the process-wide channels for every update); it is made again only after
+/// a change was heard and checked.
+struct UntilAccessLost<T> {
     items: Pin<Box<dyn Stream<Item = T> + Send>>,
-    watch: MembershipWatch,
-    scope: AccessScope,
+    scope: Arc<AccessScope>,
+    /// Waiting for the next change (None while one is being checked, or once ended).
+    waiting: Option<Owned<MembershipWatch>>,
+    /// Checking access after a change: nothing is delivered until it answers.
+    checking: Option<Owned<(MembershipWatch, bool)>>,
+    ended: bool,
+}
+
+fn wait_for_change(mut watch: MembershipWatch) -> Owned<MembershipWatch> {
+    Box::pin(async move {
+        watch.changed().await;
+        watch
+    })
+}
+
+impl<T> Stream for UntilAccessLost<T> {
+    type Item = async_graphql::Result<T>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        loop {
+            // A change first: nothing more is delivered to someone who may have lost access.
+            if let Some(waiting) = this.waiting.as_mut()
+                && let Poll::Ready(watch) = waiting.as_mut().poll(cx)
+            {
+                let scope = this.scope.clone();
+                this.waiting = None;
+                this.checking = Some(Box::pin(async move {
+                    let allowed = still_allowed(&scope).await;
+                    (watch, allowed)
+                }));
+            }
+            let Some(checking) = this.checking.as_mut() else { break };
+            let Poll::Ready((watch, allowed)) = checking.as_mut().poll(cx) else { return Poll::Pending };
+            this.checking = None;
+            if !allowed {
+                metrics::counter!(names::SUBSCRIPTIONS_REVOKED).increment(1);
+                tracing::debug!(user = this.scope.user_id, "subscription ended: access lost");
+                this.ended = true;
+                let forbidden = AppError::Forbidden("you are no longer a member of this course".into());
+                return Poll::Ready(Some(Err(forbidden.into())));
+            }
+            this.waiting = Some(wait_for_change(watch));
+        }
+        match this.items.as_mut().poll_next(cx) {
+            Poll::Ready(Some(item)) => Poll::Ready(Some(Ok(item))),
+            Poll::Ready(None) => {
+                this.ended = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 /// `items`, until the scope's user loses access to one of its courses: then one FORBIDDEN
@@ -52,27 +116,13 @@ pub(crate) fn until_access_lost<T: Send + 'static>(
     watch: MembershipWatch,
     scope: AccessScope,
 ) -> impl Stream<Item = async_graphql::Result<T>> + Send {
-    let running = Running { items: Box::pin(items), watch, scope };
-    futures_util::stream::unfold(Some(running), |running| async move {
-        let mut running = running?;
-        loop {
-            tokio::select! {
-                // A change first: nothing more is delivered to someone who may have lost access.
-                biased;
-                () = running.watch.changed() => {
-                    if !still_allowed(&running.scope).await {
-                        metrics::counter!(names::SUBSCRIPTIONS_REVOKED).increment(1);
-                        tracing::debug!(user = running.scope.user_id, "subscription ended: access lost");
-                        let forbidden = AppError::Forbidden("you are no longer a member of this course".into());
-                        return Some((Err(forbidden.into()), None));
-                    }
-                }
-                item = running.items.next() => {
-                    return item.map(|item| (Ok(item), Some(running)));
-                }
-            }
-        }
-    })
+    UntilAccessLost {
+        items: Box::pin(items),
+        scope: Arc::new(scope),
+        waiting: Some(wait_for_change(watch)),
+        checking: None,
+        ended: false,
+    }
 }
 
 /// Reads the memberships until PostgreSQL answers (a subscription is not ended for an outage).
