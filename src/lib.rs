@@ -117,7 +117,8 @@
 //!    id, drop the sets of refused or dead-lettered events. A crash before this replays the batch with no effect twice.
 //! 6. Delivery: each instance's relay (`live::hub`) receives the counts once and fans them out
 //!    to its `likeCounts` subscribers, newest `like_version` winning; a selection every reader
-//!    sees alike is rendered once per value for all of them (`graphql::shared_live`).
+//!    sees alike is rendered once per value for all of them by the target's group
+//!    (`graphql::shared_live`, `live::fanout`), and each socket writes it with its own id.
 //!
 //! In `sync` mode step 2 is instead one SQL statement (`likes::sync`): insert ON CONFLICT
 //! DO NOTHING, and bump the counter by exactly the rows RETURNING reports; then the

@@ -56,8 +56,14 @@ struct UntilAccessLost<T> {
     waiting: Option<Owned<MembershipWatch>>,
     /// Checking access after a change: nothing is delivered until it answers.
     checking: Option<Owned<(MembershipWatch, bool)>>,
+    /// Told false while a change is checked and true once it passed: for items delivered
+    /// outside this stream (`shared_live`), which must wait for the check too.
+    gate: Option<Gate>,
     ended: bool,
 }
+
+/// Told whether items may be delivered (`UntilAccessLost::gate`).
+pub(crate) type Gate = Box<dyn Fn(bool) + Send>;
 
 fn wait_for_change(mut watch: MembershipWatch) -> Owned<MembershipWatch> {
     Box::pin(async move {
@@ -81,6 +87,9 @@ impl<T> Stream for UntilAccessLost<T> {
             {
                 let scope = this.scope.clone();
                 this.waiting = None;
+                if let Some(gate) = &this.gate {
+                    gate(false);
+                }
                 this.checking = Some(Box::pin(async move {
                     let allowed = still_allowed(&scope).await;
                     (watch, allowed)
@@ -97,6 +106,9 @@ impl<T> Stream for UntilAccessLost<T> {
                 return Poll::Ready(Some(Err(forbidden.into())));
             }
             this.waiting = Some(wait_for_change(watch));
+            if let Some(gate) = &this.gate {
+                gate(true);
+            }
         }
         match this.items.as_mut().poll_next(cx) {
             Poll::Ready(Some(item)) => Poll::Ready(Some(Ok(item))),
@@ -116,11 +128,23 @@ pub(crate) fn until_access_lost<T: Send + 'static>(
     watch: MembershipWatch,
     scope: AccessScope,
 ) -> impl Stream<Item = async_graphql::Result<T>> + Send {
+    until_access_lost_gated(items, watch, scope, None)
+}
+
+/// `until_access_lost`, also telling `gate` when items may not be delivered (false while a
+/// change is checked) and when they may again (true once it passed).
+pub(crate) fn until_access_lost_gated<T: Send + 'static>(
+    items: impl Stream<Item = T> + Send + 'static,
+    watch: MembershipWatch,
+    scope: AccessScope,
+    gate: Option<Gate>,
+) -> impl Stream<Item = async_graphql::Result<T>> + Send {
     UntilAccessLost {
         items: Box::pin(items),
         scope: Arc::new(scope),
         waiting: Some(wait_for_change(watch)),
         checking: None,
+        gate,
         ended: false,
     }
 }

@@ -1,7 +1,7 @@
 //! Shared live payloads: a `likeCounts` subscription on a websocket whose selection reads only
 //! what is the same for every reader of the object is not executed per subscriber. Its count
-//! updates are rendered once per value and selection (`live::payloads`), and each socket sends
-//! that payload inside a frame with its own subscription id.
+//! updates are rendered once per value and selection by the target's group (`live::fanout`),
+//! and each socket sends that payload inside a frame with its own subscription id.
 //!
 //! Which fields are shared, and why that is safe with the access rules:
 //! - `__typename`, `id`, `likeCount`, `likeVersion` and `likeCountCommittedAt` of the `Post`,
@@ -13,8 +13,9 @@
 //! - Whether a subscriber may see the object at all is decided per subscriber, as before: the
 //!   `likeCounts` resolver checks every id when the subscription starts, and the subscription
 //!   then ends with FORBIDDEN when its viewer leaves a watched course (or stops being staff
-//!   where it watches someone else's private post; `revocation`). That check runs on the
-//!   shared delivery itself, before any further frame, so nothing is delivered past it.
+//!   where it watches someone else's private post; `revocation`). While such a change is
+//!   checked, the subscription's frames are held in its socket's mailbox, so nothing is
+//!   delivered past it.
 //! - Anything else (a field outside that list such as `likedByMe` or `title`, arguments, a
 //!   directive, another type condition) makes the subscription run per subscriber through the
 //!   schema, as every other subscription does.
@@ -24,21 +25,22 @@
 //! (no arguments, no directives), and the ids only choose which targets a subscriber joins.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use async_graphql::parser::types::{
     DocumentOperations, ExecutableDocument, OperationDefinition, Selection, SelectionSet,
 };
 use async_graphql::{Context, Request};
+use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
-use futures_util::{Stream, StreamExt, future};
-use tokio::sync::{mpsc, oneshot};
 
 use super::ids::{self, NodeKind};
-use super::revocation::{AccessScope, until_access_lost};
+use super::revocation::{AccessScope, Gate, until_access_lost_gated};
 use super::types::Likeable;
 use crate::like_event::LikeTarget;
-use crate::live::hub::{Hub, VersionedCount};
+use crate::live::fanout::{GroupMembership, Mailbox, Render};
+use crate::live::hub::{Hub, HubGuard, VersionedCount};
 use crate::membership::MembershipWatch;
 
 /// Deepest nesting of inline fragments and spreads a shared selection may have (a cycle of
@@ -238,22 +240,25 @@ fn render(shape: &LiveShape, target: LikeTarget, kind: NodeKind, value: &Version
 #[derive(Clone)]
 pub(crate) struct OperationId(pub(crate) Arc<str>);
 
-/// Connection data of a websocket: where its shared subscriptions hand their frames, and which
-/// message type carries a result on its protocol.
+/// Connection data of a websocket: the mailbox its shared subscriptions receive their
+/// payloads in (the socket writes what it holds, `http::ws`), and which message type carries a
+/// result on its protocol.
 #[derive(Clone)]
 pub(crate) struct SocketFrames {
     /// `next` (graphql-transport-ws) or `data` (the legacy graphql-ws).
     result_type: &'static str,
-    sender: mpsc::UnboundedSender<BoxStream<'static, String>>,
+    mailbox: Arc<Mailbox>,
 }
 
 impl SocketFrames {
-    /// The frames of a socket: `legacy` for graphql-ws. The socket polls each stream received
-    /// on the other end (one per shared subscription; their number is bounded by the
-    /// connection's subscription budget) beside the schema's own messages.
-    pub(crate) fn new(legacy: bool) -> (Self, mpsc::UnboundedReceiver<BoxStream<'static, String>>) {
-        let (sender, receiver) = mpsc::unbounded_channel();
-        (Self { result_type: if legacy { "data" } else { "next" }, sender }, receiver)
+    /// The shared frames of a socket: `legacy` for graphql-ws.
+    pub(crate) fn new(legacy: bool) -> Self {
+        Self { result_type: if legacy { "data" } else { "next" }, mailbox: Mailbox::new() }
+    }
+
+    /// Where the socket takes its shared frames from.
+    pub(crate) fn mailbox(&self) -> Arc<Mailbox> {
+        self.mailbox.clone()
     }
 }
 
@@ -262,6 +267,25 @@ pub(crate) struct SharedDelivery {
     shape: Arc<LiveShape>,
     operation_id: Arc<str>,
     socket: SocketFrames,
+}
+
+/// What a running shared subscription holds; dropped with the schema's side of it (the client
+/// completed or replaced it, access was lost, or the socket closed): it leaves its groups and
+/// its mailbox, so no frame of it is written after that.
+struct Running<H> {
+    mailbox: Weak<Mailbox>,
+    key: u64,
+    _groups: Vec<GroupMembership>,
+    _counted: HubGuard,
+    _held: H,
+}
+
+impl<H> Drop for Running<H> {
+    fn drop(&mut self) {
+        if let Some(mailbox) = self.mailbox.upgrade() {
+            mailbox.remove(self.key);
+        }
+    }
 }
 
 impl SharedDelivery {
@@ -275,60 +299,52 @@ impl SharedDelivery {
         })
     }
 
-    /// Starts delivering `updates` (each target's coalesced committed counts) to the socket as
-    /// shared frames, until the access scope is lost or the schema's side of the subscription
-    /// ends (the client completed it, replaced it, or the socket closed).
+    /// Joins the group of each target in `kinds` (what each is: a comment and a reply share a
+    /// `LikeTarget`) for this selection: from now on each committed count of a target, at most
+    /// one per `interval`, reaches the socket's mailbox as this subscription's frame.
     ///
-    /// Returns the schema's side: it yields nothing but the FORBIDDEN error of a lost access
-    /// (so the client gets it, then `complete`, exactly as for an unshared subscription) and
-    /// holds `held` (the connection's subscription budget permit, say) for as long as it runs.
-    pub(crate) fn start<H: Send + Sync + 'static>(
+    /// Returns the schema's side: it yields nothing but the FORBIDDEN of a lost access (so the
+    /// client gets it, then `complete`, exactly as for an unshared subscription), holds the
+    /// subscription's frames back while a membership change is checked, and holds `held` (the
+    /// connection's subscription budget permit, say) for as long as it runs.
+    pub(crate) fn start<H: Send + 'static>(
         self,
         hub: &Arc<Hub>,
-        updates: impl Stream<Item = (LikeTarget, VersionedCount)> + Send + 'static,
         kinds: HashMap<LikeTarget, NodeKind>,
+        interval: Duration,
         access: (MembershipWatch, AccessScope),
         held: H,
     ) -> BoxStream<'static, async_graphql::Result<Likeable>> {
-        let cells: HashMap<LikeTarget, _> =
-            kinds.keys().map(|target| (*target, hub.payloads.cell(*target, &self.shape.key))).collect();
         let id = serde_json::Value::from(&*self.operation_id).to_string();
         let prefix = format!(r#"{{"type":"{}","id":{id},"payload":"#, self.socket.result_type);
-        let (hub, shape) = (hub.clone(), self.shape);
-        // Dropped with the schema's side: the frames stop at once.
-        let (stop, stopped) = oneshot::channel::<()>();
-        // Sent by the frames' side when access is lost; dropped when they end otherwise.
-        let (verdict, lost) = oneshot::channel::<async_graphql::Error>();
-        let mut verdict = Some(verdict);
-        let frames = until_access_lost(updates, access.0, access.1).take_until(stopped).filter_map(move |update| {
-            let frame = match update {
-                Ok((target, value)) => cells.get(&target).map(|cell| {
-                    let kind = kinds.get(&target).copied().unwrap_or(NodeKind::Post);
-                    let payload = cell.get_or_render(&hub.payloads, &value, || render(&shape, target, kind, &value));
-                    let mut frame = String::with_capacity(prefix.len() + payload.len() + 1);
-                    frame.push_str(&prefix);
-                    frame.push_str(&payload);
-                    frame.push('}');
-                    frame
-                }),
-                Err(forbidden) => {
-                    if let Some(verdict) = verdict.take() {
-                        let _ = verdict.send(forbidden);
-                    }
-                    None
-                }
-            };
-            future::ready(frame)
+        let mailbox = self.socket.mailbox;
+        let key = mailbox.add(prefix);
+        let groups = kinds
+            .into_iter()
+            .map(|(target, kind)| {
+                let shape = self.shape.clone();
+                let group = format!("{kind:?} {}", shape.key).into();
+                let render = move || -> Render { Arc::new(move |value| render(&shape, target, kind, value)) };
+                hub.join_group(target, group, render, interval, &mailbox, key)
+            })
+            .collect();
+        let running = Running {
+            mailbox: Arc::downgrade(&mailbox),
+            key,
+            _groups: groups,
+            _counted: hub.count_subscriber(),
+            _held: held,
+        };
+        let gate_mailbox = Arc::downgrade(&mailbox);
+        let gate: Gate = Box::new(move |open| {
+            if let Some(mailbox) = gate_mailbox.upgrade() {
+                mailbox.set_open(key, open);
+            }
         });
-        if self.socket.sender.send(frames.boxed()).is_err() {
-            // The socket is gone: the subscription ends here (`lost` resolves as dropped).
-            tracing::debug!("a shared subscription started on a socket that has closed");
-        }
-        let held = (stop, held);
-        futures_util::stream::once(lost)
-            .filter_map(move |verdict| {
-                let _held = &held;
-                future::ready(verdict.ok().map(Err))
+        until_access_lost_gated(futures_util::stream::pending::<Likeable>(), access.0, access.1, Some(gate))
+            .map(move |item| {
+                let _running = &running;
+                item
             })
             .boxed()
     }

@@ -120,17 +120,16 @@ impl Subscription {
             }
         }
         let state = state(ctx)?;
-        let list: Vec<LikeTarget> = targets.keys().copied().collect();
-        let watch = state.live.watch_counts(&list);
         let mut scope = access_scope(state, viewer.user_id, courses);
         scope.staff_in = staff_in;
         let interval = state.settings.live_coalesce;
         // A selection every reader sees alike, on a websocket: rendered once per value for all
         // of its subscribers (`shared_live`), not executed here per subscriber.
         if let Some(shared) = SharedDelivery::of(ctx) {
-            let updates = coalesced(watch, interval, None);
-            return Ok(shared.start(&state.live, updates, targets, (access_watch, scope), permit));
+            return Ok(shared.start(&state.live, targets, interval, (access_watch, scope), permit));
         }
+        let list: Vec<LikeTarget> = targets.keys().copied().collect();
+        let watch = state.live.watch_counts(&list);
         let updates = coalesced(watch, interval, permit).map(move |(target, value)| {
             let likes = LiveLikes::of(&value);
             match (target, targets.get(&target)) {

@@ -31,12 +31,10 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures_util::stream::{BoxStream, SelectAll};
 use futures_util::{FutureExt, SinkExt, StreamExt, future};
 use std::str::FromStr;
 use std::task::Poll;
 use std::time::SystemTime;
-use tokio::sync::mpsc;
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tracing::Instrument;
@@ -49,6 +47,7 @@ use crate::graphql::loaders::Loaders;
 use crate::graphql::shared_live::{OperationId, SocketFrames};
 use crate::graphql::socket::{SocketLimits, from_socket};
 use crate::graphql::subscription::SubscriptionBudget;
+use crate::live::fanout::Mailbox;
 
 /// Per-connection socket buffer, each way.
 const WS_BUFFER_BYTES: usize = 4 * 1024;
@@ -249,8 +248,10 @@ async fn serve(
     let app = state.app.clone();
     let sockets = state.sockets.clone();
     let acknowledged = heard.clone();
-    // Shared subscriptions (`graphql::shared_live`) hand their frames here, beside the schema's.
-    let (frames, shared_started) = SocketFrames::new(protocol == WebSocketProtocols::SubscriptionsTransportWS);
+    // Shared subscriptions (`graphql::shared_live`) leave their frames in this mailbox, written
+    // beside the schema's messages.
+    let frames = SocketFrames::new(protocol == WebSocketProtocols::SubscriptionsTransportWS);
+    let mailbox = frames.mailbox();
     // The token's expiry, once connection_init has verified it.
     let (expiry_tx, expiry) = watch::channel::<Option<SystemTime>>(None);
     let outgoing = GqlWebSocket::from_message_stream(state.schema.clone(), input, protocol)
@@ -291,7 +292,7 @@ async fn serve(
                 Message::Close(Some(CloseFrame { code, reason: close_reason(&reason).into() }))
             }
         });
-    let outgoing = outgoing_messages(Box::pin(outgoing), shared_started);
+    let outgoing = outgoing_messages(Box::pin(outgoing), mailbox);
     futures_util::pin_mut!(outgoing);
     let _open = OpenConnection::new();
     // Each wait is made once and polled on every turn of the loop: a socket delivering a frame
@@ -404,32 +405,20 @@ async fn serve(
 }
 
 /// The socket's outgoing messages: the schema's (acknowledgements, results, errors, completes,
-/// closes) and the frames of its shared subscriptions, taken in turn. Ends with the schema's.
+/// closes), then the frames its shared subscriptions left in `mailbox`. Ends with the schema's.
 ///
-/// A shared subscription's frames stop as soon as the schema drops its side (its `complete`),
-/// and are checked for that when polled, so no frame of it follows its `complete`.
+/// The schema's come first on every poll: a membership change is seen there (and holds the
+/// subscriptions it concerns back in the mailbox) before any shared frame is taken, and a
+/// subscription the schema completed has left the mailbox before its `complete` is written.
 fn outgoing_messages(
     mut schema_messages: impl futures_util::Stream<Item = Message> + Unpin,
-    mut started: mpsc::UnboundedReceiver<BoxStream<'static, String>>,
+    mailbox: Arc<Mailbox>,
 ) -> impl futures_util::Stream<Item = Message> {
-    let mut shared = SelectAll::new();
-    let mut shared_first = false;
     futures_util::stream::poll_fn(move |cx| {
-        while let Poll::Ready(Some(frames)) = started.poll_recv(cx) {
-            shared.push(frames);
-        }
-        // In turn, so neither side can starve the other.
-        shared_first = !shared_first;
-        if shared_first && let Poll::Ready(Some(frame)) = shared.poll_next_unpin(cx) {
-            return Poll::Ready(Some(Message::Text(frame.into())));
-        }
         if let Poll::Ready(message) = schema_messages.poll_next_unpin(cx) {
             return Poll::Ready(message);
         }
-        if !shared_first && let Poll::Ready(Some(frame)) = shared.poll_next_unpin(cx) {
-            return Poll::Ready(Some(Message::Text(frame.into())));
-        }
-        Poll::Pending
+        mailbox.poll_frame(cx).map(|frame| Some(Message::Text(frame.into())))
     })
 }
 

@@ -72,6 +72,9 @@ pub struct HubStats {
     pub counts_delivered: AtomicU64,
     /// Count updates superseded before a subscriber received them (coalesced).
     pub counts_coalesced: AtomicU64,
+    /// Payloads rendered by the shared fan-out groups (`fanout`): one per value and group,
+    /// whatever the number of its subscribers.
+    pub payloads_rendered: AtomicU64,
 }
 
 #[derive(Default)]
@@ -82,8 +85,8 @@ pub struct Hub {
     notifications: Mutex<NotificationChannels>,
     /// Per user: their read marks moved (`unreadCounts` of their own tabs only).
     read_marks: Mutex<HashMap<i64, broadcast::Sender<ReadMarksChange>>>,
-    /// Count payloads rendered once and shared by the subscribers of a shape.
-    pub payloads: super::payloads::Payloads,
+    /// The shared fan-out groups (`fanout`), by target and rendering.
+    pub(super) groups: Mutex<HashMap<super::fanout::GroupKey, Arc<super::fanout::Group>>>,
     pub stats: HubStats,
 }
 
@@ -104,6 +107,30 @@ impl Hub {
             .collect();
         self.opened();
         CountWatch { receivers, guard: HubGuard { hub: self.clone(), targets: targets.to_vec() } }
+    }
+
+    /// The latest count of one target, for a shared fan-out group: not a subscriber of its own
+    /// (`count_subscriber` counts those); the channel is forgotten once nothing watches it.
+    pub(crate) fn watch_target(self: &Arc<Self>, target: LikeTarget) -> TargetWatch {
+        let mut map = self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let receiver = map.entry(target).or_insert_with(|| watch::channel(VersionedCount::UNKNOWN).0).subscribe();
+        TargetWatch { receiver, hub: self.clone(), target }
+    }
+
+    /// Counts one open subscription (`subscriptions_open`) until the guard is dropped.
+    pub fn count_subscriber(self: &Arc<Self>) -> HubGuard {
+        self.opened();
+        HubGuard { hub: self.clone(), targets: Vec::new() }
+    }
+
+    /// Counts `delivered` count updates handed to subscribers and `coalesced` ones they never saw.
+    pub(crate) fn delivered(&self, delivered: u64, coalesced: u64) {
+        self.stats.counts_delivered.fetch_add(delivered, Ordering::Relaxed);
+        self.stats.counts_coalesced.fetch_add(coalesced, Ordering::Relaxed);
+        metrics::counter!(names::LIVE_UPDATES_DELIVERED).increment(delivered);
+        if coalesced > 0 {
+            metrics::counter!(names::LIVE_UPDATES_COALESCED).increment(coalesced);
+        }
     }
 
     pub fn watch_activity(self: &Arc<Self>, course_id: i64) -> (broadcast::Receiver<Activity>, HubGuard) {
@@ -199,17 +226,21 @@ impl Hub {
         }
     }
 
-    /// Forgets channels nobody listens to any more.
-    fn release(&self, targets: &[LikeTarget]) {
-        self.stats.subscriptions_open.fetch_sub(1, Ordering::Relaxed);
-        metrics::gauge!(names::LIVE_SUBSCRIPTIONS_OPEN).decrement(1.0);
+    /// Forgets the count channels of `targets` that nobody listens to any more.
+    fn release_targets(&self, targets: &[LikeTarget]) {
         let mut counts = self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for target in targets {
             if counts.get(target).is_some_and(|s| s.receiver_count() == 0) {
                 counts.remove(target);
             }
         }
-        drop(counts);
+    }
+
+    /// Forgets channels nobody listens to any more.
+    fn release(&self, targets: &[LikeTarget]) {
+        self.stats.subscriptions_open.fetch_sub(1, Ordering::Relaxed);
+        metrics::gauge!(names::LIVE_SUBSCRIPTIONS_OPEN).decrement(1.0);
+        self.release_targets(targets);
         let mut activity = self.activity.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         activity.retain(|_, sender| sender.receiver_count() > 0);
         drop(activity);
@@ -335,13 +366,23 @@ pub struct CountWatch {
 impl HubGuard {
     /// Counts one update delivered to this subscriber, and the `skipped` ones it never saw.
     pub fn delivered(&self, skipped: u64) {
-        let stats = &self.hub.stats;
-        stats.counts_delivered.fetch_add(1, Ordering::Relaxed);
-        stats.counts_coalesced.fetch_add(skipped, Ordering::Relaxed);
-        metrics::counter!(names::LIVE_UPDATES_DELIVERED).increment(1);
-        if skipped > 0 {
-            metrics::counter!(names::LIVE_UPDATES_COALESCED).increment(skipped);
-        }
+        self.hub.delivered(1, skipped);
+    }
+}
+
+/// A shared fan-out group's view of one target's count (`watch_target`); the channel is
+/// forgotten when this is dropped and nothing else watches it.
+pub(crate) struct TargetWatch {
+    pub receiver: watch::Receiver<VersionedCount>,
+    hub: Arc<Hub>,
+    target: LikeTarget,
+}
+
+impl Drop for TargetWatch {
+    fn drop(&mut self) {
+        // This receiver first, so that it is not counted as a watcher.
+        self.receiver = watch::channel(VersionedCount::UNKNOWN).1;
+        self.hub.release_targets(&[self.target]);
     }
 }
 

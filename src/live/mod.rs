@@ -5,8 +5,8 @@
 //! published before its transaction committed, so a subscriber never sees a number that
 //! could still roll back.
 
+pub(crate) mod fanout;
 pub(crate) mod hub;
-pub(crate) mod payloads;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -30,7 +30,7 @@ async fn app_in(mode: LikeMode) -> TestApp {
 }
 
 fn rendered(app: &TestApp) -> u64 {
-    app.state.live.payloads.rendered.load(Ordering::SeqCst)
+    app.state.live.stats.payloads_rendered.load(Ordering::SeqCst)
 }
 
 /// Waits until this instance holds `open` live subscriptions (so an update cannot race them).
