@@ -307,7 +307,7 @@ async fn subscriber(
     token: String,
     post: String,
     ready: tokio::sync::mpsc::Sender<()>,
-    mut final_count: watch::Receiver<i64>,
+    final_count: watch::Receiver<i64>,
     permit: tokio::sync::OwnedSemaphorePermit,
     slow: bool,
 ) -> AppResult<Seen> {
@@ -320,7 +320,11 @@ async fn subscriber(
     // Made once, reset when the final count is known: the 15,000 readers must not register
     // a timer per frame they read (the load generator shares the server's two cores).
     let deadline = tokio::time::sleep(Duration::from_secs(600));
-    tokio::pin!(deadline);
+    // Also made once: a `changed()` made per frame would register each of the 15,000 readers
+    // again on the one channel they share, for every frame.
+    let mut final_watch = final_count.clone();
+    let final_announced = async move { final_watch.changed().await };
+    tokio::pin!(deadline, final_announced);
     let mut final_known = false;
     loop {
         if updates.last().is_some_and(|u| u.count >= *final_count.borrow()) {
@@ -370,7 +374,7 @@ async fn subscriber(
                 let latency_ms = (received - committed.to_utc()).num_microseconds().unwrap_or(0) as f64 / 1000.0;
                 updates.push(Update { count, latency_ms });
             }
-            changed = final_count.changed(), if !final_known => {
+            changed = &mut final_announced, if !final_known => {
                 if changed.is_err() { break }
                 final_known = true;
                 deadline.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs(10));

@@ -12,22 +12,19 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
-use tokio::sync::Notify;
 
 use super::hub::{Hub, TargetWatch, VersionedCount};
+use super::{Group, GroupKey};
 use crate::like_event::LikeTarget;
 use crate::telemetry::names;
 
 /// Renders the payload of a value for a group (the same bytes for every member).
 pub(crate) type Render = Arc<dyn Fn(&VersionedCount) -> String + Send + Sync>;
-
-/// A group's place in the hub: the target, and the caller's key of the rendering.
-pub(crate) type GroupKey = (LikeTarget, Arc<str>);
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -131,15 +128,6 @@ impl Mailbox {
         }
         Poll::Pending
     }
-}
-
-/// The members of one group, by their key in the group.
-#[derive(Default)]
-pub(crate) struct Group {
-    members: Mutex<HashMap<u64, (Weak<Mailbox>, u64)>>,
-    next_member: AtomicU64,
-    /// Told when the last member leaves.
-    emptied: Notify,
 }
 
 impl Group {

@@ -86,7 +86,7 @@ pub struct Hub {
     /// Per user: their read marks moved (`unreadCounts` of their own tabs only).
     read_marks: Mutex<HashMap<i64, broadcast::Sender<ReadMarksChange>>>,
     /// The shared fan-out groups (`fanout`), by target and rendering.
-    pub(super) groups: Mutex<HashMap<super::fanout::GroupKey, Arc<super::fanout::Group>>>,
+    pub(super) groups: Mutex<HashMap<super::GroupKey, Arc<super::Group>>>,
     pub stats: HubStats,
 }
 

@@ -8,6 +8,7 @@
 pub(crate) mod fanout;
 pub(crate) mod hub;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -56,6 +57,20 @@ pub(crate) async fn committed_counts(db: &impl ConnectionTrait, targets: &[LikeT
             version: r.like_version,
         })
         .collect())
+}
+
+/// A shared fan-out group's place in the hub: the target, and the caller's key of the
+/// rendering (`fanout`).
+pub(crate) type GroupKey = (LikeTarget, Arc<str>);
+
+/// The members of one shared fan-out group (`fanout`), by their key in the group: each a
+/// socket's mailbox and the subscription's key in it.
+#[derive(Default)]
+pub(crate) struct Group {
+    members: std::sync::Mutex<HashMap<u64, (std::sync::Weak<fanout::Mailbox>, u64)>>,
+    next_member: AtomicU64,
+    /// Told when the last member leaves.
+    emptied: tokio::sync::Notify,
 }
 
 /// Microseconds since the Unix epoch (the wall clock every instance shares, give or take NTP).
