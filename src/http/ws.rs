@@ -31,6 +31,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::task::AtomicWaker;
 use futures_util::{FutureExt, SinkExt, StreamExt, future};
 use std::str::FromStr;
 use std::task::Poll;
@@ -407,19 +408,44 @@ async fn serve(
 /// The socket's outgoing messages: the schema's (acknowledgements, results, errors, completes,
 /// closes), then the frames its shared subscriptions left in `mailbox`. Ends with the schema's.
 ///
-/// The schema's come first on every poll: a membership change is seen there (and holds the
-/// subscriptions it concerns back in the mailbox) before any shared frame is taken, and a
-/// subscription the schema completed has left the mailbox before its `complete` is written.
+/// The schema's come first whenever they may have changed: a membership change is seen there
+/// (and holds the subscriptions it concerns back in the mailbox) before any shared frame is
+/// taken, and a subscription the schema completed has left the mailbox before its `complete` is
+/// written. They are polled only when something of theirs woke the socket (`SchemaWake`): a
+/// frame from the mailbox does not poll the schema's socket reader and every subscription's
+/// stream again.
 fn outgoing_messages(
     mut schema_messages: impl futures_util::Stream<Item = Message> + Unpin,
     mailbox: Arc<Mailbox>,
 ) -> impl futures_util::Stream<Item = Message> {
+    let schema_wake = Arc::new(SchemaWake { woken: AtomicBool::new(true), task: AtomicWaker::new() });
+    let schema_waker = futures_util::task::waker(schema_wake.clone());
     futures_util::stream::poll_fn(move |cx| {
-        if let Poll::Ready(message) = schema_messages.poll_next_unpin(cx) {
-            return Poll::Ready(message);
+        schema_wake.task.register(cx.waker());
+        if schema_wake.woken.swap(false, Ordering::SeqCst) {
+            let mut schema_cx = std::task::Context::from_waker(&schema_waker);
+            if let Poll::Ready(message) = schema_messages.poll_next_unpin(&mut schema_cx) {
+                // It may have more ready: poll it again next time.
+                schema_wake.woken.store(true, Ordering::SeqCst);
+                return Poll::Ready(message);
+            }
         }
         mailbox.poll_frame(cx).map(|frame| Some(Message::Text(frame.into())))
     })
+}
+
+/// Whether the schema's side of a socket woke it since it was last polled, and the socket's
+/// task to wake.
+struct SchemaWake {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl futures_util::task::ArcWake for SchemaWake {
+    fn wake_by_ref(this: &Arc<Self>) {
+        this.woken.store(true, Ordering::SeqCst);
+        this.task.wake();
+    }
 }
 
 /// The per-connection rates (None: no limit).
