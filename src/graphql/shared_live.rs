@@ -43,8 +43,10 @@ use crate::live::fanout::{GroupMembership, Mailbox, Render};
 use crate::live::hub::{Hub, HubGuard, VersionedCount};
 use crate::membership::MembershipWatch;
 
-/// Deepest nesting of inline fragments and spreads a shared selection may have (a cycle of
-/// spreads, refused later by validation, must not recurse here first).
+/// Deepest nesting of inline fragments and spreads a shared selection may have. The walk runs
+/// after `document_limits` measured the document (its selections with every spread expanded,
+/// and no fragment spreading itself), so its work is bounded by that budget; this bound keeps
+/// it short whatever the budget.
 const MAX_FRAGMENT_DEPTH: usize = 8;
 
 /// The operation a request runs: the one it names, or the document's only one. None when the

@@ -200,15 +200,15 @@ impl Hub {
         if !lock(&group.members).is_empty() {
             return false;
         }
-        if groups.get(key).is_some_and(|indexed| Arc::ptr_eq(indexed, group)) {
-            groups.remove(key);
-        }
+        forget(&mut groups, key, group);
         true
     }
+}
 
-    /// Groups running now.
-    pub fn groups(&self) -> usize {
-        lock(&self.groups).len()
+/// Removes `group` from the index when it is the one indexed under `key`.
+fn forget(groups: &mut HashMap<GroupKey, Arc<Group>>, key: &GroupKey, group: &Arc<Group>) {
+    if groups.get(key).is_some_and(|indexed| Arc::ptr_eq(indexed, group)) {
+        groups.remove(key);
     }
 }
 
@@ -230,10 +230,7 @@ async fn run_group(
             changed = receiver.changed() => {
                 if changed.is_err() {
                     // The hub dropped the target (never while it is watched): nothing more comes.
-                    let mut groups = lock(&hub.groups);
-                    if groups.get(&key).is_some_and(|indexed| Arc::ptr_eq(indexed, &group)) {
-                        groups.remove(&key);
-                    }
+                    forget(&mut lock(&hub.groups), &key, &group);
                     return;
                 }
             }

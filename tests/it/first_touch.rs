@@ -40,6 +40,28 @@ async fn liked_by_me(app: &TestApp, user: i64, post: i64) -> bool {
     app.gql_ok(Some(&app.token(user)), LIKED, json!({ "p": gid("Post", post) })).await["post"]["likedByMe"] == true
 }
 
+/// How many times this instance has read liked rows (the gate's passes).
+fn rows_read(app: &TestApp) -> u64 {
+    app.state.likes.liked_sets().rows_read.reached()
+}
+
+/// Sends `user`'s like of `post` alone and waits until it has read its liked rows, held there
+/// until the returned guard is dropped; with the like's answer to come, and the count of reads
+/// before it.
+async fn like_held_after_reading_rows(
+    app: &TestApp,
+    user: i64,
+    post: i64,
+) -> (tokio::sync::OwnedRwLockWriteGuard<()>, tokio::task::JoinHandle<Json>, u64) {
+    let base = rows_read(app);
+    let held = app.state.likes.liked_sets().rows_read.hold().await;
+    let like = tokio::spawn(send_alone(app.url("/graphql"), app.token(user), LIKE, json!({ "p": gid("Post", post) })));
+    while rows_read(app) <= base {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (held, like, base)
+}
+
 /// Buffered: the memberships and the liked rows in ONE statement, and ONE Redis command: the
 /// toggle script, which loads the rows and likes. Before: two statements (memberships; the rows
 /// after the toggle answered "not loaded") and two toggle calls.
@@ -161,19 +183,13 @@ async fn a_first_like_whose_rows_predate_an_apply_reads_them_again() {
         .await
         .expect("unlink");
 
-    let gate = app.state.likes.liked_sets().rows_read.clone();
-    let base = gate.reached();
-    let held = gate.hold().await;
-    let like = tokio::spawn(send_alone(app.url("/graphql"), app.token(carol), LIKE, json!({ "p": gid("Post", post) })));
-    while gate.reached() <= base {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let (held, like, base) = like_held_after_reading_rows(&app, carol, post).await;
     // The rows are read (without `other`); the apply now commits and retires its record.
     worker.drain().await.expect("drain");
     drop(held);
     let response: Json = like.await.expect("like task");
     assert!(response.get("errors").is_none(), "{response}");
-    assert!(gate.reached() >= base + 2, "the toggle read the rows again");
+    assert!(rows_read(&app) >= base + 2, "the toggle read the rows again");
     assert!(liked_by_me(&app, carol, other).await, "the set has the applied like");
     assert!(liked_by_me(&app, carol, post).await);
 }
@@ -225,18 +241,12 @@ async fn a_first_like_whose_rows_predate_a_sync_write_reads_them_again() {
     let sync_peer = app.spawn_peer(|s| s.like_mode = LikeMode::Sync).await;
     let other = app.create_post_as(world.alice, world.course, "other").await;
 
-    let gate = app.state.likes.liked_sets().rows_read.clone();
-    let base = gate.reached();
-    let held = gate.hold().await;
-    let like = tokio::spawn(send_alone(app.url("/graphql"), app.token(carol), LIKE, json!({ "p": gid("Post", post) })));
-    while gate.reached() <= base {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let (held, like, base) = like_held_after_reading_rows(&app, carol, post).await;
     let written = app.gql_at(sync_peer.addr, Some(&app.token(carol)), LIKE, json!({ "p": gid("Post", other) })).await;
     assert!(written.get("errors").is_none(), "{written}");
     drop(held);
     let response: Json = like.await.expect("like task");
     assert!(response.get("errors").is_none(), "{response}");
-    assert!(gate.reached() >= base + 2, "the toggle read the rows again");
+    assert!(rows_read(&app) >= base + 2, "the toggle read the rows again");
     assert!(liked_by_me(&app, carol, other).await, "the set has the like written in sync mode");
 }
