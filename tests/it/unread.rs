@@ -276,6 +276,9 @@ async fn the_unread_filter_pages_in_every_order() {
 }
 
 async fn subscribed(app: &TestApp, user: i64, course: i64) -> GqlSocket {
+    // What was written before has reached this instance's hub: its late echo cannot pass for
+    // an update of the new subscription.
+    app.own_echoes_heard().await;
     let mut socket = GqlSocket::connect(app.addr, Some(&app.token(user))).await.expect("connect");
     socket.subscribe("u", UNREAD_COUNTS, json!({ "c": gid("Course", course) })).await;
     socket
