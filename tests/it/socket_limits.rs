@@ -365,6 +365,8 @@ async fn each_subscription_event_runs_under_a_statement_budget_of_its_own() {
     let app = TestApp::spawn_with(|s| s.subscription_event_statement_budget = 2).await;
     let world = World::create(&app).await;
     let posts = threads(&app, &world, 1).await;
+    // The thread's own events must not reach the subscriptions opened next.
+    app.own_echoes_heard().await;
     let course = json!({ "c": gid("Course", world.course) });
     let mut socket = GqlSocket::connect(app.addr, Some(&app.token(world.alice))).await.expect("connected");
     // Cost about 140: under SUBSCRIPTION_MAX_COST, yet a handful of statements per event.
