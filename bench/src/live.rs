@@ -36,9 +36,10 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::{Message, WebSocketConfig};
 
 use crate::fixture::Fixture;
+use crate::flood::{Flood, FloodHeld, FloodOpened};
 use crate::load::{self, Request};
 use crate::percentile;
-use crate::server::{Server, internal, load_average};
+use crate::server::{Server, cpu_seconds_of, internal, load_average};
 use crate::storm::{LIKE_POST, tokens};
 
 const LIKE_COUNTS: &str = "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount likeCountCommittedAt } }";
@@ -64,9 +65,31 @@ pub struct LiveConfig {
     pub open_rate: u32,
     /// The share of the subscribers (0 to 1) that read 1 frame per second.
     pub slow_share: f64,
+    /// Websocket attempts from a second process once the subscribers are in, held through
+    /// the storm (`flood`; 0: none).
+    pub flood: usize,
     /// Longest the storm may send likes.
     pub time_cap: Duration,
 }
+
+/// What `--flood` found: how the attempts ended, and the server while it sat at its cap.
+#[derive(Debug, Serialize)]
+pub struct FloodReport {
+    pub opened: FloodOpened,
+    pub held: FloodHeld,
+    /// The server's CPU (percent of one core) over `AT_CAP_WINDOW` with the flood held and
+    /// nothing else going on: what a full server spends on refusing and accepting (an
+    /// accept-error spin would show here).
+    pub server_cpu_at_cap_percent: f64,
+    /// `/metrics` at that point: websockets refused for descriptors, and the descriptor gauges.
+    pub refused_for_descriptors: f64,
+    pub open_fds: f64,
+    pub max_fds: f64,
+    pub reserved_fds: f64,
+}
+
+/// How long the server's CPU is measured while it holds its cap.
+const AT_CAP_WINDOW: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Serialize)]
 pub struct LiveResult {
@@ -108,6 +131,8 @@ pub struct LiveResult {
     pub rss_peak_mib: u64,
     pub rss_end_mib: u64,
     pub load_before: f64,
+    /// With `--flood`: the attempts past the cap and the server meanwhile.
+    pub flood: Option<FloodReport>,
 }
 
 /// Subscribers on `post_id` during a storm of `likes` likes by users 2..=likes+1.
@@ -125,7 +150,7 @@ fn is_slow(n: usize, share: f64) -> bool {
 }
 
 async fn measure(fixture: &Fixture, server: &Server, post_id: i64, config: &LiveConfig) -> AppResult<LiveResult> {
-    let LiveConfig { subscribers, likes, connections, open_rate, slow_share, time_cap } = *config;
+    let LiveConfig { subscribers, likes, connections, open_rate, slow_share, flood, time_cap } = *config;
     let slow_share = slow_share.clamp(0.0, 1.0);
     let post = encode(NodeKind::Post, post_id).to_string();
     let rss_idle = rss_kib(server.pid);
@@ -153,6 +178,10 @@ async fn measure(fixture: &Fixture, server: &Server, post_id: i64, config: &Live
     // Let the last subscriptions finish their access checks before the storm starts.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_subscribed = rss_kib(server.pid);
+    let flooding = match flood {
+        0 => None,
+        attempts => Some(start_flood(server, &like_tokens[0], attempts, open_rate).await?),
+    };
     // The RSS from here until every subscriber is done: bounded, or growing with the slow ones'
     // queues.
     let rss_peak = Arc::new(AtomicU64::new(rss_subscribed));
@@ -201,6 +230,10 @@ async fn measure(fixture: &Fixture, server: &Server, post_id: i64, config: &Live
     }
     sampling.store(false, Ordering::Relaxed);
     let _ = sampler.await;
+    let flood = match flooding {
+        Some((flood, at_cap)) => Some(FloodReport { held: flood.finish().await?, ..at_cap }),
+        None => None,
+    };
     fast.latencies.sort_by(f64::total_cmp);
     slow.latencies.sort_by(f64::total_cmp);
     messages.sort_by(f64::total_cmp);
@@ -231,7 +264,34 @@ async fn measure(fixture: &Fixture, server: &Server, post_id: i64, config: &Live
         rss_peak_mib: rss_peak / 1024,
         rss_end_mib: rss_last.load(Ordering::Relaxed) / 1024,
         load_before,
+        flood,
     })
+}
+
+/// Starts the flood, waits until its attempts settled, then measures the server holding its
+/// cap with nothing else going on.
+async fn start_flood(
+    server: &Server,
+    token: &str,
+    attempts: usize,
+    open_rate: u32,
+) -> AppResult<(Flood, FloodReport)> {
+    let (flood, opened) = Flood::start(&server.ws_url(), token, attempts, open_rate).await?;
+    let before = cpu_seconds_of(server.pid);
+    tokio::time::sleep(AT_CAP_WINDOW).await;
+    let cpu = cpu_seconds_of(server.pid) - before;
+    let metrics = server.metrics().await?;
+    let get = |name: &str| metrics.get(name).copied().unwrap_or(f64::NAN);
+    let report = FloodReport {
+        opened,
+        held: FloodHeld::default(),
+        server_cpu_at_cap_percent: 100.0 * cpu / AT_CAP_WINDOW.as_secs_f64(),
+        refused_for_descriptors: get("websocket_refusals_total{reason=\"descriptors\"}"),
+        open_fds: get("process_open_fds"),
+        max_fds: get("process_max_fds"),
+        reserved_fds: get("process_reserved_fds"),
+    };
+    Ok((flood, report))
 }
 
 /// What one class of subscribers (fast or slow) saw.

@@ -16,6 +16,9 @@
 //!   server's memory per subscriber and its RSS peak.
 //!   - `--slow-share F` (0): that share of the subscribers read 1 frame/s (small receive
 //!     buffer); the fast and slow ones' latency, final count and server closes apart.
+//!   - `--flood N` (0): N more websocket attempts from a second process once the subscribers
+//!     are in, held through the storm: how many were accepted and refused (503 past the
+//!     descriptor cap), the server's CPU while full, the subscribers' latency meanwhile.
 //! - `worker-apply`: likes/s ONE worker applies to PostgreSQL at batch sizes 500 and 5,000.
 //! - `views`: start + complete a post view per user; rate and the aggregator's flush lag.
 //! - `worst`: the most expensive query the cost limit accepts, on a full course: its SQL
@@ -46,6 +49,7 @@ mod announce;
 mod ceiling;
 mod feed;
 mod fixture;
+mod flood;
 mod hostile;
 mod live;
 mod load;
@@ -212,6 +216,25 @@ enum Scenario {
         /// 4 KiB receive buffer. Their latency, final count and closes are reported apart.
         #[arg(long, default_value_t = 0.0, value_parser = parse_share)]
         slow_share: f64,
+        /// Once the subscribers are in, this many more websocket attempts from a second
+        /// process, held through the storm: past the server's descriptor cap they are refused
+        /// with 503. Reports how each attempt ended, the server's CPU while it sits at its cap,
+        /// and the subscribers' latency with the server full.
+        #[arg(long, default_value_t = 0)]
+        flood: usize,
+    },
+    /// The second process of `live --flood` (not for direct use): `connections` websocket
+    /// attempts on `url`, inited with the token in BENCH_FLOOD_TOKEN, held until stdin closes.
+    #[command(hide = true)]
+    Flood {
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        connections: usize,
+        #[arg(long, default_value_t = 1_000)]
+        open_rate: u32,
+        #[arg(long, env = "BENCH_FLOOD_TOKEN")]
+        token: String,
     },
     /// Post views: start and complete, then the aggregator's flush.
     Views {
@@ -297,16 +320,20 @@ async fn main() -> std::process::ExitCode {
             worker_apply::print(&results);
             true
         }),
-        Scenario::Live { subscribers, likes, concurrency, open_rate, slow_share } => {
+        Scenario::Live { subscribers, likes, concurrency, open_rate, slow_share, flood } => {
             let config = live::LiveConfig {
                 subscribers: *subscribers,
                 likes: *likes,
                 connections: *concurrency,
                 open_rate: *open_rate,
                 slow_share: *slow_share,
+                flood: *flood,
                 time_cap: secs(120),
             };
             show(live::run(&cli, &config).await)
+        }
+        Scenario::Flood { url, connections, open_rate, token } => {
+            flood::run_child(url, token, *connections, *open_rate).await.map(|()| true)
         }
         Scenario::Views { viewers, connections } => show(views::run(&cli, *viewers, *connections).await),
         Scenario::Worst { runs } => worst::run(&cli, *runs).await.map(|result| {

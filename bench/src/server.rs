@@ -161,8 +161,8 @@ impl Server {
         Err(AppError::Internal("the server did not become healthy within 10 s".into()))
     }
 
-    /// The app's own counters, from `GET /metrics`.
-    pub async fn counters(&self) -> AppResult<Counters> {
+    /// Every sample of `GET /metrics`, by its name with labels.
+    pub async fn metrics(&self) -> AppResult<HashMap<String, f64>> {
         let text = self
             .http
             .get(format!("{}/metrics", self.base))
@@ -180,6 +180,12 @@ impl Server {
                 samples.insert(name.to_owned(), value);
             }
         }
+        Ok(samples)
+    }
+
+    /// The app's own counters, from `GET /metrics`.
+    pub async fn counters(&self) -> AppResult<Counters> {
+        let samples = self.metrics().await?;
         let get = |name: &str| samples.get(name).copied().unwrap_or(0.0);
         Ok(Counters {
             redis_api: get("redis_commands_total{role=\"api\"}"),

@@ -179,6 +179,7 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
             connections: config.connections,
             open_rate: 500,
             slow_share: 0.0,
+            flood: 0,
             time_cap: Duration::from_secs(120),
         };
         let live = live::run_on(cli, &fixture, live_post, &live_config).await?;
@@ -199,6 +200,7 @@ pub async fn run(cli: &Cli, config: &SuiteConfig) -> AppResult<bool> {
                     connections: config.connections,
                     open_rate: config.hot_open_rate,
                     slow_share: config.hot_slow_share,
+                    flood: 0,
                     time_cap: cap,
                 };
                 Some(live::run_on(cli, &fixture, hot_post, &hot_config).await?)
