@@ -270,12 +270,7 @@ async fn measure(fixture: &Fixture, server: &Server, post_id: i64, config: &Live
 
 /// Starts the flood, waits until its attempts settled, then measures the server holding its
 /// cap with nothing else going on.
-async fn start_flood(
-    server: &Server,
-    token: &str,
-    attempts: usize,
-    open_rate: u32,
-) -> AppResult<(Flood, FloodReport)> {
+async fn start_flood(server: &Server, token: &str, attempts: usize, open_rate: u32) -> AppResult<(Flood, FloodReport)> {
     let (flood, opened) = Flood::start(&server.ws_url(), token, attempts, open_rate).await?;
     let before = cpu_seconds_of(server.pid);
     tokio::time::sleep(AT_CAP_WINDOW).await;
