@@ -1,11 +1,12 @@
-//! DataLoaders, created per request (their caches must not outlive it; a websocket
-//! connection's are `uncached`): authors, courses and the viewer's "liked" flags each cost one
-//! query per request tick, not one per row; post views one pipelined Redis round trip. A page of posts or comments asks for every "liked"
-//! flag it will show up front (`prime_liked`), so a page costs one Redis command for them
-//! however its resolvers happen to be scheduled.
+//! DataLoaders, per request and each made on first use (their caches must not outlive the
+//! request; a websocket connection's are `uncached`): authors, courses and the viewer's
+//! "liked" flags each cost one query per request tick, not one per row; post views one
+//! pipelined Redis round trip. A page of posts or comments asks for every "liked" flag it will
+//! show up front (`prime_liked`), so a page costs one Redis command for them however its
+//! resolvers happen to be scheduled.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_graphql::Context;
@@ -277,26 +278,45 @@ impl Loader<UnreadKey> for UnreadLoader {
 /// How a DataLoader starts a batch task.
 type Spawner = Box<dyn Fn(BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()> + Send + Sync>;
 
-/// The loaders of one request.
+/// The loaders of one request, each made on first use: a request reads through a few of
+/// them (`{ __typename }` through none), and making all thirteen up front cost every request
+/// their allocations and handles.
 pub(crate) struct Loaders {
-    pub users: DataLoader<UserLoader>,
-    pub courses: DataLoader<CourseLoader>,
-    /// Present only for an authenticated viewer. Cached for the request: a page primes it
+    users: OnceLock<DataLoader<UserLoader>>,
+    courses: OnceLock<DataLoader<CourseLoader>>,
+    /// Only for an authenticated viewer. Cached for the request: a page primes it
     /// (`prime_liked`), and a like or unlike records its outcome in it (`record_liked`).
-    pub liked: Option<DataLoader<LikedLoader, HashMapCache>>,
-    pub views: DataLoader<ViewLoader>,
-    pub member_counts: DataLoader<MemberCountLoader>,
-    pub comments: DataLoader<CommentLoader>,
-    pub thread_pages: DataLoader<ThreadPageLoader>,
-    pub course_pages: DataLoader<CoursePageLoader>,
-    pub posts: DataLoader<PostLoader>,
-    pub post_tags: DataLoader<PostTagsLoader>,
-    pub answered: DataLoader<AnsweredLoader>,
-    /// Present only for an authenticated viewer; never cached (a read mark changes it within
-    /// a request).
-    pub unread: Option<DataLoader<UnreadLoader>>,
+    liked: OnceLock<DataLoader<LikedLoader, HashMapCache>>,
+    views: OnceLock<DataLoader<ViewLoader>>,
+    member_counts: OnceLock<DataLoader<MemberCountLoader>>,
+    comments: OnceLock<DataLoader<CommentLoader>>,
+    thread_pages: OnceLock<DataLoader<ThreadPageLoader>>,
+    course_pages: OnceLock<DataLoader<CoursePageLoader>>,
+    posts: OnceLock<DataLoader<PostLoader>>,
+    post_tags: OnceLock<DataLoader<PostTagsLoader>>,
+    answered: OnceLock<DataLoader<AnsweredLoader>>,
+    /// Only for an authenticated viewer; never cached (a read mark changes it within a
+    /// request).
+    unread: OnceLock<DataLoader<UnreadLoader>>,
+    /// What the loaders are made of.
+    sources: Sources,
+    viewer: Option<i64>,
+    /// Charged with the batches' statements, when given.
+    budget: Option<Arc<StatementBudget>>,
+    /// Each batch starts only once the request is parked, when given.
+    gate: Option<Arc<BatchGate>>,
     /// False for loaders that outlive a request (a websocket connection's): nothing is cached.
     liked_cached: bool,
+}
+
+/// The handles the loaders read through, cloned once per request.
+struct Sources {
+    db: DatabaseConnection,
+    users: UserRows,
+    likes: Likes,
+    views: Views,
+    course_pages: CoursePages,
+    post_cache: PostCache,
 }
 
 impl Loaders {
@@ -309,46 +329,30 @@ impl Loaders {
         budget: Option<&Arc<StatementBudget>>,
         gate: Option<&Arc<BatchGate>>,
     ) -> Self {
-        let (db, likes) = (&app.db, &app.likes);
-        let (budget, gate) = (budget.cloned(), gate.cloned());
-        let spawner = || -> Spawner {
-            let (budget, gate) = (budget.clone(), gate.clone());
-            Box::new(move |batch| {
-                let batch = match &gate {
-                    Some(gate) => gate.hold(batch),
-                    None => batch,
-                };
-                match &budget {
-                    Some(budget) => budget.spawn(batch),
-                    None => tokio::spawn(batch),
-                }
-            })
-        };
-        // The gate waits out the batching window itself: the loader's own delay would add a
-        // second wait after the request parked.
-        let delay = if gate.is_some() { Duration::ZERO } else { BATCH_WINDOW };
         Self {
-            users: DataLoader::new(UserLoader(db.clone(), app.users.clone()), spawner()).delay(delay),
-            courses: DataLoader::new(CourseLoader(db.clone()), spawner()).delay(delay),
-            liked: viewer.map(|user_id| {
-                DataLoader::with_cache(
-                    LikedLoader { likes: likes.clone(), user_id },
-                    spawner(),
-                    HashMapCache::default(),
-                )
-                .delay(delay)
-            }),
-            views: DataLoader::new(ViewLoader(app.views.clone()), spawner()).delay(delay),
-            member_counts: DataLoader::new(MemberCountLoader(db.clone()), spawner()).delay(delay),
-            comments: DataLoader::new(CommentLoader(db.clone()), spawner()).delay(delay),
-            thread_pages: DataLoader::new(ThreadPageLoader(db.clone()), spawner()).delay(delay),
-            course_pages: DataLoader::new(CoursePageLoader(db.clone(), app.course_pages.clone()), spawner())
-                .delay(delay),
-            posts: DataLoader::new(PostLoader(app.post_cache.clone()), spawner()).delay(delay),
-            post_tags: DataLoader::new(PostTagsLoader(db.clone()), spawner()).delay(delay),
-            answered: DataLoader::new(AnsweredLoader(db.clone()), spawner()).delay(delay),
-            unread: viewer
-                .map(|user_id| DataLoader::new(UnreadLoader { db: db.clone(), user_id }, spawner()).delay(delay)),
+            users: OnceLock::new(),
+            courses: OnceLock::new(),
+            liked: OnceLock::new(),
+            views: OnceLock::new(),
+            member_counts: OnceLock::new(),
+            comments: OnceLock::new(),
+            thread_pages: OnceLock::new(),
+            course_pages: OnceLock::new(),
+            posts: OnceLock::new(),
+            post_tags: OnceLock::new(),
+            answered: OnceLock::new(),
+            unread: OnceLock::new(),
+            sources: Sources {
+                db: app.db.clone(),
+                users: app.users.clone(),
+                likes: app.likes.clone(),
+                views: app.views.clone(),
+                course_pages: app.course_pages.clone(),
+                post_cache: app.post_cache.clone(),
+            },
+            viewer,
+            budget: budget.cloned(),
+            gate: gate.cloned(),
             liked_cached: true,
         }
     }
@@ -356,11 +360,94 @@ impl Loaders {
     /// Loaders for a websocket connection, which serves many operations over a long time: a
     /// cached "liked" flag would outlive the likes that change it, so nothing is cached.
     pub(crate) fn uncached(mut self) -> Self {
-        if let Some(liked) = &self.liked {
-            liked.enable_all_cache(false);
-        }
         self.liked_cached = false;
         self
+    }
+
+    /// How a loader of this request starts a batch: behind the gate, charged to the budget.
+    fn spawner(&self) -> Spawner {
+        let (budget, gate) = (self.budget.clone(), self.gate.clone());
+        Box::new(move |batch| {
+            let batch = match &gate {
+                Some(gate) => gate.hold(batch),
+                None => batch,
+            };
+            match &budget {
+                Some(budget) => budget.spawn(batch),
+                None => tokio::spawn(batch),
+            }
+        })
+    }
+
+    /// The loaders' batching delay: the gate waits out the batching window itself, so the
+    /// loader's own delay would add a second wait after the request parked.
+    fn delay(&self) -> Duration {
+        if self.gate.is_some() { Duration::ZERO } else { BATCH_WINDOW }
+    }
+
+    fn made<T: Send + Sync + 'static>(&self, loader: T) -> DataLoader<T> {
+        DataLoader::new(loader, self.spawner()).delay(self.delay())
+    }
+
+    pub(crate) fn users(&self) -> &DataLoader<UserLoader> {
+        let Sources { db, users, .. } = &self.sources;
+        self.users.get_or_init(|| self.made(UserLoader(db.clone(), users.clone())))
+    }
+
+    pub(crate) fn courses(&self) -> &DataLoader<CourseLoader> {
+        self.courses.get_or_init(|| self.made(CourseLoader(self.sources.db.clone())))
+    }
+
+    /// The viewer's "liked" flags; None for an anonymous viewer.
+    pub(crate) fn liked(&self) -> Option<&DataLoader<LikedLoader, HashMapCache>> {
+        let user_id = self.viewer?;
+        Some(self.liked.get_or_init(|| {
+            let loader = LikedLoader { likes: self.sources.likes.clone(), user_id };
+            let loader = DataLoader::with_cache(loader, self.spawner(), HashMapCache::default()).delay(self.delay());
+            if !self.liked_cached {
+                loader.enable_all_cache(false);
+            }
+            loader
+        }))
+    }
+
+    pub(crate) fn views(&self) -> &DataLoader<ViewLoader> {
+        self.views.get_or_init(|| self.made(ViewLoader(self.sources.views.clone())))
+    }
+
+    pub(crate) fn member_counts(&self) -> &DataLoader<MemberCountLoader> {
+        self.member_counts.get_or_init(|| self.made(MemberCountLoader(self.sources.db.clone())))
+    }
+
+    pub(crate) fn comments(&self) -> &DataLoader<CommentLoader> {
+        self.comments.get_or_init(|| self.made(CommentLoader(self.sources.db.clone())))
+    }
+
+    pub(crate) fn thread_pages(&self) -> &DataLoader<ThreadPageLoader> {
+        self.thread_pages.get_or_init(|| self.made(ThreadPageLoader(self.sources.db.clone())))
+    }
+
+    pub(crate) fn course_pages(&self) -> &DataLoader<CoursePageLoader> {
+        let Sources { db, course_pages, .. } = &self.sources;
+        self.course_pages.get_or_init(|| self.made(CoursePageLoader(db.clone(), course_pages.clone())))
+    }
+
+    pub(crate) fn posts(&self) -> &DataLoader<PostLoader> {
+        self.posts.get_or_init(|| self.made(PostLoader(self.sources.post_cache.clone())))
+    }
+
+    pub(crate) fn post_tags(&self) -> &DataLoader<PostTagsLoader> {
+        self.post_tags.get_or_init(|| self.made(PostTagsLoader(self.sources.db.clone())))
+    }
+
+    pub(crate) fn answered(&self) -> &DataLoader<AnsweredLoader> {
+        self.answered.get_or_init(|| self.made(AnsweredLoader(self.sources.db.clone())))
+    }
+
+    /// The viewer's unread state; None for an anonymous viewer.
+    pub(crate) fn unread(&self) -> Option<&DataLoader<UnreadLoader>> {
+        let user_id = self.viewer?;
+        Some(self.unread.get_or_init(|| self.made(UnreadLoader { db: self.sources.db.clone(), user_id })))
     }
 }
 
@@ -371,7 +458,7 @@ pub(crate) fn loaders<'a>(ctx: &Context<'a>) -> AppResult<&'a Loaders> {
 /// Loads one user; a missing row is an internal inconsistency (authors are never deleted).
 pub(crate) async fn user(ctx: &Context<'_>, id: i64) -> async_graphql::Result<UserRow> {
     loaders(ctx)?
-        .users
+        .users()
         .load_one(id)
         .await?
         .ok_or_else(|| AppError::Internal(format!("user {id} referenced but missing")).into())
@@ -379,7 +466,7 @@ pub(crate) async fn user(ctx: &Context<'_>, id: i64) -> async_graphql::Result<Us
 
 /// Whether the viewer likes `target` of `course_id` (false for anonymous viewers).
 pub(crate) async fn liked_by_me(ctx: &Context<'_>, course_id: i64, target: LikeTarget) -> async_graphql::Result<bool> {
-    match &loaders(ctx)?.liked {
+    match loaders(ctx)?.liked() {
         Some(loader) => Ok(loader.load_one((course_id, target)).await?.unwrap_or(false)),
         None => Ok(false),
     }
@@ -395,7 +482,7 @@ pub(crate) async fn prime_liked(
     keys: impl IntoIterator<Item = (i64, LikeTarget)>,
 ) -> async_graphql::Result<()> {
     let loaders = loaders(ctx)?;
-    let Some(loader) = loaders.liked.as_ref().filter(|_| loaders.liked_cached) else { return Ok(()) };
+    let Some(loader) = loaders.liked().filter(|_| loaders.liked_cached) else { return Ok(()) };
     let wanted = ctx.look_ahead();
     if wanted.field("edges").field("node").field("likedByMe").exists()
         || wanted.field("nodes").field("likedByMe").exists()
@@ -407,7 +494,7 @@ pub(crate) async fn prime_liked(
 
 /// The viewer's unread state of a post (nothing unread without a signed-in viewer).
 pub(crate) async fn unread_of_post(ctx: &Context<'_>, post_id: i64) -> async_graphql::Result<unread::PostUnread> {
-    let Some(loader) = &loaders(ctx)?.unread else { return Ok(Default::default()) };
+    let Some(loader) = loaders(ctx)?.unread() else { return Ok(Default::default()) };
     match loader.load_one(UnreadKey::Post(post_id)).await? {
         Some(UnreadValue::Post(state)) => Ok(state),
         // A post deleted since it was read has nothing unread.
@@ -418,7 +505,7 @@ pub(crate) async fn unread_of_post(ctx: &Context<'_>, post_id: i64) -> async_gra
 /// The viewer's unread post count of a course, `staff` their role there (0 without a
 /// signed-in viewer).
 pub(crate) async fn unread_in_course(ctx: &Context<'_>, course_id: i64, staff: bool) -> async_graphql::Result<i64> {
-    let Some(loader) = &loaders(ctx)?.unread else { return Ok(0) };
+    let Some(loader) = loaders(ctx)?.unread() else { return Ok(0) };
     match loader.load_one(UnreadKey::Course { course_id, staff }).await? {
         Some(UnreadValue::Course(count)) => Ok(count),
         _ => Ok(0),
@@ -467,7 +554,7 @@ impl Drop for PageInFlight {
 /// (a mutation's answer, or a second mutation of the document) shows it, not a flag cached before.
 pub(crate) async fn record_liked(ctx: &Context<'_>, course_id: i64, target: LikeTarget, liked: bool) -> AppResult<()> {
     let loaders = loaders(ctx)?;
-    if let Some(loader) = loaders.liked.as_ref().filter(|_| loaders.liked_cached) {
+    if let Some(loader) = loaders.liked().filter(|_| loaders.liked_cached) {
         loader.feed_one((course_id, target), liked).await;
     }
     Ok(())

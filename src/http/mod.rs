@@ -43,8 +43,20 @@ pub(crate) struct Lifecycle {
     pub worker: Option<String>,
 }
 
+/// What every route of the API shares, behind one `Arc`: axum clones the state for each
+/// request, and a clone of `AppState` itself is a few dozen reference counts.
 #[derive(Clone)]
-struct HttpState {
+struct HttpState(std::sync::Arc<HttpShared>);
+
+impl std::ops::Deref for HttpState {
+    type Target = HttpShared;
+
+    fn deref(&self) -> &HttpShared {
+        &self.0
+    }
+}
+
+struct HttpShared {
     app: AppState,
     schema: AppSchema,
     lifecycle: Lifecycle,
@@ -73,7 +85,13 @@ pub(crate) fn router(app: AppState, schema: AppSchema, lifecycle: Lifecycle) -> 
         .merge(api)
         .route("/graphql/ws", get(ws::upgrade))
         .merge(playground)
-        .with_state(HttpState { app: app.clone(), schema, lifecycle: lifecycle.clone(), sockets, origins })
+        .with_state(HttpState(std::sync::Arc::new(HttpShared {
+            app: app.clone(),
+            schema,
+            lifecycle: lifecycle.clone(),
+            sockets,
+            origins,
+        })))
         .merge(ops_routes(app, lifecycle))
         .layer(DefaultBodyLimit::max(body_limit))
         // async-graphql-axum reads the body stream itself, past DefaultBodyLimit: limit the stream.

@@ -25,7 +25,7 @@ impl Comment {
 
 /// A comment or reply row through the request's loader (None once it or its post is deleted).
 pub(super) async fn comment_row(ctx: &Context<'_>, id: i64) -> Result<Option<CommentRow>> {
-    Ok(loaders(ctx)?.comments.load_one(id).await?)
+    Ok(loaders(ctx)?.comments().load_one(id).await?)
 }
 
 /// A top-level comment on a post; replies hang under it (`replies`).
@@ -63,7 +63,7 @@ impl Comment {
     /// Whether it is its question's accepted answer.
     pub(super) async fn is_accepted_answer(&self, ctx: &Context<'_>) -> Result<bool> {
         let row = self.row(ctx).await?;
-        let post = loaders(ctx)?.posts.load_one(row.post_id).await?;
+        let post = loaders(ctx)?.posts().load_one(row.post_id).await?;
         Ok(post.is_some_and(|post| post.accepted_comment_id == Some(row.id)))
     }
     /// The text as written (trimmed), at most 5,000 characters.

@@ -41,7 +41,7 @@ impl Course {
         if let Some(row) = &self.row {
             return Ok(row.clone());
         }
-        loaders(ctx)?.courses.load_one(self.course_id).await?.ok_or_else(|| AppError::not_found("course").into())
+        loaders(ctx)?.courses().load_one(self.course_id).await?.ok_or_else(|| AppError::not_found("course").into())
     }
 }
 
@@ -75,7 +75,7 @@ impl Course {
     }
     /// How many members it has, students and instructors together.
     pub(super) async fn member_count(&self, ctx: &Context<'_>) -> Result<i64> {
-        Ok(loaders(ctx)?.member_counts.load_one(self.course_id).await?.unwrap_or(0))
+        Ok(loaders(ctx)?.member_counts().load_one(self.course_id).await?.unwrap_or(0))
     }
     /// The signed-in user's role in this course.
     pub(super) async fn my_role(&self, ctx: &Context<'_>) -> Result<Role> {
@@ -277,7 +277,7 @@ impl Course {
         let page = PageRequest::new(first, open(after)?, last, open(before)?)?;
         let rows = match self.reader(ctx, filter).await? {
             Reader::Shared if self.in_list => {
-                let rows = loaders(ctx)?.course_pages.load_one((self.course_id, page)).await?;
+                let rows = loaders(ctx)?.course_pages().load_one((self.course_id, page)).await?;
                 let rows = rows.ok_or_else(|| AppError::Internal("a course page was not loaded".into()))?;
                 rows.as_ref().clone()
             }

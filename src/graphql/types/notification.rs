@@ -27,8 +27,8 @@ impl Notification {
     async fn cause_anonymous_to(&self, ctx: &Context<'_>) -> Result<Option<String>> {
         let hidden = || Some("everyone".to_owned());
         Ok(match self.0.comment_id {
-            Some(id) => loaders(ctx)?.comments.load_one(id).await?.map_or_else(hidden, |c| c.anonymous_to),
-            None => loaders(ctx)?.posts.load_one(self.0.post_id).await?.map_or_else(hidden, |p| p.anonymous_to),
+            Some(id) => loaders(ctx)?.comments().load_one(id).await?.map_or_else(hidden, |c| c.anonymous_to),
+            None => loaders(ctx)?.posts().load_one(self.0.post_id).await?.map_or_else(hidden, |p| p.anonymous_to),
         })
     }
 }
@@ -88,6 +88,6 @@ impl Notification {
     /// once deleted).
     async fn comment(&self, ctx: &Context<'_>) -> Result<Option<AnyComment>> {
         let Some(comment_id) = self.0.comment_id else { return Ok(None) };
-        Ok(loaders(ctx)?.comments.load_one(comment_id).await?.map(AnyComment::from_row))
+        Ok(loaders(ctx)?.comments().load_one(comment_id).await?.map(AnyComment::from_row))
     }
 }

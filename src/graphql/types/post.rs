@@ -25,7 +25,7 @@ impl Post {
     }
 
     pub(super) async fn row(&self, ctx: &Context<'_>) -> Result<&PostRow> {
-        self.0.get(async { Ok(loaders(ctx)?.posts.load_one(self.0.id).await?) }, "post").await
+        self.0.get(async { Ok(loaders(ctx)?.posts().load_one(self.0.id).await?) }, "post").await
     }
 }
 
@@ -50,7 +50,7 @@ impl Post {
     /// The course it was posted in.
     pub(super) async fn course(&self, ctx: &Context<'_>) -> Result<Course> {
         let course_id = self.row(ctx).await?.course_id;
-        let row = loaders(ctx)?.courses.load_one(course_id).await?;
+        let row = loaders(ctx)?.courses().load_one(course_id).await?;
         let course = row.map(Course::from_row).ok_or_else(|| AppError::Internal("post without course".into()))?;
         Ok(course.in_list())
     }
@@ -88,13 +88,13 @@ impl Post {
     }
     /// Whether anyone but its author has commented or replied (deleted ones not counted).
     pub(super) async fn answered(&self, ctx: &Context<'_>) -> Result<bool> {
-        Ok(loaders(ctx)?.answered.load_one(self.0.id).await?.unwrap_or(false))
+        Ok(loaders(ctx)?.answered().load_one(self.0.id).await?.unwrap_or(false))
     }
     /// The top-level comment the asker or staff accepted as the answer; null if none (or it
     /// was deleted since).
     pub(super) async fn accepted_answer(&self, ctx: &Context<'_>) -> Result<Option<Comment>> {
         let Some(id) = self.row(ctx).await?.accepted_comment_id else { return Ok(None) };
-        Ok(loaders(ctx)?.comments.load_one(id).await?.map(Comment::from))
+        Ok(loaders(ctx)?.comments().load_one(id).await?.map(Comment::from))
     }
     /// Staff's endorsement of the post; null if none.
     pub(super) async fn endorsement(&self, ctx: &Context<'_>) -> Result<Option<Endorsement>> {
@@ -103,7 +103,7 @@ impl Post {
     }
     /// Its tags (0 to 3 of the course's), by name.
     pub(super) async fn tags(&self, ctx: &Context<'_>) -> Result<Vec<Tag>> {
-        let tags = loaders(ctx)?.post_tags.load_one(self.0.id).await?.unwrap_or_default();
+        let tags = loaders(ctx)?.post_tags().load_one(self.0.id).await?.unwrap_or_default();
         Ok(tags.into_iter().map(Tag).collect())
     }
     /// The title as written (trimmed), at most 200 characters.
@@ -135,12 +135,12 @@ impl Post {
     }
     /// Counted views: the database's flushed count plus the views not flushed yet.
     pub(super) async fn view_count(&self, ctx: &Context<'_>) -> Result<i64> {
-        let live = loaders(ctx)?.views.load_one(self.0.id).await?.unwrap_or_default();
+        let live = loaders(ctx)?.views().load_one(self.0.id).await?.unwrap_or_default();
         Ok(self.row(ctx).await?.view_count + live.unflushed)
     }
     /// Distinct users with a counted view (HyperLogLog: about 0.81 % standard error).
     pub(super) async fn unique_viewers(&self, ctx: &Context<'_>) -> Result<i64> {
-        Ok(loaders(ctx)?.views.load_one(self.0.id).await?.unwrap_or_default().unique_viewers)
+        Ok(loaders(ctx)?.views().load_one(self.0.id).await?.unwrap_or_default().unique_viewers)
     }
     /// Whether the signed-in user likes it.
     pub(super) async fn liked_by_me(&self, ctx: &Context<'_>) -> Result<bool> {
@@ -187,13 +187,13 @@ impl Post {
 
 /// Resolves the live post a comment belongs to (through the post cache, batched per level).
 pub(super) async fn post_of(ctx: &Context<'_>, comment: &CommentRow) -> Result<Post> {
-    let row = loaders(ctx)?.posts.load_one(comment.post_id).await?;
+    let row = loaders(ctx)?.posts().load_one(comment.post_id).await?;
     row.map(Post::from).ok_or_else(|| AppError::not_found("post").into())
 }
 
 /// One thread's page, loaded with the same page of every other thread at its level.
 pub(super) async fn thread_page(ctx: &Context<'_>, thread: Thread, page: PageRequest) -> Result<Page<CommentRow>> {
-    let rows = loaders(ctx)?.thread_pages.load_one((thread, page)).await?;
+    let rows = loaders(ctx)?.thread_pages().load_one((thread, page)).await?;
     let rows = rows.ok_or_else(|| AppError::Internal("a thread page was not loaded".into()))?;
     Ok(Page { items: rows.items.clone(), has_next: rows.has_next, has_prev: rows.has_prev })
 }

@@ -39,7 +39,7 @@ impl Reply {
     /// The root comment this reply hangs under; NOT_FOUND once that comment is deleted.
     pub(super) async fn comment(&self, ctx: &Context<'_>) -> Result<Comment> {
         let root = self.row(ctx).await?.parent_id.ok_or_else(|| AppError::Internal("reply without parent".into()))?;
-        let row = loaders(ctx)?.comments.load_one(root).await?;
+        let row = loaders(ctx)?.comments().load_one(root).await?;
         row.map(Comment::from).ok_or_else(|| AppError::not_found("comment").into())
     }
     /// The user this reply answers (the author of the comment or reply it was written to);
