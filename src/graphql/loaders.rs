@@ -282,22 +282,22 @@ type Spawner = Box<dyn Fn(BoxFuture<'static, ()>) -> tokio::task::JoinHandle<()>
 /// them (`{ __typename }` through none), and making all thirteen up front cost every request
 /// their allocations and handles.
 pub(crate) struct Loaders {
-    users: OnceLock<DataLoader<UserLoader>>,
-    courses: OnceLock<DataLoader<CourseLoader>>,
+    users: OnceLock<Box<DataLoader<UserLoader>>>,
+    courses: OnceLock<Box<DataLoader<CourseLoader>>>,
     /// Only for an authenticated viewer. Cached for the request: a page primes it
     /// (`prime_liked`), and a like or unlike records its outcome in it (`record_liked`).
-    liked: OnceLock<DataLoader<LikedLoader, HashMapCache>>,
-    views: OnceLock<DataLoader<ViewLoader>>,
-    member_counts: OnceLock<DataLoader<MemberCountLoader>>,
-    comments: OnceLock<DataLoader<CommentLoader>>,
-    thread_pages: OnceLock<DataLoader<ThreadPageLoader>>,
-    course_pages: OnceLock<DataLoader<CoursePageLoader>>,
-    posts: OnceLock<DataLoader<PostLoader>>,
-    post_tags: OnceLock<DataLoader<PostTagsLoader>>,
-    answered: OnceLock<DataLoader<AnsweredLoader>>,
+    liked: OnceLock<Box<DataLoader<LikedLoader, HashMapCache>>>,
+    views: OnceLock<Box<DataLoader<ViewLoader>>>,
+    member_counts: OnceLock<Box<DataLoader<MemberCountLoader>>>,
+    comments: OnceLock<Box<DataLoader<CommentLoader>>>,
+    thread_pages: OnceLock<Box<DataLoader<ThreadPageLoader>>>,
+    course_pages: OnceLock<Box<DataLoader<CoursePageLoader>>>,
+    posts: OnceLock<Box<DataLoader<PostLoader>>>,
+    post_tags: OnceLock<Box<DataLoader<PostTagsLoader>>>,
+    answered: OnceLock<Box<DataLoader<AnsweredLoader>>>,
     /// Only for an authenticated viewer; never cached (a read mark changes it within a
     /// request).
-    unread: OnceLock<DataLoader<UnreadLoader>>,
+    unread: OnceLock<Box<DataLoader<UnreadLoader>>>,
     /// What the loaders are made of.
     sources: Sources,
     viewer: Option<i64>,
@@ -385,8 +385,10 @@ impl Loaders {
         if self.gate.is_some() { Duration::ZERO } else { BATCH_WINDOW }
     }
 
-    fn made<T: Send + Sync + 'static>(&self, loader: T) -> DataLoader<T> {
-        DataLoader::new(loader, self.spawner()).delay(self.delay())
+    /// Boxed: a cell holds a pointer until its loader is used, so the thirteen cost a request
+    /// (and a websocket connection, which keeps its own) about a hundred bytes, not kilobytes.
+    fn made<T: Send + Sync + 'static>(&self, loader: T) -> Box<DataLoader<T>> {
+        Box::new(DataLoader::new(loader, self.spawner()).delay(self.delay()))
     }
 
     pub(crate) fn users(&self) -> &DataLoader<UserLoader> {
@@ -407,7 +409,7 @@ impl Loaders {
             if !self.liked_cached {
                 loader.enable_all_cache(false);
             }
-            loader
+            Box::new(loader)
         }))
     }
 

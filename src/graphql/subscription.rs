@@ -101,24 +101,9 @@ impl Subscription {
         if ids.is_empty() || ids.len() > MAX_WATCHED_TARGETS {
             return Err(AppError::bad_input(format!("watch between 1 and {MAX_WATCHED_TARGETS} ids")).into());
         }
-        let mut targets = HashMap::new();
-        let mut courses = Vec::new();
-        let mut staff_in = Vec::new();
-        for id in &ids {
-            let (kind, raw) = ids::decode_as(id, &[NodeKind::Post, NodeKind::Comment, NodeKind::Reply])?;
-            let (target, post) = match kind {
-                NodeKind::Post => (LikeTarget::Post(raw), access::post(ctx, raw).await?.0),
-                _ => (LikeTarget::Comment(raw), access::comment_in_post(ctx, kind, raw).await?.1),
-            };
-            targets.insert(target, kind);
-            if !courses.contains(&post.course_id) {
-                courses.push(post.course_id);
-            }
-            // Someone else's private post: readable only while the viewer stays staff.
-            if post.private && post.user_id != viewer.user_id && !staff_in.contains(&post.course_id) {
-                staff_in.push(post.course_id);
-            }
-        }
+        // Boxed: async-graphql keeps this resolver's future inside the subscription's stream
+        // for the subscription's life, so the access checks' large states must not be inline.
+        let WatchedTargets { targets, courses, staff_in } = Box::pin(watched_targets(ctx, &ids, viewer.user_id)).await?;
         let state = state(ctx)?;
         let mut scope = access_scope(state, viewer.user_id, courses);
         scope.staff_in = staff_in;
@@ -402,4 +387,33 @@ impl CourseActivity {
         }
         Ok(comments::find(&state(ctx)?.db, self.0.node_id).await?.filter(|c| c.parent_id.is_some()).map(Reply::from))
     }
+}
+
+/// The targets a `likeCounts` subscription watches, each checked readable by the viewer: the
+/// kind of each, the courses they are in, and the courses where the viewer reads someone
+/// else's private post (only while staff there).
+struct WatchedTargets {
+    targets: HashMap<LikeTarget, NodeKind>,
+    courses: Vec<i64>,
+    staff_in: Vec<i64>,
+}
+
+async fn watched_targets(ctx: &Context<'_>, ids: &[ID], viewer: i64) -> async_graphql::Result<WatchedTargets> {
+    let mut watched = WatchedTargets { targets: HashMap::new(), courses: Vec::new(), staff_in: Vec::new() };
+    for id in ids {
+        let (kind, raw) = ids::decode_as(id, &[NodeKind::Post, NodeKind::Comment, NodeKind::Reply])?;
+        let (target, post) = match kind {
+            NodeKind::Post => (LikeTarget::Post(raw), access::post(ctx, raw).await?.0),
+            _ => (LikeTarget::Comment(raw), access::comment_in_post(ctx, kind, raw).await?.1),
+        };
+        watched.targets.insert(target, kind);
+        if !watched.courses.contains(&post.course_id) {
+            watched.courses.push(post.course_id);
+        }
+        // Someone else's private post: readable only while the viewer stays staff.
+        if post.private && post.user_id != viewer && !watched.staff_in.contains(&post.course_id) {
+            watched.staff_in.push(post.course_id);
+        }
+    }
+    Ok(watched)
 }

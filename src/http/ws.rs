@@ -50,8 +50,13 @@ use crate::graphql::socket::{SocketLimits, from_socket};
 use crate::graphql::subscription::SubscriptionBudget;
 use crate::live::fanout::Mailbox;
 
-/// Per-connection socket buffer, each way.
-const WS_BUFFER_BYTES: usize = 4 * 1024;
+/// Per-connection read buffer: what one read of the socket takes at most. A client sends
+/// little (connection_init, a few subscribes, pongs) and a longer message is read in several
+/// reads into room reserved for it, so an idle socket keeps only this much.
+const WS_READ_BUFFER_BYTES: usize = 512;
+/// Per-connection write buffer target: frames are written once this much is buffered, or
+/// at each flush (every send).
+const WS_WRITE_BUFFER_BYTES: usize = 4 * 1024;
 /// Largest client message (a subscribe with its query and variables).
 const WS_MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
@@ -112,9 +117,10 @@ pub(super) async fn upgrade(
     upgrade
         .protocols(async_graphql::http::ALL_WEBSOCKET_PROTOCOLS)
         // Subscribers mostly idle: small buffers (the default 128 KiB each way would cost more
-        // than a gigabyte at 10,000 connections), and bounded messages.
-        .read_buffer_size(WS_BUFFER_BYTES)
-        .write_buffer_size(WS_BUFFER_BYTES)
+        // than a gigabyte at 10,000 connections; the read buffer is allocated up front, the
+        // write buffer grows with what is written), and bounded messages.
+        .read_buffer_size(WS_READ_BUFFER_BYTES)
+        .write_buffer_size(WS_WRITE_BUFFER_BYTES)
         .max_write_buffer_size(WS_MAX_MESSAGE_BYTES * 4)
         .max_message_size(WS_MAX_MESSAGE_BYTES)
         .on_upgrade(move |socket| {
@@ -246,8 +252,9 @@ async fn serve(
         messages: OperationRate::new(settings.ws_messages_per_minute),
     };
     let input = read_messages(stream, heard.clone(), rates, settings.subscription_max_cost);
-    let app = state.app.clone();
-    let sockets = state.sockets.clone();
+    // The API's shared state is one pointer: the boxed stream below keeps this closure for
+    // the socket's life.
+    let shared = state.clone();
     let acknowledged = heard.clone();
     // Shared subscriptions (`graphql::shared_live`) leave their frames in this mailbox, written
     // beside the schema's messages.
@@ -257,10 +264,11 @@ async fn serve(
     let (expiry_tx, expiry) = watch::channel::<Option<SystemTime>>(None);
     let outgoing = GqlWebSocket::from_message_stream(state.schema.clone(), input, protocol)
         .on_connection_init(move |payload| {
-            let app = app.clone();
+            let shared = shared.clone();
             async move {
+                let (app, sockets) = (&shared.app, &shared.sockets);
                 let token =
-                    verify(&app, payload).await.map_err(|e| async_graphql::Error::new(format!("{AUTH_REFUSED}{e}")))?;
+                    verify(app, payload).await.map_err(|e| async_graphql::Error::new(format!("{AUTH_REFUSED}{e}")))?;
                 // Before anything is built for the connection. The slot lives in the
                 // connection's data, so it is freed when the socket ends.
                 let slot = sockets.user(token.user_id).ok_or_else(|| {
@@ -271,7 +279,7 @@ async fn serve(
                         sockets.max_per_user()
                     ))
                 })?;
-                let mut data = connection_data(&app, token.user_id);
+                let mut data = connection_data(app, token.user_id);
                 data.insert(slot);
                 data.insert(frames.clone());
                 let _ = expiry_tx.send(Some(token.expires_at));
