@@ -103,7 +103,8 @@ impl Subscription {
         }
         // Boxed: async-graphql keeps this resolver's future inside the subscription's stream
         // for the subscription's life, so the access checks' large states must not be inline.
-        let WatchedTargets { targets, courses, staff_in } = Box::pin(watched_targets(ctx, &ids, viewer.user_id)).await?;
+        let WatchedTargets { targets, courses, staff_in } =
+            Box::pin(watched_targets(ctx, &ids, viewer.user_id)).await?;
         let state = state(ctx)?;
         let mut scope = access_scope(state, viewer.user_id, courses);
         scope.staff_in = staff_in;
