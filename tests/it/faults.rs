@@ -243,7 +243,9 @@ async fn check_passes(app: &TestApp) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_sigkill_of_the_server_counts_no_like_twice_and_loses_none() {
     let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Buffered).await;
-    let crowd = crowd(&app, 300, 20).await;
+    // 20,000 likes: still going at the kill on a fast server (6,000 could end within the 1.5 s
+    // the storm runs before it).
+    let crowd = crowd(&app, 1000, 20).await;
     // Small batches: many commits, so the kill is likely to fall between a COMMIT and its ACK.
     let env = [("WORKER_LEASE_TTL", "1s"), ("LIKE_BATCH_SIZE", "20")];
     let mut serve = ServeProcess::spawn(&app, &common::redis_url(), &env);
@@ -288,7 +290,8 @@ async fn kill_redis_and_server_mid_storm(aof: bool) -> (Tally, Vec<Ack>, Duratio
         s.redis_cluster_nodes.clear(); // its own single Redis, in either pass
     })
     .await;
-    let crowd = crowd(&app, 1000, 20).await;
+    // 40,000 likes: still going after the 2.5 s before the kill, however fast the server.
+    let crowd = crowd(&app, 2000, 20).await;
     let keys = app.state.keys.clone();
     let hold_leases = |redis: Redis| {
         let keys = keys.clone();
