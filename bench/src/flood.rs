@@ -23,13 +23,12 @@ use std::time::{Duration, Instant};
 use course_forum::testing::error::{AppError, AppResult};
 use futures_util::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::Semaphore;
 use tokio_tungstenite::tungstenite::Error as WsError;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::{Message, WebSocketConfig};
 
+use crate::live::{connection_init, graphql_ws_request, pong};
 use crate::percentile;
 use crate::server::internal;
 
@@ -79,9 +78,7 @@ enum Attempt {
 async fn attempt(url: &str, token: &str) -> Attempt {
     let started = Instant::now();
     let outcome = tokio::time::timeout(ATTEMPT_TIMEOUT, async {
-        let mut request = url.into_client_request().map_err(|e| e.to_string())?;
-        let protocol = "graphql-transport-ws".parse().map_err(|_| "header".to_owned())?;
-        request.headers_mut().insert("Sec-WebSocket-Protocol", protocol);
+        let request = graphql_ws_request(url)?;
         let config = WebSocketConfig::default().read_buffer_size(1024);
         let mut ws = match tokio_tungstenite::connect_async_with_config(request, Some(config), false).await {
             Ok((ws, _)) => ws,
@@ -91,8 +88,7 @@ async fn attempt(url: &str, token: &str) -> Attempt {
             }
             Err(err) => return Err(err.to_string()),
         };
-        let init = json!({ "type": "connection_init", "payload": { "authorization": token } });
-        ws.send(Message::Text(init.to_string().into())).await.map_err(|e| e.to_string())?;
+        ws.send(connection_init(token)).await.map_err(|e| e.to_string())?;
         while let Some(message) = ws.next().await {
             if let Message::Text(text) = message.map_err(|e| e.to_string())?
                 && text.contains("connection_ack")
@@ -116,8 +112,7 @@ async fn hold(mut ws: Box<Socket>, mut stop: tokio::sync::watch::Receiver<bool>)
         tokio::select! {
             message = ws.next() => match message {
                 Some(Ok(Message::Text(text))) if text.contains("\"ping\"") => {
-                    let pong = Message::Text(json!({ "type": "pong" }).to_string().into());
-                    if ws.send(pong).await.is_err() {
+                    if ws.send(pong()).await.is_err() {
                         return true;
                     }
                 }

@@ -412,7 +412,7 @@ async fn subscriber(
                 };
                 if frame.kind == "ping" {
                     // The server drops a graphql-transport-ws peer that leaves its pings unanswered.
-                    let _ = ws.send(Message::Text(json!({ "type": "pong" }).to_string().into())).await;
+                    let _ = ws.send(pong()).await;
                     continue;
                 }
                 let payload = frame.payload.unwrap_or_default();
@@ -459,11 +459,7 @@ async fn open_subscription_with(
     receive_buffer: Option<usize>,
 ) -> AppResult<Socket> {
     let ws_error = internal("websocket");
-    let mut request = url.into_client_request().map_err(|e| ws_error(e.to_string()))?;
-    request.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        "graphql-transport-ws".parse().map_err(|_| AppError::Internal("header".into()))?,
-    );
+    let request = graphql_ws_request(&url).map_err(&ws_error)?;
     let (mut ws, _) = match receive_buffer {
         // Frames here are small: a 4 KiB read buffer instead of tungstenite's 128 KiB (zeroed
         // for each of thousands of sockets, on the machine the server runs on).
@@ -499,13 +495,32 @@ async fn open_subscription_with(
         }
     };
     let send = |v: Value| Message::Text(v.to_string().into());
-    ws.send(send(json!({ "type": "connection_init", "payload": { "authorization": authorization } })))
-        .await
-        .map_err(|e| ws_error(e.to_string()))?;
+    ws.send(connection_init(&authorization)).await.map_err(|e| ws_error(e.to_string()))?;
     ws.send(send(json!({ "id": "1", "type": "subscribe", "payload": { "query": query, "variables": variables } })))
         .await
         .map_err(|e| ws_error(e.to_string()))?;
     Ok(ws)
+}
+
+/// The upgrade request of a graphql-transport-ws client to `url`.
+pub fn graphql_ws_request(url: &str) -> Result<tokio_tungstenite::tungstenite::handshake::client::Request, String> {
+    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    let protocol = "graphql-transport-ws".parse().map_err(|_| "the protocol header".to_owned())?;
+    request.headers_mut().insert("Sec-WebSocket-Protocol", protocol);
+    Ok(request)
+}
+
+/// `connection_init` with `authorization` (a bearer token).
+pub fn connection_init(authorization: &str) -> Message {
+    Message::Text(
+        json!({ "type": "connection_init", "payload": { "authorization": authorization } }).to_string().into(),
+    )
+}
+
+/// The answer to a graphql-transport-ws `ping` (the server drops a peer that leaves its pings
+/// unanswered).
+pub fn pong() -> Message {
+    Message::Text(json!({ "type": "pong" }).to_string().into())
 }
 
 /// Resident memory of a process in KiB (Linux).

@@ -385,22 +385,27 @@ impl Loaders {
         if self.gate.is_some() { Duration::ZERO } else { BATCH_WINDOW }
     }
 
-    /// Boxed: a cell holds a pointer until its loader is used, so the thirteen cost a request
-    /// (and a websocket connection, which keeps its own) about a hundred bytes, not kilobytes.
-    fn made<T: Send + Sync + 'static>(&self, loader: T) -> Box<DataLoader<T>> {
-        Box::new(DataLoader::new(loader, self.spawner()).delay(self.delay()))
+    /// The loader in `cell`, made from the request's sources on first use. Boxed: a cell holds
+    /// a pointer until then, so the thirteen cost a request (and a websocket connection, which
+    /// keeps its own) about a hundred bytes, not kilobytes.
+    fn cell<'a, T: Send + Sync + 'static>(
+        &'a self,
+        cell: &'a OnceLock<Box<DataLoader<T>>>,
+        loader: impl FnOnce(&Sources) -> T,
+    ) -> &'a DataLoader<T> {
+        cell.get_or_init(|| Box::new(DataLoader::new(loader(&self.sources), self.spawner()).delay(self.delay())))
     }
 
     pub(crate) fn users(&self) -> &DataLoader<UserLoader> {
-        let Sources { db, users, .. } = &self.sources;
-        self.users.get_or_init(|| self.made(UserLoader(db.clone(), users.clone())))
+        self.cell(&self.users, |s| UserLoader(s.db.clone(), s.users.clone()))
     }
 
     pub(crate) fn courses(&self) -> &DataLoader<CourseLoader> {
-        self.courses.get_or_init(|| self.made(CourseLoader(self.sources.db.clone())))
+        self.cell(&self.courses, |s| CourseLoader(s.db.clone()))
     }
 
-    /// The viewer's "liked" flags; None for an anonymous viewer.
+    /// The viewer's "liked" flags; None for an anonymous viewer. The one loader with a cache
+    /// of its own kind, so made here rather than by `cell`.
     pub(crate) fn liked(&self) -> Option<&DataLoader<LikedLoader, HashMapCache>> {
         let user_id = self.viewer?;
         Some(self.liked.get_or_init(|| {
@@ -414,42 +419,41 @@ impl Loaders {
     }
 
     pub(crate) fn views(&self) -> &DataLoader<ViewLoader> {
-        self.views.get_or_init(|| self.made(ViewLoader(self.sources.views.clone())))
+        self.cell(&self.views, |s| ViewLoader(s.views.clone()))
     }
 
     pub(crate) fn member_counts(&self) -> &DataLoader<MemberCountLoader> {
-        self.member_counts.get_or_init(|| self.made(MemberCountLoader(self.sources.db.clone())))
+        self.cell(&self.member_counts, |s| MemberCountLoader(s.db.clone()))
     }
 
     pub(crate) fn comments(&self) -> &DataLoader<CommentLoader> {
-        self.comments.get_or_init(|| self.made(CommentLoader(self.sources.db.clone())))
+        self.cell(&self.comments, |s| CommentLoader(s.db.clone()))
     }
 
     pub(crate) fn thread_pages(&self) -> &DataLoader<ThreadPageLoader> {
-        self.thread_pages.get_or_init(|| self.made(ThreadPageLoader(self.sources.db.clone())))
+        self.cell(&self.thread_pages, |s| ThreadPageLoader(s.db.clone()))
     }
 
     pub(crate) fn course_pages(&self) -> &DataLoader<CoursePageLoader> {
-        let Sources { db, course_pages, .. } = &self.sources;
-        self.course_pages.get_or_init(|| self.made(CoursePageLoader(db.clone(), course_pages.clone())))
+        self.cell(&self.course_pages, |s| CoursePageLoader(s.db.clone(), s.course_pages.clone()))
     }
 
     pub(crate) fn posts(&self) -> &DataLoader<PostLoader> {
-        self.posts.get_or_init(|| self.made(PostLoader(self.sources.post_cache.clone())))
+        self.cell(&self.posts, |s| PostLoader(s.post_cache.clone()))
     }
 
     pub(crate) fn post_tags(&self) -> &DataLoader<PostTagsLoader> {
-        self.post_tags.get_or_init(|| self.made(PostTagsLoader(self.sources.db.clone())))
+        self.cell(&self.post_tags, |s| PostTagsLoader(s.db.clone()))
     }
 
     pub(crate) fn answered(&self) -> &DataLoader<AnsweredLoader> {
-        self.answered.get_or_init(|| self.made(AnsweredLoader(self.sources.db.clone())))
+        self.cell(&self.answered, |s| AnsweredLoader(s.db.clone()))
     }
 
     /// The viewer's unread state; None for an anonymous viewer.
     pub(crate) fn unread(&self) -> Option<&DataLoader<UnreadLoader>> {
         let user_id = self.viewer?;
-        Some(self.unread.get_or_init(|| self.made(UnreadLoader { db: self.sources.db.clone(), user_id })))
+        Some(self.cell(&self.unread, |s| UnreadLoader { db: s.db.clone(), user_id }))
     }
 }
 
