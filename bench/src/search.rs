@@ -55,14 +55,27 @@ pub struct SearchBench {
     /// Longest one measurement may send requests, in seconds.
     #[arg(long, default_value_t = 60)]
     time_cap_secs: u64,
+    /// Which requests to measure, of `search`, `similar`, `page`, `unread` (all by default).
+    #[arg(long, value_delimiter = ',', default_value = "search,similar,page,unread")]
+    kinds: Vec<Kind>,
     /// Leaves the generated database in place (its name is printed), for EXPLAIN.
     #[arg(long)]
     keep_database: bool,
 }
 
+/// A kind of request `bench search` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    Search,
+    Similar,
+    Page,
+    Unread,
+}
+
 /// One measured kind of request.
 #[derive(Debug, Serialize)]
 pub struct Measured {
+    pub server: String,
     pub what: String,
     pub requests: usize,
     pub failed: usize,
@@ -77,7 +90,7 @@ pub struct Measured {
 
 #[derive(Debug, Serialize)]
 pub struct SearchResult {
-    pub server: String,
+    pub servers: Vec<String>,
     pub posts: i64,
     pub comments: i64,
     pub generate_seconds: f64,
@@ -291,6 +304,7 @@ async fn measure(
     let cpu = CpuSplit::now(server.pid, &fixture.db).await?.since(&cpu_before);
     let counters = server.counters().await? - counters_before;
     let measured = Measured {
+        server: server.label.clone(),
         what: what.to_owned(),
         requests: report.ok,
         failed: report.failed,
@@ -303,9 +317,73 @@ async fn measure(
         cpu_ms_per_request: cpu.ms_per(report.ok),
     };
     eprintln!(
-        "search: {:<22} {:>7.0}/s  p50 {:>6.1} ms  p99 {:>6.1} ms  failed {}  sql/request {:.2}",
-        measured.what, measured.per_s, measured.p50_ms, measured.p99_ms, measured.failed, measured.sql_per_request
+        "search: {} {:<22} {:>7.0}/s  p50 {:>6.1} ms  p99 {:>6.1} ms  failed {}  sql/request {:.2}",
+        measured.server,
+        measured.what,
+        measured.per_s,
+        measured.p50_ms,
+        measured.p99_ms,
+        measured.failed,
+        measured.sql_per_request
     );
+    Ok(measured)
+}
+
+/// Every kind of `bench.kinds` on one started server, in the order of the module doc.
+async fn measure_server(
+    server: &Server,
+    fixture: &Fixture,
+    tokens: &[String],
+    bench: &SearchBench,
+    searches: &[String],
+    typed: &[String],
+    time_cap: Duration,
+) -> AppResult<Vec<Measured>> {
+    let course = encode(NodeKind::Course, 1);
+    let found_check: load::Check = Arc::new(|_, data| {
+        let edges = data["course"]["search"]["edges"].as_array().ok_or("no edges")?;
+        if edges.len() > 10 {
+            return Err(format!("{} hits on a page of 10", edges.len()));
+        }
+        for edge in edges {
+            let snippet = edge["node"]["snippet"].as_str().ok_or("no snippet")?;
+            if snippet.contains("<script") {
+                return Err(format!("unescaped snippet {snippet}"));
+            }
+        }
+        Ok(())
+    });
+    let similar_check: load::Check = Arc::new(|_, data| {
+        let similar = data["course"]["similarPosts"].as_array().ok_or("no similarPosts")?;
+        if similar.len() > 5 { Err(format!("{} suggestions for 5", similar.len())) } else { Ok(()) }
+    });
+    let page_check: load::Check = Arc::new(|_, data| {
+        let edges = data["course"]["posts"]["edges"].as_array().ok_or("no edges")?;
+        if edges.len() == 20 { Ok(()) } else { Err(format!("{} posts on the page", edges.len())) }
+    });
+    let (c, s, wants) = (bench.connections, server, |kind| bench.kinds.contains(&kind));
+    let mut measured = Vec::new();
+    if wants(Kind::Search) {
+        let searches = searches.to_vec();
+        measured.push(measure("search", s, fixture, tokens, searches, bench.searches, c, time_cap, found_check).await?);
+    }
+    if wants(Kind::Similar) {
+        let typed = typed.to_vec();
+        measured
+            .push(measure("similarPosts", s, fixture, tokens, typed, bench.similar, c, time_cap, similar_check).await?);
+    }
+    if wants(Kind::Page) {
+        let page = vec![load::graphql_body(PAGE, json!({ "c": course }))];
+        measured.push(measure("page", s, fixture, tokens, page, bench.pages, c, time_cap, page_check.clone()).await?);
+    }
+    if wants(Kind::Unread) {
+        let newest: Vec<i64> = (bench.posts - 199..=bench.posts + 1).collect();
+        open_some_posts(server, tokens, &newest).await?;
+        let unread = vec![load::graphql_body(UNREAD_PAGE, json!({ "c": course }))];
+        measured.push(
+            measure("page + unread counts", s, fixture, tokens, unread, bench.pages, c, time_cap, page_check).await?,
+        );
+    }
     Ok(measured)
 }
 
@@ -339,7 +417,7 @@ async fn open_some_posts(server: &Server, tokens: &[String], newest: &[i64]) -> 
 }
 
 pub async fn run(cli: &crate::Cli, bench: &SearchBench) -> AppResult<SearchResult> {
-    let exe = cli.servers()?.into_iter().next().ok_or_else(|| AppError::Internal("no server binary".into()))?;
+    let servers = cli.servers()?;
     let readers = bench.readers.max(21);
     let fixture = Fixture::create(&cli.database_url, readers as i64).await?;
     let outcome = async {
@@ -366,56 +444,14 @@ pub async fn run(cli: &crate::Cli, bench: &SearchBench) -> AppResult<SearchResul
             .map(|t| load::graphql_body(SIMILAR, json!({ "c": course, "t": t })))
             .collect();
         let tokens = tokens(2, readers)?;
-        let server = Server::start(cli, &exe, &fixture.url, LikeMode::Buffered, &[]).await?;
-        let measured = async {
-            let time_cap = Duration::from_secs(bench.time_cap_secs);
-            let found_check: load::Check = Arc::new(|_, data| {
-                let edges = data["course"]["search"]["edges"].as_array().ok_or("no edges")?;
-                if edges.len() > 10 {
-                    return Err(format!("{} hits on a page of 10", edges.len()));
-                }
-                for edge in edges {
-                    let snippet = edge["node"]["snippet"].as_str().ok_or("no snippet")?;
-                    if snippet.contains("<script") {
-                        return Err(format!("unescaped snippet {snippet}"));
-                    }
-                }
-                Ok(())
-            });
-            let similar_check: load::Check = Arc::new(|_, data| {
-                let similar = data["course"]["similarPosts"].as_array().ok_or("no similarPosts")?;
-                if similar.len() > 5 { Err(format!("{} suggestions for 5", similar.len())) } else { Ok(()) }
-            });
-            let page_check: load::Check = Arc::new(|_, data| {
-                let edges = data["course"]["posts"]["edges"].as_array().ok_or("no edges")?;
-                if edges.len() == 20 { Ok(()) } else { Err(format!("{} posts on the page", edges.len())) }
-            });
-            let newest: Vec<i64> = (bench.posts - 199..=bench.posts + 1).collect();
-            open_some_posts(&server, &tokens, &newest).await?;
-            let page = vec![load::graphql_body(PAGE, json!({ "c": course }))];
-            let unread_page = vec![load::graphql_body(UNREAD_PAGE, json!({ "c": course }))];
-            let (c, s) = (bench.connections, &server);
-            Ok::<_, AppError>(vec![
-                measure("search", s, &fixture, &tokens, searches, bench.searches, c, time_cap, found_check).await?,
-                measure("similarPosts", s, &fixture, &tokens, typed, bench.similar, c, time_cap, similar_check).await?,
-                measure("page", s, &fixture, &tokens, page, bench.pages, c, time_cap, page_check.clone()).await?,
-                measure(
-                    "page + unread counts",
-                    s,
-                    &fixture,
-                    &tokens,
-                    unread_page,
-                    bench.pages,
-                    c,
-                    time_cap,
-                    page_check,
-                )
-                .await?,
-            ])
+        let time_cap = Duration::from_secs(bench.time_cap_secs);
+        let mut measured = Vec::new();
+        for exe in &servers {
+            let server = Server::start(cli, exe, &fixture.url, LikeMode::Buffered, &[]).await?;
+            let of_server = measure_server(&server, &fixture, &tokens, bench, &searches, &typed, time_cap).await;
+            server.stop().await;
+            measured.extend(of_server?);
         }
-        .await;
-        server.stop().await;
-        let measured = measured?;
         #[derive(FromQueryResult)]
         struct Size {
             name: String,
@@ -435,7 +471,7 @@ pub async fn run(cli: &crate::Cli, bench: &SearchBench) -> AppResult<SearchResul
         .map(|s| (s.name, s.bytes))
         .collect();
         Ok::<_, AppError>(SearchResult {
-            server: label(&exe),
+            servers: servers.iter().map(label).collect(),
             posts: bench.posts,
             comments: bench.comments,
             generate_seconds,
@@ -455,15 +491,19 @@ pub async fn run(cli: &crate::Cli, bench: &SearchBench) -> AppResult<SearchResul
 
 pub fn print(result: &SearchResult) {
     println!(
-        "bench search: {} posts, {} comments and replies (generated in {:.0} s), {} connections, server {}",
-        result.posts, result.comments, result.generate_seconds, result.connections, result.server
+        "bench search: {} posts, {} comments and replies (generated in {:.0} s), {} connections, servers {}",
+        result.posts,
+        result.comments,
+        result.generate_seconds,
+        result.connections,
+        result.servers.join(", ")
     );
-    println!("| request | per s | p50 ms | p99 ms | max ms | SQL / request | CPU ms / request | failed |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| server | request | per s | p50 ms | p99 ms | max ms | SQL / request | CPU ms / request | failed |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for m in &result.measured {
         println!(
-            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {} |",
-            m.what, m.per_s, m.p50_ms, m.p99_ms, m.max_ms, m.sql_per_request, m.cpu_ms_per_request, m.failed
+            "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {} |",
+            m.server, m.what, m.per_s, m.p50_ms, m.p99_ms, m.max_ms, m.sql_per_request, m.cpu_ms_per_request, m.failed
         );
         if let Some(failure) = &m.first_failure {
             println!("|   first failure: {failure} |");

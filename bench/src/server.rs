@@ -65,6 +65,8 @@ pub fn internal(what: &str) -> impl Fn(String) -> AppError + '_ {
 pub struct Server {
     child: tokio::process::Child,
     pub pid: u32,
+    /// Which binary it runs, as tables name it (`label`).
+    pub label: String,
     pub base: String,
     pub prefix: String,
     /// Where its keys are (its own REDIS_CLUSTER_NODES, else the bench's Redis).
@@ -138,7 +140,8 @@ impl Server {
             }
             _ => RedisTarget::Node(redis_url.clone()),
         };
-        let server = Server { child, pid, base: format!("http://127.0.0.1:{port}"), prefix, redis, http };
+        let label = label(server);
+        let server = Server { child, pid, label, base: format!("http://127.0.0.1:{port}"), prefix, redis, http };
         server.wait_healthy().await?;
         Ok(server)
     }
