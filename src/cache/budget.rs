@@ -8,10 +8,11 @@
 //!
 //! | cache | share |
 //! |---|---|
-//! | `course_pages` | 40 % |
+//! | `course_pages` | 35 % |
 //! | `course_pages_index` | 5 % (which post is on which page, counts heard since; `cache::pages`) |
 //! | `posts` | 15 % |
-//! | `parsed_documents` | 25 % |
+//! | `parsed_documents` | 20 % |
+//! | `course_titles` | 10 % (each course's title index for similar posts; `forum::similar`) |
 //! | `users` | 8 % |
 //! | `memberships` | 7 % |
 //!
@@ -51,16 +52,18 @@ pub enum CacheName {
     ParsedDocuments,
     Users,
     Memberships,
+    CourseTitles,
 }
 
 impl CacheName {
-    pub const ALL: [CacheName; 6] = [
+    pub const ALL: [CacheName; 7] = [
         CacheName::CoursePages,
         CacheName::CoursePagesIndex,
         CacheName::Posts,
         CacheName::ParsedDocuments,
         CacheName::Users,
         CacheName::Memberships,
+        CacheName::CourseTitles,
     ];
 
     /// The `cache` label of its metrics.
@@ -72,18 +75,20 @@ impl CacheName {
             CacheName::ParsedDocuments => "parsed_documents",
             CacheName::Users => "users",
             CacheName::Memberships => "memberships",
+            CacheName::CourseTitles => "course_titles",
         }
     }
 
     /// Its share of the budget, in thousandths (they add up to 1000).
     pub fn per_mille(self) -> u64 {
         match self {
-            CacheName::CoursePages => 400,
+            CacheName::CoursePages => 350,
             CacheName::CoursePagesIndex => 50,
             CacheName::Posts => 150,
-            CacheName::ParsedDocuments => 250,
+            CacheName::ParsedDocuments => 200,
             CacheName::Users => 80,
             CacheName::Memberships => 70,
+            CacheName::CourseTitles => 100,
         }
     }
 }

@@ -845,7 +845,8 @@ async fn per_cache_figures_appear_in_metrics() {
     let value = |name: &str, cache: &str| {
         *gauges.get(&(name.to_owned(), cache.to_owned())).unwrap_or_else(|| panic!("no {name}{{cache=\"{cache}\"}}"))
     };
-    let caches = ["course_pages", "course_pages_index", "posts", "users", "memberships", "parsed_documents"];
+    let caches =
+        ["course_pages", "course_pages_index", "posts", "users", "memberships", "parsed_documents", "course_titles"];
     let mut shares = 0.0;
     for cache in caches {
         assert!(value("cache_used_bytes", cache) <= value("cache_capacity_bytes", cache), "{cache}");

@@ -66,6 +66,7 @@ mod schema_sdl;
 mod search;
 mod shared_live;
 mod shutdown;
+mod similar_titles;
 mod smoke;
 mod socket_limits;
 mod unread;

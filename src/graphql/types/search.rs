@@ -296,7 +296,16 @@ pub(crate) async fn similar_posts(
         return Err(AppError::bad_input(format!("`first` must be 1 to {MAX_SIMILAR}")).into());
     }
     let role = viewer.require_member(&state.db, course_id).await?;
-    let rows = search::similar_posts(&state.db, course_id, viewer.user_id, role, &text, i64::from(first)).await?;
+    let rows = crate::forum::similar::similar_posts(
+        &state.course_titles,
+        &state.db,
+        course_id,
+        viewer.user_id,
+        role,
+        &text,
+        first as usize,
+    )
+    .await?;
     Ok(rows.into_iter().map(|(row, similarity)| SimilarPost { post: Post::from(row), similarity }).collect())
 }
 

@@ -1,0 +1,817 @@
+//! Similar titles (`Course.similarPosts`): each course's live titles indexed in this process,
+//! the lookup that reads them, and the SQL lookup used when a course's index does not fit.
+//!
+//! Why in memory: suggestions are asked for on every pause in typing, so they must cost about
+//! a millisecond, server and database together. The SQL lookup (`similar_posts_by_sql`, over
+//! the lexicon of migration 0015) spent 2.5 ms in PostgreSQL alone on a course of 100,000
+//! posts: a trigram walk to correct the typed words, the candidates' rows, and a trigram
+//! comparison per candidate. Here the words are corrected, the candidates picked and compared
+//! in memory, and one statement by primary key reads the few posts that win.
+//!
+//! What a course's index holds: each live post's id, author, title, privacy and whether it is
+//! a resolved question; the lexicon of title words with how many live titles hold each; a
+//! trigram index over the lexicon (to correct a typed word) and each word's titles (to pick
+//! candidates). Words and trigrams are pg_trgm's: runs of letters and digits, lowercased.
+//!
+//! How it stays exact: every post row carries `title_xid`, the transaction that last wrote a
+//! field kept here (migration 0017). The index remembers the xmin of the snapshot of the last
+//! statement that read it up to date: every transaction older than that had ended, so every
+//! row version it wrote was read. Each lookup's one statement reads, besides the winners, the
+//! course's rows stamped at or after that xmin (usually none), applies them (a version
+//! replaces one only if its transaction is not older) and moves the xmin on. So a lookup sees
+//! every post committed before it started, on whichever instance it was written, and the
+//! winners' fields come from that same statement: an index a moment behind can miss nothing
+//! the answer shows, and show nothing deleted, private or moved.
+//!
+//! Memory: the indexes share `CacheName::CourseTitles` of the cache budget, weighed in bytes;
+//! the least recently used course goes first. A course whose index alone would exceed the
+//! share is served by the SQL lookup instead (for `OVERSIZED_RETRY` before it is tried again).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+use sea_orm::{ConnectionTrait, FromQueryResult, QueryResult};
+
+use crate::cache::budget::{CacheBudget, CacheFigures, CacheName, Measured};
+use crate::db::stmt;
+use crate::error::{AppError, AppResult};
+use crate::forum::courses::Role;
+use crate::forum::posts::{POST_COLUMNS, PostRow};
+
+/// Least trigram similarity between a typed word and the lexicon word it is corrected to.
+const MIN_WORD_SIMILARITY: f64 = 0.25;
+/// Titles the chosen rare words of a lookup may select, by their counts.
+const CANDIDATE_BUDGET: u64 = 200;
+/// Most candidate titles a lookup compares with the text (when even its rarest word is in
+/// more titles than `CANDIDATE_BUDGET`): the newest.
+const MAX_CANDIDATES: usize = 500;
+/// Least trigram similarity a similar post has.
+pub(crate) const MIN_SIMILARITY: f64 = 0.2;
+/// How long a course too big for its share is served by SQL before it is tried again.
+const OVERSIZED_RETRY: Duration = Duration::from_secs(600);
+/// Dead entries (edited, deleted, moved) tolerated before an index is compacted, as a
+/// fraction of its live ones (and at least `MIN_DEAD_TO_COMPACT`).
+const DEAD_SHARE_TO_COMPACT: usize = 4;
+const MIN_DEAD_TO_COMPACT: usize = 1024;
+
+/// The words of a text as titles are indexed: runs of letters and digits, lowercased.
+pub(crate) fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase)
+}
+
+/// One trigram: three characters packed into 63 bits.
+type Trigram = u64;
+
+fn pack(chars: &[char]) -> Trigram {
+    (u64::from(chars[0]) << 42) | (u64::from(chars[1]) << 21) | u64::from(chars[2])
+}
+
+/// pg_trgm's trigrams of a text: each word padded with two blanks before and one after, every
+/// three consecutive characters of it; sorted and distinct.
+pub(crate) fn trigrams(text: &str) -> Vec<Trigram> {
+    let mut out = Vec::new();
+    let mut padded: Vec<char> = Vec::new();
+    for word in words(text) {
+        padded.clear();
+        padded.extend(['\u{20}', '\u{20}']);
+        padded.extend(word.chars());
+        padded.push('\u{20}');
+        out.extend(padded.windows(3).map(pack));
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// pg_trgm's `similarity`: shared trigrams over the trigrams of either (0 when both have none).
+pub(crate) fn similarity(a: &[Trigram], b: &[Trigram]) -> f64 {
+    let shared = shared_count(a, b);
+    let union = a.len() + b.len() - shared;
+    if union == 0 { 0.0 } else { shared as f64 / union as f64 }
+}
+
+fn shared_count(a: &[Trigram], b: &[Trigram]) -> usize {
+    let (mut i, mut j, mut shared) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                shared += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    shared
+}
+
+/// What the index reads of a post.
+#[derive(Clone, Debug)]
+struct TitleRow {
+    id: i64,
+    course_id: i64,
+    author: i64,
+    title: String,
+    private: bool,
+    resolved: bool,
+    live: bool,
+    /// `title_xid`.
+    xid: u64,
+}
+
+/// The SQL of a post's "resolved question" (as `Post.resolved` reads for questions).
+const RESOLVED_SQL: &str = "(p.kind = 'question' AND (p.accepted_comment_id IS NOT NULL OR p.resolved_at IS NOT NULL))";
+
+fn parse_xid(raw: &str) -> AppResult<u64> {
+    raw.parse().map_err(|_| AppError::Internal(format!("a transaction id that is not a number: {raw:?}")))
+}
+
+impl TitleRow {
+    fn read(row: &QueryResult) -> AppResult<Option<Self>> {
+        let Some(xid) = row.try_get::<Option<String>>("", "title_xid")? else { return Ok(None) };
+        Ok(Some(Self {
+            id: row.try_get("", "id")?,
+            course_id: row.try_get("", "course_id")?,
+            author: row.try_get("", "user_id")?,
+            title: row.try_get("", "title")?,
+            private: row.try_get("", "private")?,
+            resolved: row.try_get("", "resolved")?,
+            live: row.try_get("", "live")?,
+            xid: parse_xid(&xid)?,
+        }))
+    }
+
+    fn readable_by(&self, viewer: i64, role: Role) -> bool {
+        role == Role::Instructor || !self.private || self.author == viewer
+    }
+}
+
+/// A post live in the course, as indexed. Dead entries (replaced or removed) stay until the
+/// next compaction; the postings skip them.
+struct Entry {
+    post_id: i64,
+    author: i64,
+    title: Box<str>,
+    private: bool,
+    resolved: bool,
+    live: bool,
+}
+
+/// A word of the course's titles.
+struct Word {
+    text: Box<str>,
+    /// Live titles that hold it.
+    titles: u32,
+    /// Its own trigrams, for the similarity of a typed word to it.
+    trigrams: u32,
+}
+
+/// The newest version of a post the index has applied, and its entry while live.
+#[derive(Clone, Copy)]
+struct Version {
+    xid: u64,
+    slot: Option<u32>,
+}
+
+/// One course's titles (see the module doc).
+struct TitleIndex {
+    course_id: i64,
+    entries: Vec<Entry>,
+    title_bytes: usize,
+    dead: usize,
+    versions: HashMap<i64, Version>,
+    word_ids: HashMap<Box<str>, u32>,
+    lexicon: Vec<Word>,
+    /// Each trigram's lexicon words.
+    word_trigrams: HashMap<Trigram, Vec<u32>>,
+    /// Each word's entries (slots, ascending), dead ones included until compaction.
+    postings: Vec<Vec<u32>>,
+    /// Every row version written by a transaction older than this has been applied.
+    xmin: u64,
+}
+
+impl TitleIndex {
+    fn new(course_id: i64, xmin: u64) -> Self {
+        Self {
+            course_id,
+            entries: Vec::new(),
+            title_bytes: 0,
+            dead: 0,
+            versions: HashMap::new(),
+            word_ids: HashMap::new(),
+            lexicon: Vec::new(),
+            word_trigrams: HashMap::new(),
+            postings: Vec::new(),
+            xmin,
+        }
+    }
+
+    fn word_id(&mut self, word: &str) -> u32 {
+        if let Some(&id) = self.word_ids.get(word) {
+            return id;
+        }
+        let id = self.lexicon.len() as u32;
+        let own = trigrams(word);
+        for &t in &own {
+            self.word_trigrams.entry(t).or_default().push(id);
+        }
+        self.lexicon.push(Word { text: word.into(), titles: 0, trigrams: own.len() as u32 });
+        self.word_ids.insert(word.into(), id);
+        self.postings.push(Vec::new());
+        id
+    }
+
+    /// The distinct lexicon ids of a title's words (adding new words).
+    fn title_word_ids(&mut self, title: &str) -> Vec<u32> {
+        let mut ids: Vec<u32> = words(title).map(|w| self.word_id(&w)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    fn add_entry(&mut self, row: &TitleRow) -> u32 {
+        let slot = self.entries.len() as u32;
+        for id in self.title_word_ids(&row.title) {
+            self.lexicon[id as usize].titles += 1;
+            self.postings[id as usize].push(slot);
+        }
+        self.title_bytes += row.title.len();
+        self.entries.push(Entry {
+            post_id: row.id,
+            author: row.author,
+            title: row.title.as_str().into(),
+            private: row.private,
+            resolved: row.resolved,
+            live: true,
+        });
+        slot
+    }
+
+    fn kill(&mut self, slot: u32) {
+        let entry = &mut self.entries[slot as usize];
+        if !entry.live {
+            return;
+        }
+        entry.live = false;
+        let title = entry.title.clone();
+        for id in self.title_word_ids(&title) {
+            let word = &mut self.lexicon[id as usize];
+            word.titles = word.titles.saturating_sub(1);
+        }
+        self.dead += 1;
+    }
+
+    /// Applies a row version read from the database, unless the index has a newer one.
+    /// Returns whether anything changed.
+    fn apply(&mut self, row: &TitleRow) -> bool {
+        let known = self.versions.get(&row.id).copied();
+        if known.is_some_and(|v| v.xid >= row.xid) {
+            return false;
+        }
+        if let Some(slot) = known.and_then(|v| v.slot) {
+            self.kill(slot);
+        }
+        let slot = (row.live && row.course_id == self.course_id).then(|| self.add_entry(row));
+        self.versions.insert(row.id, Version { xid: row.xid, slot });
+        true
+    }
+
+    /// Drops a post a statement with snapshot xmin `xmin` did not find in the course (deleted
+    /// for good, or moved to another course), unless a newer version was applied since.
+    fn forget(&mut self, post_id: i64, xmin: u64) -> bool {
+        match self.versions.get(&post_id).copied() {
+            Some(Version { xid, slot: Some(slot) }) if xid < xmin => {
+                self.kill(slot);
+                self.versions.insert(post_id, Version { xid, slot: None });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Rebuilds the entries and postings from the live entries once the dead ones are many.
+    fn compact_if_worth_it(&mut self) {
+        let live = self.entries.len() - self.dead;
+        if self.dead < MIN_DEAD_TO_COMPACT || self.dead * DEAD_SHARE_TO_COMPACT < live {
+            return;
+        }
+        let entries = std::mem::take(&mut self.entries);
+        let mut moved: HashMap<i64, u32> = HashMap::with_capacity(live);
+        for postings in &mut self.postings {
+            postings.clear();
+        }
+        self.title_bytes = 0;
+        self.dead = 0;
+        for entry in entries.into_iter().filter(|e| e.live) {
+            let slot = self.entries.len() as u32;
+            for id in self.title_word_ids(&entry.title) {
+                self.postings[id as usize].push(slot);
+            }
+            self.title_bytes += entry.title.len();
+            moved.insert(entry.post_id, slot);
+            self.entries.push(entry);
+        }
+        for (post_id, version) in self.versions.iter_mut() {
+            version.slot = moved.get(post_id).copied();
+        }
+        for postings in &mut self.postings {
+            postings.shrink_to_fit();
+        }
+        self.entries.shrink_to_fit();
+    }
+
+    /// The lexicon word a typed word stands for: itself when some live title holds it, else
+    /// the nearest by trigram similarity (at least `MIN_WORD_SIMILARITY`; ties go to the word
+    /// in more titles).
+    fn correct(&self, typed: &str, shared: &mut Vec<u16>) -> Option<u32> {
+        if let Some(&id) = self.word_ids.get(typed)
+            && self.lexicon[id as usize].titles > 0
+        {
+            return Some(id);
+        }
+        let own = trigrams(typed);
+        shared.clear();
+        shared.resize(self.lexicon.len(), 0);
+        let mut touched: Vec<u32> = Vec::new();
+        for t in &own {
+            for &id in self.word_trigrams.get(t).map(Vec::as_slice).unwrap_or_default() {
+                if shared[id as usize] == 0 {
+                    touched.push(id);
+                }
+                shared[id as usize] = shared[id as usize].saturating_add(1);
+            }
+        }
+        let mut best: Option<(f64, u32, u32)> = None;
+        for id in touched {
+            let word = &self.lexicon[id as usize];
+            if word.titles == 0 {
+                continue;
+            }
+            let common = usize::from(shared[id as usize]);
+            let union = own.len() + word.trigrams as usize - common;
+            let alike = if union == 0 { 0.0 } else { common as f64 / union as f64 };
+            let better = match best {
+                None => true,
+                Some((b, titles, b_id)) => {
+                    alike > b
+                        || (alike == b
+                            && (word.titles > titles
+                                || (word.titles == titles && word.text < self.lexicon[b_id as usize].text)))
+                }
+            };
+            if better {
+                best = Some((alike, word.titles, id));
+            }
+        }
+        best.filter(|(alike, _, _)| *alike >= MIN_WORD_SIMILARITY).map(|(_, _, id)| id)
+    }
+
+    /// The posts most like `text` that `viewer` may read, best first, at most `keep`:
+    /// resolved questions first, then the most alike (at least `MIN_SIMILARITY`), then the
+    /// newest.
+    fn lookup(&self, text: &str, text_trigrams: &[Trigram], viewer: i64, role: Role, keep: usize) -> Vec<i64> {
+        let mut typed: Vec<String> = words(text).collect();
+        typed.sort_unstable();
+        typed.dedup();
+        let mut shared = Vec::new();
+        let mut known: Vec<u32> = typed.iter().filter_map(|w| self.correct(w, &mut shared)).collect();
+        known.sort_unstable();
+        known.dedup();
+        known.sort_by(|&a, &b| {
+            let (a, b) = (&self.lexicon[a as usize], &self.lexicon[b as usize]);
+            a.titles.cmp(&b.titles).then_with(|| a.text.cmp(&b.text))
+        });
+        let mut through = 0u64;
+        let chosen: Vec<u32> = known
+            .into_iter()
+            .enumerate()
+            .take_while(|(n, id)| {
+                through += u64::from(self.lexicon[*id as usize].titles);
+                *n == 0 || through <= CANDIDATE_BUDGET
+            })
+            .map(|(_, id)| id)
+            .collect();
+
+        let readable =
+            |entry: &Entry| entry.live && (role == Role::Instructor || !entry.private || entry.author == viewer);
+        let mut slots: Vec<u32> = Vec::new();
+        for &id in &chosen {
+            let newest_first = self.postings[id as usize].iter().rev();
+            slots.extend(newest_first.filter(|&&s| readable(&self.entries[s as usize])).take(MAX_CANDIDATES));
+        }
+        slots.sort_unstable_by(|a, b| b.cmp(a));
+        slots.dedup();
+        slots.truncate(MAX_CANDIDATES);
+
+        let mut ranked: Vec<(bool, f64, i64)> = slots
+            .into_iter()
+            .filter_map(|s| {
+                let entry = &self.entries[s as usize];
+                let alike = similarity(&trigrams(&entry.title), text_trigrams);
+                (alike >= MIN_SIMILARITY).then_some((entry.resolved, alike, entry.post_id))
+            })
+            .collect();
+        ranked.sort_by(rank_order);
+        ranked.into_iter().take(keep).map(|(_, _, id)| id).collect()
+    }
+
+    /// Approximate heap bytes (the module's share of the cache budget is weighed with it).
+    fn bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let entries = self.entries.capacity() * size_of::<Entry>() + self.title_bytes;
+        let versions = self.versions.capacity() * (size_of::<(i64, Version)>() + 1);
+        let words: usize = self.lexicon.iter().map(|w| 2 * w.text.len()).sum::<usize>()
+            + self.lexicon.capacity() * size_of::<Word>()
+            + self.word_ids.capacity() * (size_of::<(Box<str>, u32)>() + 1);
+        let trigram_lists: usize = self.word_trigrams.values().map(|v| v.capacity() * 4).sum();
+        let trigrams = self.word_trigrams.capacity() * (size_of::<(Trigram, Vec<u32>)>() + 1) + trigram_lists;
+        let postings: usize = self.postings.iter().map(|p| p.capacity() * 4).sum::<usize>()
+            + self.postings.capacity() * size_of::<Vec<u32>>();
+        (entries + versions + words + trigrams + postings) as u64
+    }
+}
+
+/// Resolved questions first, then the most alike, then the newest.
+fn rank_order(a: &(bool, f64, i64), b: &(bool, f64, i64)) -> std::cmp::Ordering {
+    b.0.cmp(&a.0).then_with(|| b.1.total_cmp(&a.1)).then_with(|| b.2.cmp(&a.2))
+}
+
+/// A course's index once built, and when it was last used.
+struct CourseSlot {
+    index: tokio::sync::OnceCell<RwLock<TitleIndex>>,
+    bytes: AtomicU64,
+    last_used: AtomicU64,
+}
+
+impl CourseSlot {
+    fn read(&self) -> Option<RwLockReadGuard<'_, TitleIndex>> {
+        self.index.get().map(|i| i.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn write(&self) -> Option<RwLockWriteGuard<'_, TitleIndex>> {
+        self.index.get().map(|i| i.write().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+#[derive(Default)]
+struct Slots {
+    courses: HashMap<i64, Arc<CourseSlot>>,
+    /// Courses too big for the share, and when they may be tried again.
+    oversized: HashMap<i64, Instant>,
+}
+
+struct Shared {
+    share_bytes: u64,
+    slots: Mutex<Slots>,
+    clock: AtomicU64,
+}
+
+/// Every course's title index in this process (cheap to clone: shared).
+#[derive(Clone)]
+pub struct CourseTitles(Arc<Shared>);
+
+impl Measured for Shared {
+    fn figures(&self) -> CacheFigures {
+        let slots = self.lock();
+        CacheFigures {
+            used_bytes: slots.courses.values().map(|s| s.bytes.load(Ordering::Relaxed)).sum(),
+            entries: slots.courses.len() as u64,
+            capacity_bytes: self.share_bytes,
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl CourseTitles {
+    pub fn with_budget(budget: &CacheBudget) -> Self {
+        let shared = Arc::new(Shared {
+            share_bytes: budget.share(CacheName::CourseTitles),
+            slots: Mutex::default(),
+            clock: AtomicU64::new(0),
+        });
+        budget.register(CacheName::CourseTitles, shared.clone());
+        Self(shared)
+    }
+
+    /// The course's slot, made if absent; `None` while the course is known to be too big.
+    fn slot(&self, course_id: i64) -> Option<Arc<CourseSlot>> {
+        let now = self.0.clock.fetch_add(1, Ordering::Relaxed);
+        let mut slots = self.0.lock();
+        if let Some(&until) = slots.oversized.get(&course_id) {
+            if Instant::now() < until {
+                return None;
+            }
+            slots.oversized.remove(&course_id);
+        }
+        let slot = slots.courses.entry(course_id).or_insert_with(|| {
+            Arc::new(CourseSlot {
+                index: tokio::sync::OnceCell::new(),
+                bytes: AtomicU64::new(0),
+                last_used: AtomicU64::new(now),
+            })
+        });
+        slot.last_used.store(now, Ordering::Relaxed);
+        Some(slot.clone())
+    }
+
+    /// Records a slot's new size; drops the least recently used courses while the share is
+    /// exceeded, and the course itself (served by SQL for a while) when it alone exceeds it.
+    fn weigh(&self, course_id: i64, slot: &Arc<CourseSlot>, bytes: u64) {
+        slot.bytes.store(bytes, Ordering::Relaxed);
+        let mut slots = self.0.lock();
+        if bytes > self.0.share_bytes {
+            if slots.courses.get(&course_id).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+                slots.courses.remove(&course_id);
+            }
+            slots.oversized.insert(course_id, Instant::now() + OVERSIZED_RETRY);
+            tracing::info!(
+                course_id,
+                bytes,
+                share = self.0.share_bytes,
+                "similar titles: the course's index exceeds its share; served by SQL"
+            );
+            return;
+        }
+        loop {
+            let used: u64 = slots.courses.values().map(|s| s.bytes.load(Ordering::Relaxed)).sum();
+            if used <= self.0.share_bytes {
+                break;
+            }
+            let coldest = slots
+                .courses
+                .iter()
+                .filter(|(_, s)| !Arc::ptr_eq(s, slot))
+                .min_by_key(|(_, s)| s.last_used.load(Ordering::Relaxed))
+                .map(|(&id, _)| id);
+            match coldest {
+                Some(id) => {
+                    slots.courses.remove(&id);
+                    metrics::counter!(crate::telemetry::names::CACHE_EVICTIONS, "cache" => CacheName::CourseTitles.label()).increment(1);
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+async fn build(db: &impl ConnectionTrait, course_id: i64) -> AppResult<TitleIndex> {
+    let sql = format!(
+        "WITH snap AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS snapshot_xmin) \
+         SELECT snap.snapshot_xmin, p.id, p.course_id, p.user_id, p.title, p.private, {RESOLVED_SQL} AS resolved, \
+                TRUE AS live, p.title_xid::text AS title_xid \
+         FROM snap LEFT JOIN posts p ON p.course_id = $1 AND p.deleted_at IS NULL ORDER BY p.id"
+    );
+    let rows = db.query_all_raw(stmt(&sql, [course_id.into()])).await?;
+    let xmin = snapshot_xmin(&rows)?;
+    let mut index = TitleIndex::new(course_id, xmin);
+    for row in &rows {
+        if let Some(title) = TitleRow::read(row)? {
+            index.apply(&title);
+        }
+    }
+    Ok(index)
+}
+
+fn snapshot_xmin(rows: &[QueryResult]) -> AppResult<u64> {
+    let first = rows.first().ok_or_else(|| AppError::Internal("no snapshot row".into()))?;
+    parse_xid(&first.try_get::<String>("", "snapshot_xmin")?)
+}
+
+/// Posts of a course whose title is like `text`, readable by the viewer, at least
+/// `MIN_SIMILARITY` alike, resolved questions first, then the most alike: from the course's
+/// index in this process (see the module doc), or by SQL when it does not fit.
+pub(crate) async fn similar_posts(
+    titles: &CourseTitles,
+    db: &impl ConnectionTrait,
+    course_id: i64,
+    viewer: i64,
+    role: Role,
+    text: &str,
+    limit: usize,
+) -> AppResult<Vec<(PostRow, f64)>> {
+    let Some(slot) = titles.slot(course_id) else {
+        return similar_posts_by_sql(db, course_id, viewer, role, text, limit as i64).await;
+    };
+    if slot.index.get().is_none() {
+        let mut built = false;
+        slot.index
+            .get_or_try_init(|| async {
+                built = true;
+                build(db, course_id).await.map(RwLock::new)
+            })
+            .await?;
+        if built {
+            let bytes = slot.read().map_or(0, |i| i.bytes());
+            titles.weigh(course_id, &slot, bytes);
+        }
+    }
+    let text_trigrams = trigrams(text);
+    // Twice as many as asked: the fresh rows may rank a few differently than the index did.
+    let (candidates, xmin) = match slot.read() {
+        Some(index) => (index.lookup(text, &text_trigrams, viewer, role, 2 * limit), index.xmin),
+        None => return Err(AppError::Internal("a course's title index was not built".into())),
+    };
+    let columns: String = POST_COLUMNS.split(", ").map(|c| format!("p.{c}")).collect::<Vec<_>>().join(", ");
+    let sql = format!(
+        "WITH snap AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS snapshot_xmin) \
+         SELECT snap.snapshot_xmin, {columns}, {RESOLVED_SQL} AS resolved, p.deleted_at IS NULL AS live, \
+                p.title_xid::text AS title_xid \
+         FROM snap LEFT JOIN LATERAL ( \
+           SELECT * FROM posts WHERE id = ANY($2) AND course_id = $1 \
+           UNION ALL \
+           SELECT * FROM posts WHERE course_id = $1 AND title_xid >= $3::text::xid8 \
+         ) p ON TRUE"
+    );
+    let ids: Vec<sea_orm::Value> = candidates.iter().map(|&id| id.into()).collect();
+    let array = sea_orm::Value::Array(sea_orm::sea_query::ArrayType::BigInt, Some(Box::new(ids)));
+    let rows = db.query_all_raw(stmt(&sql, [course_id.into(), array, xmin.to_string().into()])).await?;
+    let xmin = snapshot_xmin(&rows)?;
+
+    let mut fresh: HashMap<i64, (TitleRow, &QueryResult)> = HashMap::new();
+    for row in &rows {
+        if let Some(title) = TitleRow::read(row)? {
+            fresh.insert(title.id, (title, row));
+        }
+    }
+    let changed = match slot.write() {
+        Some(mut index) => {
+            let mut changed = false;
+            for (title, _) in fresh.values() {
+                changed |= index.apply(title);
+            }
+            for id in candidates.iter().filter(|id| !fresh.contains_key(id)) {
+                changed |= index.forget(*id, xmin);
+            }
+            index.xmin = index.xmin.max(xmin);
+            if changed {
+                index.compact_if_worth_it();
+            }
+            changed.then(|| index.bytes())
+        }
+        None => None,
+    };
+    if let Some(bytes) = changed {
+        titles.weigh(course_id, &slot, bytes);
+    }
+
+    let mut ranked: Vec<(bool, f64, i64)> = fresh
+        .values()
+        .filter(|(t, _)| t.live && t.course_id == course_id && t.readable_by(viewer, role))
+        .filter_map(|(t, _)| {
+            let alike = similarity(&trigrams(&t.title), &text_trigrams);
+            (alike >= MIN_SIMILARITY).then_some((t.resolved, alike, t.id))
+        })
+        .collect();
+    ranked.sort_by(rank_order);
+    ranked
+        .into_iter()
+        .take(limit)
+        .map(|(_, alike, id)| {
+            let (_, row) = &fresh[&id];
+            Ok((PostRow::from_query_result(row, "")?, alike))
+        })
+        .collect()
+}
+
+/// The SQL lookup, for a course whose index does not fit its share: the same rules over the
+/// lexicon of migration 0015. Each typed word is taken as it is when the lexicon has it, else
+/// corrected to the lexicon's nearest word by trigram distance (when at least
+/// `MIN_WORD_SIMILARITY` alike). The rarest corrected words whose title counts add up to at
+/// most `CANDIDATE_BUDGET` (always the rarest one) select the candidates through the title
+/// words' GIN index (at most `MAX_CANDIDATES`), and only those are compared with the text.
+pub(crate) async fn similar_posts_by_sql(
+    db: &impl ConnectionTrait,
+    course_id: i64,
+    viewer: i64,
+    role: Role,
+    text: &str,
+    limit: i64,
+) -> AppResult<Vec<(PostRow, f64)>> {
+    let readable = if role == Role::Instructor { "TRUE" } else { "(NOT p.private OR p.user_id = $3)" };
+    let columns: String = POST_COLUMNS.split(", ").map(|c| format!("p.{c}")).collect::<Vec<_>>().join(", ");
+    let sql = format!(
+        "WITH typed AS (SELECT DISTINCT w FROM unnest(title_words_of($2)) w), \
+         known AS ( \
+           SELECT best.word, best.posts FROM typed CROSS JOIN LATERAL ( \
+             SELECT word, posts FROM ( \
+               (SELECT t.word, t.posts FROM title_words t WHERE t.course_id = $1 AND t.word = typed.w) \
+               UNION ALL \
+               (SELECT t.word, t.posts FROM title_words t WHERE t.course_id = $1 ORDER BY t.word <-> typed.w LIMIT 1) \
+             ) nearest WHERE similarity(word, typed.w) >= {MIN_WORD_SIMILARITY} LIMIT 1) best \
+         ), chosen AS ( \
+           SELECT array_agg(word) AS words FROM ( \
+             SELECT word, sum(posts) OVER (ORDER BY posts, word) AS through, \
+                    row_number() OVER (ORDER BY posts, word) AS n FROM known) ranked \
+           WHERE n = 1 OR through <= {CANDIDATE_BUDGET} \
+         ), candidates AS MATERIALIZED ( \
+           SELECT {columns}, similarity(p.title, $2) AS similarity FROM posts p, chosen \
+           WHERE p.course_id = $1 AND p.deleted_at IS NULL AND {readable} \
+             AND title_words_of(p.title) && chosen.words \
+           LIMIT {MAX_CANDIDATES} \
+         ) \
+         SELECT {POST_COLUMNS}, similarity::float8 AS similarity FROM candidates \
+         WHERE similarity >= {MIN_SIMILARITY} \
+         ORDER BY (kind = 'question' AND (accepted_comment_id IS NOT NULL OR resolved_at IS NOT NULL)) DESC, \
+                  similarity DESC, id DESC \
+         LIMIT $4"
+    );
+    let rows = db.query_all_raw(stmt(&sql, [course_id.into(), text.into(), viewer.into(), limit.into()])).await?;
+    rows.iter().map(|row| Ok((PostRow::from_query_result(row, "")?, row.try_get::<f64>("", "similarity")?))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64, title: &str, xid: u64) -> TitleRow {
+        TitleRow { id, course_id: 1, author: 10, title: title.into(), private: false, resolved: false, live: true, xid }
+    }
+
+    #[test]
+    fn similarity_is_pg_trgms() {
+        // SELECT similarity('word', 'words') = 0.571429 (4 shared of 7).
+        assert!((similarity(&trigrams("word"), &trigrams("words")) - 4.0 / 7.0).abs() < 1e-9);
+        // Case and punctuation do not count; a word's trigrams are its own.
+        assert_eq!(trigrams("Hello, World!"), trigrams("hello world"));
+        assert_eq!(similarity(&trigrams("abc"), &trigrams("abc")), 1.0);
+        assert_eq!(similarity(&trigrams(""), &trigrams("")), 0.0);
+        // "  a" and " a " for a one-letter word.
+        assert_eq!(trigrams("a").len(), 2);
+    }
+
+    #[test]
+    fn a_typo_is_corrected_to_the_nearest_live_word() {
+        let mut index = TitleIndex::new(1, 0);
+        index.apply(&row(1, "Recursion in Python", 5));
+        index.apply(&row(2, "Matrix multiplication", 5));
+        let found = index.lookup("recusion in pyhton", &trigrams("recusion in pyhton"), 10, Role::Student, 5);
+        assert_eq!(found, vec![1]);
+    }
+
+    #[test]
+    fn an_older_version_never_replaces_a_newer_one() {
+        let mut index = TitleIndex::new(1, 0);
+        assert!(index.apply(&row(1, "zeppelin", 7)));
+        assert!(!index.apply(&row(1, "walrus", 6)), "older");
+        let found = |index: &TitleIndex, text: &str| index.lookup(text, &trigrams(text), 10, Role::Student, 5);
+        assert_eq!(found(&index, "zeppelin"), vec![1]);
+        assert!(found(&index, "walrus").is_empty());
+        let mut deleted = row(1, "zeppelin", 8);
+        deleted.live = false;
+        assert!(index.apply(&deleted));
+        assert!(found(&index, "zeppelin").is_empty());
+        assert!(!index.apply(&row(1, "zeppelin", 7)), "a late read of the live version");
+        assert!(found(&index, "zeppelin").is_empty());
+        assert_eq!(index.lexicon[index.word_ids["zeppelin"] as usize].titles, 0);
+    }
+
+    #[test]
+    fn a_missing_post_is_forgotten_only_when_no_newer_version_was_applied() {
+        let mut index = TitleIndex::new(1, 0);
+        index.apply(&row(1, "zeppelin", 7));
+        assert!(!index.forget(1, 7), "a version from the statement's own horizon stays");
+        assert!(index.forget(1, 8));
+        assert!(index.lookup("zeppelin", &trigrams("zeppelin"), 10, Role::Student, 5).is_empty());
+    }
+
+    #[test]
+    fn private_posts_are_for_their_author_and_staff() {
+        let mut index = TitleIndex::new(1, 0);
+        let mut private = row(1, "zeppelin question", 5);
+        private.private = true;
+        index.apply(&private);
+        let text = "zeppelin question";
+        assert!(index.lookup(text, &trigrams(text), 11, Role::Student, 5).is_empty());
+        assert_eq!(index.lookup(text, &trigrams(text), 10, Role::Student, 5), vec![1]);
+        assert_eq!(index.lookup(text, &trigrams(text), 11, Role::Instructor, 5), vec![1]);
+    }
+
+    #[test]
+    fn compaction_keeps_every_live_post_findable() {
+        let mut index = TitleIndex::new(1, 0);
+        for id in 0..3000 {
+            index.apply(&row(id, &format!("walrus number{id}"), 5));
+        }
+        for id in 0..2500 {
+            let mut gone = row(id, "walrus", 6);
+            gone.live = false;
+            index.apply(&gone);
+        }
+        index.compact_if_worth_it();
+        assert_eq!(index.dead, 0);
+        assert_eq!(index.entries.len(), 500);
+        let text = "walrus number2999";
+        assert_eq!(index.lookup(text, &trigrams(text), 10, Role::Student, 1), vec![2999]);
+        assert_eq!(index.lexicon[index.word_ids["walrus"] as usize].titles, 500);
+        index.apply(&row(2999, "narwhal", 9));
+        assert_eq!(index.lookup("narwhal", &trigrams("narwhal"), 10, Role::Student, 5), vec![2999]);
+    }
+}
