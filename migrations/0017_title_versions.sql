@@ -1,5 +1,5 @@
 -- What each process's in-memory index of a course's titles (`forum::similar`) needs to stay
--- exact: which transaction last wrote the fields it keeps of a post.
+-- exact: which transaction last wrote the fields it keeps of a post, and which write that was.
 --
 -- `title_xid` is the id of the transaction that inserted the post or last changed its title,
 -- course, author, privacy, kind, resolution or deletion (a BEFORE UPDATE trigger restamps it;
@@ -8,11 +8,18 @@
 -- because every such transaction had ended before that snapshot. So it catches up by reading
 -- the course's rows with `title_xid >= X`, and no commit order can slip a row past it: a row
 -- stamped by a transaction that was still running then is read again next time.
+--
+-- `title_version` counts those writes (1 at insert). Transaction ids do not order the writes
+-- of one row: a transaction that took its id early can update the row after a younger one
+-- did. The row lock serializes the writes, so the counter does; an index replaces the version
+-- it holds only with a higher count.
 ALTER TABLE posts ADD COLUMN title_xid xid8 NOT NULL DEFAULT pg_current_xact_id();
+ALTER TABLE posts ADD COLUMN title_version bigint NOT NULL DEFAULT 1;
 
 CREATE FUNCTION posts_title_xid_stamp() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     NEW.title_xid := pg_current_xact_id();
+    NEW.title_version := OLD.title_version + 1;
     RETURN NEW;
 END
 $$;

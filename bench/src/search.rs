@@ -86,6 +86,8 @@ pub struct Measured {
     pub max_ms: f64,
     pub sql_per_request: f64,
     pub cpu_ms_per_request: f64,
+    /// Bytes the server keeps for it in memory (the title index, for similar posts).
+    pub memory_bytes: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -315,6 +317,7 @@ async fn measure(
         max_ms: report.max(),
         sql_per_request: counters.sql / report.ok.max(1) as f64,
         cpu_ms_per_request: cpu.ms_per(report.ok),
+        memory_bytes: None,
     };
     eprintln!(
         "search: {} {:<22} {:>7.0}/s  p50 {:>6.1} ms  p99 {:>6.1} ms  failed {}  sql/request {:.2}",
@@ -369,8 +372,12 @@ async fn measure_server(
     }
     if wants(Kind::Similar) {
         let typed = typed.to_vec();
-        measured
-            .push(measure("similarPosts", s, fixture, tokens, typed, bench.similar, c, time_cap, similar_check).await?);
+        let mut similar =
+            measure("similarPosts", s, fixture, tokens, typed, bench.similar, c, time_cap, similar_check).await?;
+        // What the course's title index holds in the server's memory (none when by SQL).
+        let metrics = server.metrics().await?;
+        similar.memory_bytes = metrics.get("cache_used_bytes{cache=\"course_titles\"}").copied();
+        measured.push(similar);
     }
     if wants(Kind::Page) {
         let page = vec![load::graphql_body(PAGE, json!({ "c": course }))];
@@ -498,11 +505,14 @@ pub fn print(result: &SearchResult) {
         result.connections,
         result.servers.join(", ")
     );
-    println!("| server | request | per s | p50 ms | p99 ms | max ms | SQL / request | CPU ms / request | failed |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| server | request | per s | p50 ms | p99 ms | max ms | SQL / request | CPU ms / request | failed | in memory |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for m in &result.measured {
+        let memory = m.memory_bytes.map(|b| format!("{:.1} MiB", b / (1 << 20) as f64)).unwrap_or_default();
         println!(
-            "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {} |",
+            "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {memory} |",
             m.server, m.what, m.per_s, m.p50_ms, m.p99_ms, m.max_ms, m.sql_per_request, m.cpu_ms_per_request, m.failed
         );
         if let Some(failure) = &m.first_failure {

@@ -14,18 +14,26 @@
 //! candidates). Words and trigrams are pg_trgm's: runs of letters and digits, lowercased.
 //!
 //! How it stays exact: every post row carries `title_xid`, the transaction that last wrote a
-//! field kept here (migration 0017). The index remembers the xmin of the snapshot of the last
-//! statement that read it up to date: every transaction older than that had ended, so every
-//! row version it wrote was read. Each lookup's one statement reads, besides the winners, the
-//! course's rows stamped at or after that xmin (usually none), applies them (a version
-//! replaces one only if its transaction is not older) and moves the xmin on. So a lookup sees
-//! every post committed before it started, on whichever instance it was written, and the
-//! winners' fields come from that same statement: an index a moment behind can miss nothing
-//! the answer shows, and show nothing deleted, private or moved.
+//! field kept here, and `title_version`, how many such writes it has had (migration 0017).
+//! The index remembers the xmin of the snapshot of the last statement that read it up to
+//! date: every transaction older than that had ended, so every row version it wrote was read.
+//! Each lookup's one statement reads, besides the winners, the course's rows stamped at or
+//! after that xmin (usually none), applies them (a version replaces the one held only if its
+//! count is higher: transaction ids do not order one row's writes, its row lock does) and
+//! moves the xmin on. So a lookup sees every post committed before it started, on whichever
+//! instance it was written, and the winners' fields come from that same statement: the answer
+//! never shows anything deleted, made private or moved, whatever the index holds.
+//!
+//! A write transaction held open for long holds the xmin back: until it ends, each lookup
+//! reads again the course's rows changed since it began (the server's own transactions last
+//! milliseconds). A post moved to another course or deleted for good (neither is an operation
+//! of the API) stays a dead candidate until its primary-key read first finds nothing.
 //!
 //! Memory: the indexes share `CacheName::CourseTitles` of the cache budget, weighed in bytes;
 //! the least recently used course goes first. A course whose index alone would exceed the
-//! share is served by the SQL lookup instead (for `OVERSIZED_RETRY` before it is tried again).
+//! share is served by the SQL lookup instead (for `OVERSIZED_RETRY` before it is tried again),
+//! and so is a course dropped to make room (for `EVICTED_COOLDOWN`): courses competing for the
+//! share rebuild each other's index at most once a minute, not on every keystroke.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +59,10 @@ const MAX_CANDIDATES: usize = 500;
 pub(crate) const MIN_SIMILARITY: f64 = 0.2;
 /// How long a course too big for its share is served by SQL before it is tried again.
 const OVERSIZED_RETRY: Duration = Duration::from_secs(600);
+/// How long a course whose index was dropped to make room is served by SQL.
+const EVICTED_COOLDOWN: Duration = Duration::from_secs(60);
+/// What an allocation costs beyond its bytes (allocator rounding and bookkeeping), roughly.
+const ALLOCATION_OVERHEAD: usize = 16;
 /// Dead entries (edited, deleted, moved) tolerated before an index is compacted, as a
 /// fraction of its live ones (and at least `MIN_DEAD_TO_COMPACT`).
 const DEAD_SHARE_TO_COMPACT: usize = 4;
@@ -120,6 +132,8 @@ struct TitleRow {
     live: bool,
     /// `title_xid`.
     xid: u64,
+    /// `title_version`.
+    version: i64,
 }
 
 /// The SQL of a post's "resolved question" (as `Post.resolved` reads for questions).
@@ -141,6 +155,7 @@ impl TitleRow {
             resolved: row.try_get("", "resolved")?,
             live: row.try_get("", "live")?,
             xid: parse_xid(&xid)?,
+            version: row.try_get("", "title_version")?,
         }))
     }
 
@@ -172,7 +187,10 @@ struct Word {
 /// The newest version of a post the index has applied, and its entry while live.
 #[derive(Clone, Copy)]
 struct Version {
+    /// `title_xid`: the transaction that wrote it.
     xid: u64,
+    /// `title_version`: which write of the row it is.
+    version: i64,
     slot: Option<u32>,
 }
 
@@ -189,8 +207,9 @@ struct TitleIndex {
     word_trigrams: HashMap<Trigram, Vec<u32>>,
     /// Each word's entries (slots, ascending), dead ones included until compaction.
     postings: Vec<Vec<u32>>,
-    /// Every row version written by a transaction older than this has been applied.
-    xmin: u64,
+    /// Every row version written by a transaction older than this has been applied. Moved on
+    /// (never back) after the rows read with it are applied.
+    xmin: AtomicU64,
 }
 
 impl TitleIndex {
@@ -205,7 +224,7 @@ impl TitleIndex {
             lexicon: Vec::new(),
             word_trigrams: HashMap::new(),
             postings: Vec::new(),
-            xmin,
+            xmin: AtomicU64::new(xmin),
         }
     }
 
@@ -264,32 +283,40 @@ impl TitleIndex {
         self.dead += 1;
     }
 
-    /// Applies a row version read from the database, unless the index has a newer one.
-    /// Returns whether anything changed.
+    /// Whether `apply` would change anything for this row version.
+    fn is_news(&self, row: &TitleRow) -> bool {
+        self.versions.get(&row.id).is_none_or(|v| v.version < row.version)
+    }
+
+    /// Applies a row version read from the database, unless the index holds the same or a
+    /// later write of the row. Returns whether anything changed.
     fn apply(&mut self, row: &TitleRow) -> bool {
-        let known = self.versions.get(&row.id).copied();
-        if known.is_some_and(|v| v.xid >= row.xid) {
+        if !self.is_news(row) {
             return false;
         }
-        if let Some(slot) = known.and_then(|v| v.slot) {
+        if let Some(slot) = self.versions.get(&row.id).and_then(|v| v.slot) {
             self.kill(slot);
         }
         let slot = (row.live && row.course_id == self.course_id).then(|| self.add_entry(row));
-        self.versions.insert(row.id, Version { xid: row.xid, slot });
+        self.versions.insert(row.id, Version { xid: row.xid, version: row.version, slot });
         true
+    }
+
+    /// Whether `forget` would drop the post.
+    fn would_forget(&self, post_id: i64, xmin: u64) -> bool {
+        self.versions.get(&post_id).is_some_and(|v| v.slot.is_some() && v.xid < xmin)
     }
 
     /// Drops a post a statement with snapshot xmin `xmin` did not find in the course (deleted
     /// for good, or moved to another course), unless a newer version was applied since.
     fn forget(&mut self, post_id: i64, xmin: u64) -> bool {
-        match self.versions.get(&post_id).copied() {
-            Some(Version { xid, slot: Some(slot) }) if xid < xmin => {
-                self.kill(slot);
-                self.versions.insert(post_id, Version { xid, slot: None });
-                true
-            }
-            _ => false,
+        if !self.would_forget(post_id, xmin) {
+            return false;
         }
+        if let Some(slot) = self.versions.get_mut(&post_id).and_then(|v| v.slot.take()) {
+            self.kill(slot);
+        }
+        true
     }
 
     /// Rebuilds the entries and postings from the live entries once the dead ones are many.
@@ -397,18 +424,20 @@ impl TitleIndex {
 
         let readable =
             |entry: &Entry| entry.live && (role == Role::Instructor || !entry.private || entry.author == viewer);
-        let mut slots: Vec<u32> = Vec::new();
-        for &id in &chosen {
-            let newest_first = self.postings[id as usize].iter().rev();
-            slots.extend(newest_first.filter(|&&s| readable(&self.entries[s as usize])).take(MAX_CANDIDATES));
-        }
+        // The newest (by post id) readable titles holding a chosen word, at most MAX_CANDIDATES.
+        let mut slots: Vec<(i64, u32)> = chosen
+            .iter()
+            .flat_map(|&id| self.postings[id as usize].iter())
+            .map(|&s| (self.entries[s as usize].post_id, s))
+            .filter(|&(_, s)| readable(&self.entries[s as usize]))
+            .collect();
         slots.sort_unstable_by(|a, b| b.cmp(a));
         slots.dedup();
         slots.truncate(MAX_CANDIDATES);
 
         let mut ranked: Vec<(bool, f64, i64)> = slots
             .into_iter()
-            .filter_map(|s| {
+            .filter_map(|(_, s)| {
                 let entry = &self.entries[s as usize];
                 let alike = similarity(&trigrams(&entry.title), text_trigrams);
                 (alike >= MIN_SIMILARITY).then_some((entry.resolved, alike, entry.post_id))
@@ -421,14 +450,14 @@ impl TitleIndex {
     /// Approximate heap bytes (the module's share of the cache budget is weighed with it).
     fn bytes(&self) -> u64 {
         use std::mem::size_of;
-        let entries = self.entries.capacity() * size_of::<Entry>() + self.title_bytes;
+        let entries = self.entries.capacity() * (size_of::<Entry>() + ALLOCATION_OVERHEAD) + self.title_bytes;
         let versions = self.versions.capacity() * (size_of::<(i64, Version)>() + 1);
-        let words: usize = self.lexicon.iter().map(|w| 2 * w.text.len()).sum::<usize>()
+        let words: usize = self.lexicon.iter().map(|w| 2 * (w.text.len() + ALLOCATION_OVERHEAD)).sum::<usize>()
             + self.lexicon.capacity() * size_of::<Word>()
             + self.word_ids.capacity() * (size_of::<(Box<str>, u32)>() + 1);
-        let trigram_lists: usize = self.word_trigrams.values().map(|v| v.capacity() * 4).sum();
+        let trigram_lists: usize = self.word_trigrams.values().map(|v| v.capacity() * 4 + ALLOCATION_OVERHEAD).sum();
         let trigrams = self.word_trigrams.capacity() * (size_of::<(Trigram, Vec<u32>)>() + 1) + trigram_lists;
-        let postings: usize = self.postings.iter().map(|p| p.capacity() * 4).sum::<usize>()
+        let postings: usize = self.postings.iter().map(|p| p.capacity() * 4 + ALLOCATION_OVERHEAD).sum::<usize>()
             + self.postings.capacity() * size_of::<Vec<u32>>();
         (entries + versions + words + trigrams + postings) as u64
     }
@@ -459,8 +488,8 @@ impl CourseSlot {
 #[derive(Default)]
 struct Slots {
     courses: HashMap<i64, Arc<CourseSlot>>,
-    /// Courses too big for the share, and when they may be tried again.
-    oversized: HashMap<i64, Instant>,
+    /// Courses served by SQL (too big for the share, or dropped to make room), and until when.
+    by_sql: HashMap<i64, Instant>,
 }
 
 struct Shared {
@@ -505,11 +534,11 @@ impl CourseTitles {
     fn slot(&self, course_id: i64) -> Option<Arc<CourseSlot>> {
         let now = self.0.clock.fetch_add(1, Ordering::Relaxed);
         let mut slots = self.0.lock();
-        if let Some(&until) = slots.oversized.get(&course_id) {
+        if let Some(&until) = slots.by_sql.get(&course_id) {
             if Instant::now() < until {
                 return None;
             }
-            slots.oversized.remove(&course_id);
+            slots.by_sql.remove(&course_id);
         }
         let slot = slots.courses.entry(course_id).or_insert_with(|| {
             Arc::new(CourseSlot {
@@ -523,7 +552,8 @@ impl CourseTitles {
     }
 
     /// Records a slot's new size; drops the least recently used courses while the share is
-    /// exceeded, and the course itself (served by SQL for a while) when it alone exceeds it.
+    /// exceeded (each served by SQL for `EVICTED_COOLDOWN`), and the course itself (served by
+    /// SQL for `OVERSIZED_RETRY`) when it alone exceeds the share.
     fn weigh(&self, course_id: i64, slot: &Arc<CourseSlot>, bytes: u64) {
         slot.bytes.store(bytes, Ordering::Relaxed);
         let mut slots = self.0.lock();
@@ -531,7 +561,7 @@ impl CourseTitles {
             if slots.courses.get(&course_id).is_some_and(|s| Arc::ptr_eq(s, slot)) {
                 slots.courses.remove(&course_id);
             }
-            slots.oversized.insert(course_id, Instant::now() + OVERSIZED_RETRY);
+            slots.by_sql.insert(course_id, Instant::now() + OVERSIZED_RETRY);
             tracing::info!(
                 course_id,
                 bytes,
@@ -554,6 +584,7 @@ impl CourseTitles {
             match coldest {
                 Some(id) => {
                     slots.courses.remove(&id);
+                    slots.by_sql.insert(id, Instant::now() + EVICTED_COOLDOWN);
                     metrics::counter!(crate::telemetry::names::CACHE_EVICTIONS, "cache" => CacheName::CourseTitles.label()).increment(1);
                 }
                 None => break,
@@ -566,7 +597,7 @@ async fn build(db: &impl ConnectionTrait, course_id: i64) -> AppResult<TitleInde
     let sql = format!(
         "WITH snap AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS snapshot_xmin) \
          SELECT snap.snapshot_xmin, p.id, p.course_id, p.user_id, p.title, p.private, {RESOLVED_SQL} AS resolved, \
-                TRUE AS live, p.title_xid::text AS title_xid \
+                TRUE AS live, p.title_xid::text AS title_xid, p.title_version \
          FROM snap LEFT JOIN posts p ON p.course_id = $1 AND p.deleted_at IS NULL ORDER BY p.id"
     );
     let rows = db.query_all_raw(stmt(&sql, [course_id.into()])).await?;
@@ -616,14 +647,17 @@ pub(crate) async fn similar_posts(
     let text_trigrams = trigrams(text);
     // Twice as many as asked: the fresh rows may rank a few differently than the index did.
     let (candidates, xmin) = match slot.read() {
-        Some(index) => (index.lookup(text, &text_trigrams, viewer, role, 2 * limit), index.xmin),
+        Some(index) => {
+            let candidates = index.lookup(text, &text_trigrams, viewer, role, 2 * limit);
+            (candidates, index.xmin.load(Ordering::Acquire))
+        }
         None => return Err(AppError::Internal("a course's title index was not built".into())),
     };
     let columns: String = POST_COLUMNS.split(", ").map(|c| format!("p.{c}")).collect::<Vec<_>>().join(", ");
     let sql = format!(
         "WITH snap AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS snapshot_xmin) \
          SELECT snap.snapshot_xmin, {columns}, {RESOLVED_SQL} AS resolved, p.deleted_at IS NULL AS live, \
-                p.title_xid::text AS title_xid \
+                p.title_xid::text AS title_xid, p.title_version \
          FROM snap LEFT JOIN LATERAL ( \
            SELECT * FROM posts WHERE id = ANY($2) AND course_id = $1 \
            UNION ALL \
@@ -641,22 +675,32 @@ pub(crate) async fn similar_posts(
             fresh.insert(title.id, (title, row));
         }
     }
-    let changed = match slot.write() {
-        Some(mut index) => {
+    let missing = || candidates.iter().filter(|id| !fresh.contains_key(id));
+    // The write lock only when something is new (rarely); else the xmin alone moves on. It
+    // moves after the rows read with it are applied, never before.
+    let news = slot.read().is_some_and(|index| {
+        fresh.values().any(|(title, _)| index.is_news(title)) || missing().any(|&id| index.would_forget(id, xmin))
+    });
+    let changed = if news {
+        slot.write().and_then(|mut index| {
             let mut changed = false;
             for (title, _) in fresh.values() {
                 changed |= index.apply(title);
             }
-            for id in candidates.iter().filter(|id| !fresh.contains_key(id)) {
-                changed |= index.forget(*id, xmin);
+            for &id in missing() {
+                changed |= index.forget(id, xmin);
             }
-            index.xmin = index.xmin.max(xmin);
             if changed {
                 index.compact_if_worth_it();
             }
+            index.xmin.fetch_max(xmin, Ordering::AcqRel);
             changed.then(|| index.bytes())
+        })
+    } else {
+        if let Some(index) = slot.read() {
+            index.xmin.fetch_max(xmin, Ordering::AcqRel);
         }
-        None => None,
+        None
     };
     if let Some(bytes) = changed {
         titles.weigh(course_id, &slot, bytes);
@@ -732,7 +776,32 @@ mod tests {
     use super::*;
 
     fn row(id: i64, title: &str, xid: u64) -> TitleRow {
-        TitleRow { id, course_id: 1, author: 10, title: title.into(), private: false, resolved: false, live: true, xid }
+        let version = xid as i64;
+        TitleRow {
+            id,
+            course_id: 1,
+            author: 10,
+            title: title.into(),
+            private: false,
+            resolved: false,
+            live: true,
+            xid,
+            version,
+        }
+    }
+
+    #[test]
+    fn a_later_write_by_an_older_transaction_replaces_the_earlier_one() {
+        // Transaction 100 took its id first, but wrote the row after transaction 101 did.
+        let mut index = TitleIndex::new(1, 0);
+        let mut resolved = row(1, "walrus question", 101);
+        resolved.version = 2;
+        assert!(index.apply(&resolved));
+        let mut renamed = row(1, "narwhal question", 100);
+        renamed.version = 3;
+        assert!(index.apply(&renamed), "the third write of the row, whatever its transaction id");
+        assert_eq!(index.lookup("narwhal question", &trigrams("narwhal question"), 10, Role::Student, 5), vec![1]);
+        assert!(index.lookup("walrus", &trigrams("walrus"), 10, Role::Student, 5).is_empty());
     }
 
     #[test]

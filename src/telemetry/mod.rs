@@ -265,7 +265,7 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             CACHE_USED_BYTES,
             Gauge,
             "cache",
-            "approximate bytes an in-process cache holds (course_pages, course_pages_index, posts, parsed_documents, users, memberships; read at scrape)",
+            "approximate bytes an in-process cache holds (course_pages, course_pages_index, posts, parsed_documents, users, memberships, course_titles; read at scrape)",
         ),
         (CACHE_ENTRIES, Gauge, "cache", "entries an in-process cache holds (read at scrape)"),
         (CACHE_CAPACITY_BYTES, Gauge, "cache", "an in-process cache's share of CACHE_BUDGET_BYTES"),

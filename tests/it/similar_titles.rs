@@ -145,6 +145,42 @@ async fn a_post_committed_after_a_newer_one_is_not_missed() {
     assert!(found.contains(&late));
 }
 
+/// Two writes of one post, the later one by the transaction that took its id first: the
+/// index keeps the later write (its row lock orders them), not the younger transaction's.
+#[tokio::test]
+async fn the_later_write_of_a_post_wins_whatever_its_transaction_id() {
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    let question = create_post(&app, app.addr, w.alice, w.course, "Walrus tusk care", json!({ "k": "QUESTION" })).await;
+    assert_eq!(suggested(&app, w.bob, w.course, "walrus tusk").await, vec![question], "built");
+
+    let older = app.db.begin().await.expect("begin");
+    older
+        .execute_raw(Statement::from_string(DbBackend::Postgres, "SELECT pg_current_xact_id()"))
+        .await
+        .expect("take a transaction id");
+    // A younger transaction writes the post first (resolves it) and commits; a lookup reads it.
+    mutate(&app, w.instructor, RESOLVE, json!({ "p": gid("Post", question) })).await;
+    assert_eq!(suggested(&app, w.bob, w.course, "walrus tusk").await, vec![question]);
+    // Then the older one renames it and commits.
+    older
+        .execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "UPDATE posts SET title = 'Narwhal horn care' WHERE id = $1",
+            [question.into()],
+        ))
+        .await
+        .expect("rename in the older transaction");
+    older.commit().await.expect("commit");
+
+    assert_eq!(suggested(&app, w.bob, w.course, "narwhal horn").await, vec![question], "the rename");
+    assert!(suggested(&app, w.bob, w.course, "walrus tusk").await.is_empty(), "the old title");
+    // And it stays so once the index has moved past both transactions.
+    create_post(&app, app.addr, w.bob, w.course, "Unrelated zebra", json!({})).await;
+    suggested(&app, w.bob, w.course, "zebra").await;
+    assert_eq!(suggested(&app, w.bob, w.course, "narwhal horn").await, vec![question]);
+}
+
 /// Racing creates, edits, deletions and resolutions with lookups in between (a fixed seed),
 /// on two instances: afterwards each instance's index, kept up by what every lookup read,
 /// answers every text exactly as a third instance whose index is built afresh.
