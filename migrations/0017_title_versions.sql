@@ -1,4 +1,4 @@
--- What each process's in-memory index of a course's titles (`forum::similar`) needs to stay
+-- What each process's in-memory index of a course's titles (`cache::titles`) needs to stay
 -- exact: which transaction last wrote the fields it keeps of a post, and which write that was.
 --
 -- `title_xid` is the id of the transaction that inserted the post or last changed its title,

@@ -29,8 +29,8 @@
 //! - `forum` — rows and visible SQL for courses, users, posts, comments; keyset paging; rosters
 //!   (`forum::roster`; `forum::roster::import`: parse, plan, apply); who sees what of a post,
 //!   private posts and anonymous authors' pseudonyms (`forum::audience`); answers,
-//!   endorsements, pins and tags (`forum::questions`); full-text search and similar titles
-//!   (`forum::search`); what each member has read, as watermarks and bounded exceptions
+//!   endorsements, pins and tags (`forum::questions`); full-text search, and the rules and SQL
+//!   lookup of similar titles (`forum::search`); what each member has read, as watermarks and bounded exceptions
 //!   (`forum::unread`).
 //! - `like_event` — the vocabulary every step of a like shares: `LikeTarget`, the typed `LikeEvent`
 //!   and its one codec (stream fields, pending record, dead letter), `CountChange`. A leaf:
@@ -59,7 +59,9 @@
 //!   `Activity`. A leaf: `live` publishes and relays it, `cache::pages` applies it.
 //! - `cache` — the stampede-proof post cache (logical expiration, lock + brief wait, TTL jitter,
 //!   "missing" markers, invalidation by generation) behind `post(id)`, access checks and feed
-//!   hydration.
+//!   hydration; the in-process caches under one byte budget (`cache::budget`): course pages
+//!   (`cache::pages`), users, and each course's titles for similar posts, kept exact by a
+//!   catch-up read in every lookup (`cache::titles`).
 //! - `kv` — Redis, one node or a Redis Cluster (`kv::cluster`: pipelines split per slot, SCAN per
 //!   master): connection, Pub/Sub (`kv::pubsub`), key layout (`kv::keys`, the key table),
 //!   owner-token locks (`kv::lock`), per-user rate limits of likes and writes (`kv::ratelimit`).

@@ -411,7 +411,7 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
         views,
         post_cache,
         course_pages,
-        course_titles: crate::forum::similar::CourseTitles::with_budget(&cache_budget),
+        course_titles: crate::cache::titles::CourseTitles::with_budget(&cache_budget),
         users: crate::cache::users::UserRows::with_budget(&cache_budget),
         feed,
         memberships,

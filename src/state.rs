@@ -55,8 +55,8 @@ pub struct AppState {
     pub post_cache: PostCache,
     /// Rows of course pages served lately, in this process (`cache::pages`).
     pub course_pages: CoursePages,
-    /// Each course's titles, for similar posts, in this process (`forum::similar`).
-    pub course_titles: crate::forum::similar::CourseTitles,
+    /// Each course's titles, for similar posts, in this process (`cache::titles`).
+    pub course_titles: crate::cache::titles::CourseTitles,
     /// Users read lately, in this process (they never change).
     pub users: UserRows,
     /// Home feed pages (timelines, celebrity lists, PostgreSQL below them).

@@ -43,7 +43,8 @@
 //!   - `--comment-interval-ms T` (500): an ordinary member's pace of comments, each an event.
 //! - `search`: a course of 100,000 posts and 1,000,000 comments and replies: `Course.search`,
 //!   `Course.similarPosts` and the course page with and without unread counts, p50/p99 at 32
-//!   connections side by side, and the sizes of the tables and indexes they use.
+//!   connections side by side (each `--server-bin` on the one generated course; `--kinds` picks
+//!   some), the memory of the title index, and the sizes of the tables and indexes they use.
 
 mod announce;
 mod ceiling;

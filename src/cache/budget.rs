@@ -12,7 +12,7 @@
 //! | `course_pages_index` | 5 % (which post is on which page, counts heard since; `cache::pages`) |
 //! | `posts` | 15 % |
 //! | `parsed_documents` | 20 % |
-//! | `course_titles` | 10 % (each course's title index for similar posts; `forum::similar`) |
+//! | `course_titles` | 10 % (each course's title index for similar posts; `cache::titles`) |
 //! | `users` | 8 % |
 //! | `memberships` | 7 % |
 //!

@@ -33,6 +33,7 @@
 
 pub(crate) mod budget;
 pub(crate) mod pages;
+pub(crate) mod titles;
 pub(crate) mod users;
 
 use std::collections::HashMap;

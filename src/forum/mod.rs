@@ -11,6 +11,5 @@ pub(crate) mod posts;
 pub(crate) mod questions;
 pub(crate) mod roster;
 pub(crate) mod search;
-pub(crate) mod similar;
 pub(crate) mod unread;
 pub(crate) mod users;

@@ -1,6 +1,7 @@
 //! Full-text search of posts, comments and replies: the SQL and the rules of what a search
-//! finds, ranks and shows (no GraphQL in here; `graphql::search` resolves). Similar titles
-//! are `forum::similar`.
+//! finds, ranks and shows (no GraphQL in here; `graphql::search` resolves); and the rules of
+//! similar titles, with their SQL lookup (`similar_posts_by_sql`) for a course whose index in
+//! memory (`cache::titles`) does not fit.
 //!
 //! **Matching.** Every post and comment carries a `search_doc` tsvector (migration 0013),
 //! built with its course's text search configuration (`courses.search_config`). A query is
@@ -68,6 +69,15 @@ pub(crate) const COMMENT_WINDOW: i64 = 100_000;
 pub(crate) const ENDORSED_BOOST: f64 = 0.3;
 /// Added to the score of a resolved question and of an accepted answer.
 pub(crate) const RESOLVED_BOOST: f64 = 0.3;
+/// Least trigram similarity between a typed word and the lexicon word it is corrected to.
+pub(crate) const MIN_WORD_SIMILARITY: f64 = 0.25;
+/// Titles the chosen rare words of a lookup may select, by their counts.
+pub(crate) const CANDIDATE_BUDGET: u64 = 200;
+/// Most candidate titles a lookup compares with the text (when even its rarest word is in
+/// more titles than `CANDIDATE_BUDGET`): the newest.
+pub(crate) const MAX_CANDIDATES: usize = 500;
+/// Least trigram similarity a similar post has.
+pub(crate) const MIN_SIMILARITY: f64 = 0.2;
 /// A course's text search configuration (`courses.search_config`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Language {
@@ -562,6 +572,52 @@ pub(crate) fn snippet_html(headline: &str) -> String {
         }
     }
     html
+}
+
+/// The SQL lookup, for a course whose index does not fit its share: the same rules over the
+/// lexicon of migration 0015. Each typed word is taken as it is when the lexicon has it, else
+/// corrected to the lexicon's nearest word by trigram distance (when at least
+/// `MIN_WORD_SIMILARITY` alike). The rarest corrected words whose title counts add up to at
+/// most `CANDIDATE_BUDGET` (always the rarest one) select the candidates through the title
+/// words' GIN index (at most `MAX_CANDIDATES`), and only those are compared with the text.
+pub(crate) async fn similar_posts_by_sql(
+    db: &impl ConnectionTrait,
+    course_id: i64,
+    viewer: i64,
+    role: Role,
+    text: &str,
+    limit: i64,
+) -> AppResult<Vec<(PostRow, f64)>> {
+    let readable = if role == Role::Instructor { "TRUE" } else { "(NOT p.private OR p.user_id = $3)" };
+    let columns: String = POST_COLUMNS.split(", ").map(|c| format!("p.{c}")).collect::<Vec<_>>().join(", ");
+    let sql = format!(
+        "WITH typed AS (SELECT DISTINCT w FROM unnest(title_words_of($2)) w), \
+         known AS ( \
+           SELECT best.word, best.posts FROM typed CROSS JOIN LATERAL ( \
+             SELECT word, posts FROM ( \
+               (SELECT t.word, t.posts FROM title_words t WHERE t.course_id = $1 AND t.word = typed.w) \
+               UNION ALL \
+               (SELECT t.word, t.posts FROM title_words t WHERE t.course_id = $1 ORDER BY t.word <-> typed.w LIMIT 1) \
+             ) nearest WHERE similarity(word, typed.w) >= {MIN_WORD_SIMILARITY} LIMIT 1) best \
+         ), chosen AS ( \
+           SELECT array_agg(word) AS words FROM ( \
+             SELECT word, sum(posts) OVER (ORDER BY posts, word) AS through, \
+                    row_number() OVER (ORDER BY posts, word) AS n FROM known) ranked \
+           WHERE n = 1 OR through <= {CANDIDATE_BUDGET} \
+         ), candidates AS MATERIALIZED ( \
+           SELECT {columns}, similarity(p.title, $2) AS similarity FROM posts p, chosen \
+           WHERE p.course_id = $1 AND p.deleted_at IS NULL AND {readable} \
+             AND title_words_of(p.title) && chosen.words \
+           LIMIT {MAX_CANDIDATES} \
+         ) \
+         SELECT {POST_COLUMNS}, similarity::float8 AS similarity FROM candidates \
+         WHERE similarity >= {MIN_SIMILARITY} \
+         ORDER BY (kind = 'question' AND (accepted_comment_id IS NOT NULL OR resolved_at IS NOT NULL)) DESC, \
+                  similarity DESC, id DESC \
+         LIMIT $4"
+    );
+    let rows = db.query_all_raw(stmt(&sql, [course_id.into(), text.into(), viewer.into(), limit.into()])).await?;
+    rows.iter().map(|row| Ok((PostRow::from_query_result(row, "")?, row.try_get::<f64>("", "similarity")?))).collect()
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The in-process title index behind `Course.similarPosts` (`forum::similar`), against real
+//! The in-process title index behind `Course.similarPosts` (`cache::titles`), against real
 //! PostgreSQL and Redis: it follows every write made after it was built, on any instance,
 //! whatever order their transactions commit in; under racing writes and lookups it answers as
 //! an index built afresh does; and a course too big for its share of the cache budget is

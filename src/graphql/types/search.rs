@@ -296,7 +296,7 @@ pub(crate) async fn similar_posts(
         return Err(AppError::bad_input(format!("`first` must be 1 to {MAX_SIMILAR}")).into());
     }
     let role = viewer.require_member(&state.db, course_id).await?;
-    let rows = crate::forum::similar::similar_posts(
+    let rows = crate::cache::titles::similar_posts(
         &state.course_titles,
         &state.db,
         course_id,
