@@ -46,8 +46,9 @@ use sea_orm::{ConnectionTrait, FromQueryResult, QueryResult};
 use super::budget::{CacheBudget, CacheFigures, CacheName, Measured};
 use crate::db::stmt;
 use crate::error::{AppError, AppResult};
+use crate::forum::audience::may_read;
 use crate::forum::courses::Role;
-use crate::forum::posts::{POST_COLUMNS, PostRow};
+use crate::forum::posts::{self, PostRow};
 use crate::forum::search::{
     CANDIDATE_BUDGET, MAX_CANDIDATES, MIN_SIMILARITY, MIN_WORD_SIMILARITY, similar_posts_by_sql,
 };
@@ -155,7 +156,7 @@ impl TitleRow {
     }
 
     fn readable_by(&self, viewer: i64, role: Role) -> bool {
-        role == Role::Instructor || !self.private || self.author == viewer
+        may_read(viewer, role, self.author, self.private)
     }
 }
 
@@ -417,8 +418,7 @@ impl TitleIndex {
             .map(|(_, id)| id)
             .collect();
 
-        let readable =
-            |entry: &Entry| entry.live && (role == Role::Instructor || !entry.private || entry.author == viewer);
+        let readable = |entry: &Entry| entry.live && may_read(viewer, role, entry.author, entry.private);
         // The newest (by post id) readable titles holding a chosen word, at most MAX_CANDIDATES.
         let mut slots: Vec<(i64, u32)> = chosen
             .iter()
@@ -648,7 +648,7 @@ pub(crate) async fn similar_posts(
         }
         None => return Err(AppError::Internal("a course's title index was not built".into())),
     };
-    let columns: String = POST_COLUMNS.split(", ").map(|c| format!("p.{c}")).collect::<Vec<_>>().join(", ");
+    let columns = posts::columns_of("p");
     let sql = format!(
         "WITH snap AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS snapshot_xmin) \
          SELECT snap.snapshot_xmin, {columns}, {RESOLVED_SQL} AS resolved, p.deleted_at IS NULL AS live, \

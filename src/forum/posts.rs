@@ -67,6 +67,11 @@ pub(crate) const POST_COLUMNS: &str = "id, course_id, user_id, title, body, like
                             created_at, edited_at, kind, anonymous_to, private, pinned_at, accepted_comment_id, \
                             resolved_at, endorsed_by, endorsed_at";
 
+/// `POST_COLUMNS`, each qualified by `alias` (`p.id, p.course_id, …`).
+pub(crate) fn columns_of(alias: &str) -> String {
+    POST_COLUMNS.split(", ").map(|c| format!("{alias}.{c}")).collect::<Vec<_>>().join(", ")
+}
+
 fn select_post() -> String {
     format!("SELECT {POST_COLUMNS} FROM posts")
 }
@@ -551,7 +556,7 @@ pub async fn newest_in_courses(
     if courses.is_empty() {
         return Ok(Vec::new());
     }
-    let columns = POST_COLUMNS.split(", ").map(|c| format!("p.{c}")).collect::<Vec<_>>().join(", ");
+    let columns = columns_of("p");
     let sql = format!(
         "SELECT {columns} FROM unnest($1::bigint[]) AS c(id) CROSS JOIN LATERAL \
            (SELECT {POST_COLUMNS} FROM posts WHERE course_id = c.id AND deleted_at IS NULL AND NOT private \

@@ -589,7 +589,7 @@ pub(crate) async fn similar_posts_by_sql(
     limit: i64,
 ) -> AppResult<Vec<(PostRow, f64)>> {
     let readable = if role == Role::Instructor { "TRUE" } else { "(NOT p.private OR p.user_id = $3)" };
-    let columns: String = POST_COLUMNS.split(", ").map(|c| format!("p.{c}")).collect::<Vec<_>>().join(", ");
+    let columns = crate::forum::posts::columns_of("p");
     let sql = format!(
         "WITH typed AS (SELECT DISTINCT w FROM unnest(title_words_of($2)) w), \
          known AS ( \
