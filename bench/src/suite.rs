@@ -413,7 +413,14 @@ fn hot_goals(
     let mut goals = vec![
         Goal {
             goal: format!("{who}: the fast ones' commit→client p99 < 250 ms"),
-            measured: format!("p50 {:.1} ms, p99 {:.1} ms", hot.commit_to_client_p50_ms, hot.commit_to_client_p99_ms),
+            measured: format!(
+                "p50 {:.1} ms, p99 {:.1} ms (updates of the storm p99 {:.1} ms; the final count p50 {:.1}, p99 {:.1} ms)",
+                hot.commit_to_client_p50_ms,
+                hot.commit_to_client_p99_ms,
+                hot.during_storm_p99_ms,
+                hot.final_count_p50_ms,
+                hot.final_count_p99_ms
+            ),
             met: hot.commit_to_client_p99_ms < 250.0,
         },
         Goal {
