@@ -394,6 +394,15 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let persisted_queries =
         Arc::new(crate::documents::persisted::PersistedQueries::new(redis.clone(), keys.clone(), &settings, trusted));
     let cursor_keys = crate::cursor::load_keys(&settings, &redis, &keys).await?;
+    let users = crate::cache::users::UserRows::with_budget(&cache_budget);
+    let read_handles = Arc::new(crate::state::ReadHandles {
+        db: db.clone(),
+        users: users.clone(),
+        likes: likes.clone(),
+        views: views.clone(),
+        course_pages: course_pages.clone(),
+        post_cache: post_cache.clone(),
+    });
     Ok(AppState {
         settings,
         db,
@@ -412,7 +421,7 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
         post_cache,
         course_pages,
         course_titles: crate::cache::titles::CourseTitles::with_budget(&cache_budget),
-        users: crate::cache::users::UserRows::with_budget(&cache_budget),
+        users,
         feed,
         memberships,
         parsed_documents: Arc::new(crate::documents::persisted::ParsedDocuments::new(&cache_budget)),
@@ -420,6 +429,7 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
         cursor_keys,
         pseudonyms: crate::forum::audience::Pseudonyms::new(),
         cache_budget,
+        read_handles,
     })
 }
 

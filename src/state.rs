@@ -74,6 +74,20 @@ pub struct AppState {
     pub pseudonyms: crate::forum::audience::Pseudonyms,
     /// `CACHE_BUDGET_BYTES` split among the in-process caches, and their figures for /metrics.
     pub cache_budget: Arc<crate::cache::budget::CacheBudget>,
+    /// The handles above that a request's loaders read through, behind one pointer.
+    pub read_handles: Arc<ReadHandles>,
+}
+
+/// The handles a request's loaders read through (`graphql::loaders`), shared: each request,
+/// and each websocket connection for as long as it is open, holds one pointer to them
+/// instead of its own copies (together about 1.3 KB, one of them a string).
+pub struct ReadHandles {
+    pub db: DatabaseConnection,
+    pub users: UserRows,
+    pub likes: Likes,
+    pub views: Views,
+    pub course_pages: CoursePages,
+    pub post_cache: PostCache,
 }
 
 impl AppState {

@@ -28,7 +28,7 @@ use crate::forum::questions::{self, TagRow};
 use crate::forum::unread;
 use crate::forum::users::{self, UserRow};
 use crate::likes::{LikeTarget, Likes};
-use crate::state::AppState;
+use crate::state::{AppState, ReadHandles};
 use crate::views::{LiveViews, Views};
 
 /// Loader errors must be `Clone`; the shared error keeps its code.
@@ -299,7 +299,7 @@ pub(crate) struct Loaders {
     /// request).
     unread: OnceLock<Box<DataLoader<UnreadLoader>>>,
     /// What the loaders are made of.
-    sources: Sources,
+    sources: Arc<ReadHandles>,
     viewer: Option<i64>,
     /// Charged with the batches' statements, when given.
     budget: Option<Arc<StatementBudget>>,
@@ -307,16 +307,6 @@ pub(crate) struct Loaders {
     gate: Option<Arc<BatchGate>>,
     /// False for loaders that outlive a request (a websocket connection's): nothing is cached.
     liked_cached: bool,
-}
-
-/// The handles the loaders read through, cloned once per request.
-struct Sources {
-    db: DatabaseConnection,
-    users: UserRows,
-    likes: Likes,
-    views: Views,
-    course_pages: CoursePages,
-    post_cache: PostCache,
 }
 
 impl Loaders {
@@ -342,14 +332,7 @@ impl Loaders {
             post_tags: OnceLock::new(),
             answered: OnceLock::new(),
             unread: OnceLock::new(),
-            sources: Sources {
-                db: app.db.clone(),
-                users: app.users.clone(),
-                likes: app.likes.clone(),
-                views: app.views.clone(),
-                course_pages: app.course_pages.clone(),
-                post_cache: app.post_cache.clone(),
-            },
+            sources: app.read_handles.clone(),
             viewer,
             budget: budget.cloned(),
             gate: gate.cloned(),
@@ -391,7 +374,7 @@ impl Loaders {
     fn cell<'a, T: Send + Sync + 'static>(
         &'a self,
         cell: &'a OnceLock<Box<DataLoader<T>>>,
-        loader: impl FnOnce(&Sources) -> T,
+        loader: impl FnOnce(&ReadHandles) -> T,
     ) -> &'a DataLoader<T> {
         cell.get_or_init(|| Box::new(DataLoader::new(loader(&self.sources), self.spawner()).delay(self.delay())))
     }
