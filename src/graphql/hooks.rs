@@ -30,6 +30,7 @@ use futures_util::stream::BoxStream;
 
 use super::document_limits::{self, DocumentLimits};
 use super::metrics::Observed;
+use super::shared_live::SharedShapes;
 use super::{errors, limits, socket};
 use crate::auth::Viewer;
 use crate::documents::{sha256_hex, trusted};
@@ -57,7 +58,13 @@ struct Hooks {
 impl Hooks {
     /// Steps 1 and 2 of the module doc: refuses what must not be parsed or validated, and
     /// attaches the parsed document to the request.
-    fn screen(&self, app: Option<&AppState>, request: &mut Request, signed_in: bool) -> ServerResult<()> {
+    fn screen(
+        &self,
+        app: Option<&AppState>,
+        shapes: Option<&SharedShapes>,
+        request: &mut Request,
+        signed_in: bool,
+    ) -> ServerResult<()> {
         let limits = DocumentLimits::for_caller(signed_in);
         document_limits::check_text(&request.query, &limits, signed_in)?;
         // One hash of the text serves the manifest and the parsed documents.
@@ -87,7 +94,7 @@ impl Hooks {
             *self.to_keep.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some((hash, document.clone(), request.query.len()));
         }
-        socket::mark_subscription(request, &document);
+        socket::mark_subscription(request, &document, shapes);
         request.set_parsed_query(document);
         Ok(())
     }
@@ -130,7 +137,7 @@ impl Extension for Hooks {
         // The request's own data is not attached yet: an HTTP caller's `Viewer` is found in it,
         // a websocket's in the connection's data.
         let signed_in = request.data.contains_key(&TypeId::of::<Viewer>()) || ctx.data_opt::<Viewer>().is_some();
-        self.screen(ctx.data_opt::<AppState>(), &mut request, signed_in)?;
+        self.screen(ctx.data_opt::<AppState>(), ctx.data_opt::<SharedShapes>(), &mut request, signed_in)?;
         next.run(ctx, request).await
     }
 

@@ -93,7 +93,7 @@ const DATETIME_DESCRIPTION: &str = "A point in time: an RFC 3339 string in UTC, 
 
 /// The schema served, with the shared state attached.
 pub(crate) fn build_schema(state: AppState) -> AppSchema {
-    schema_builder().data(state).finish()
+    schema_builder().data(state).data(shared_live::SharedShapes::default()).finish()
 }
 
 /// The SDL of the running schema (what `schema.graphql` holds). `@specifiedBy` is included so

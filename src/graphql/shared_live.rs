@@ -25,7 +25,7 @@
 //! (no arguments, no directives), and the ids only choose which targets a subscriber joins.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_graphql::parser::types::{
@@ -118,10 +118,58 @@ pub(crate) struct LiveShape {
 #[derive(Clone)]
 pub(crate) struct SharedSelection(pub(crate) Arc<LiveShape>);
 
-/// Notes on `request` that the subscription it runs may be delivered shared.
-pub(crate) fn mark_shared(request: &mut Request, document: &ExecutableDocument) {
+/// Notes on `request` that the subscription it runs may be delivered shared; its shape is the
+/// one `shapes` holds for it, when given.
+pub(crate) fn mark_shared(request: &mut Request, document: &ExecutableDocument, shapes: Option<&SharedShapes>) {
     if let Some(shape) = shape_of(document, request.operation_name.as_deref()) {
-        request.data.insert(SharedSelection(Arc::new(shape)));
+        let shape = match shapes {
+            Some(shapes) => shapes.intern(shape),
+            None => Arc::new(shape),
+        };
+        request.data.insert(SharedSelection(shape));
+    }
+}
+
+/// Schema data: one `LiveShape` per distinct shape among the shared subscriptions running in
+/// this process. A running subscription keeps its shape for its life (async-graphql keeps the
+/// request's data), and 15,000 subscribers of one document would otherwise keep 15,000 copies
+/// of about 800 bytes each.
+///
+/// Entries are weak: a shape lives as long as a subscription holds it. The dead ones are swept
+/// when the table has doubled since the last sweep, so it holds at most about twice the shapes
+/// alive, each of them held by a subscription of an acknowledged (authenticated) socket.
+#[derive(Default)]
+pub(crate) struct SharedShapes(Mutex<ShapeTable>);
+
+#[derive(Default)]
+struct ShapeTable {
+    by_key: HashMap<Arc<str>, Weak<LiveShape>>,
+    /// The table's length past which the next insert sweeps it.
+    sweep_past: usize,
+}
+
+/// Fewest entries the table holds before it sweeps.
+const SHAPES_BEFORE_SWEEP: usize = 64;
+
+impl SharedShapes {
+    /// The running shape equal to `shape` (same key), or `shape` itself from now on.
+    pub(crate) fn intern(&self, shape: LiveShape) -> Arc<LiveShape> {
+        let mut table = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(running) = table.by_key.get(&shape.key).and_then(Weak::upgrade) {
+            return running;
+        }
+        let shape = Arc::new(shape);
+        table.by_key.insert(shape.key.clone(), Arc::downgrade(&shape));
+        if table.by_key.len() > table.sweep_past {
+            table.by_key.retain(|_, shape| shape.strong_count() > 0);
+            table.sweep_past = (2 * table.by_key.len()).max(SHAPES_BEFORE_SWEEP);
+        }
+        shape
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).by_key.len()
     }
 }
 
@@ -360,6 +408,28 @@ mod tests {
 
     fn shape(query: &str) -> Option<LiveShape> {
         shape_of(&parse_query(query).expect("parses"), None)
+    }
+
+    #[test]
+    fn subscriptions_of_one_shape_hold_one_shape_and_the_table_stays_bounded() {
+        let shapes = SharedShapes::default();
+        let running = shapes.intern(shape("subscription { likeCounts(ids: [\"a\"]) { likeCount } }").expect("shared"));
+        // Another document, variables and target ids, the same selection: the same shape.
+        let same = shapes
+            .intern(shape("subscription S($ids: [ID!]!) { likeCounts(ids: $ids) { likeCount } }").expect("shared"));
+        assert!(Arc::ptr_eq(&running, &same));
+        let aliased = shapes.intern(shape("subscription { likeCounts(ids: []) { n: likeCount } }").expect("shared"));
+        assert!(!Arc::ptr_eq(&running, &aliased), "another response key is another shape");
+        drop(aliased);
+        // A client cycling through distinct selections leaves dead entries, swept as the
+        // table doubles: it never holds many more than the shapes alive.
+        for n in 0..1_000 {
+            let query = format!("subscription {{ likeCounts(ids: []) {{ a{n}: likeCount }} }}");
+            drop(shapes.intern(shape(&query).expect("shared")));
+            assert!(shapes.len() <= SHAPES_BEFORE_SWEEP + 1, "{} entries after {n}", shapes.len());
+        }
+        let again = shapes.intern(shape("subscription { likeCounts(ids: [\"b\"]) { likeCount } }").expect("shared"));
+        assert!(Arc::ptr_eq(&running, &again), "a running shape survives the sweeps");
     }
 
     #[test]

@@ -27,6 +27,7 @@ use async_graphql::{Data, ErrorExtensionValues, Request, Response, ServerError, 
 use super::batch_gate::BatchGate;
 use super::errors::assign_code;
 use super::loaders::Loaders;
+use super::shared_live::SharedShapes;
 use crate::config::Settings;
 use crate::db::budget::StatementBudget;
 use crate::error::AppError;
@@ -77,7 +78,7 @@ pub(crate) fn from_socket(request: &mut Request, max_cost: usize) {
 
 /// Marks a request from a websocket as a subscription when the operation it would run is
 /// one: its executions are then events, and its selection is costed against `max_cost`.
-pub(crate) fn mark_subscription(request: &mut Request, document: &ExecutableDocument) {
+pub(crate) fn mark_subscription(request: &mut Request, document: &ExecutableDocument, shapes: Option<&SharedShapes>) {
     let Some(SocketOperation { max_cost }) =
         request.data.get(&std::any::TypeId::of::<SocketOperation>()).and_then(|d| d.downcast_ref()).copied()
     else {
@@ -86,7 +87,7 @@ pub(crate) fn mark_subscription(request: &mut Request, document: &ExecutableDocu
     let operation = super::shared_live::operation(document, request.operation_name.as_deref());
     if operation.is_some_and(|operation| operation.ty == OperationType::Subscription) {
         request.data.insert(SubscriptionOperation { max_cost });
-        super::shared_live::mark_shared(request, document);
+        super::shared_live::mark_shared(request, document, shapes);
     }
 }
 
