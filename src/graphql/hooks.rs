@@ -52,7 +52,9 @@ struct Hooks {
     observed: Arc<Observed>,
     /// A document this request parsed for a signed-in caller, kept once it validates: its
     /// hash, the parsed form and the length of its text.
-    to_keep: Mutex<Option<(String, ExecutableDocument, usize)>>,
+    /// Boxed: a subscription keeps its request's hooks for its life, and this is empty after
+    /// validation.
+    to_keep: Mutex<Option<Box<(String, ExecutableDocument, usize)>>>,
 }
 
 impl Hooks {
@@ -92,7 +94,7 @@ impl Hooks {
         document_limits::check_document(&document, &limits, signed_in)?;
         if let (true, true, Some(hash)) = (parsed_here, signed_in, hash) {
             *self.to_keep.lock().unwrap_or_else(|e| e.into_inner()) =
-                Some((hash, document.clone(), request.query.len()));
+                Some(Box::new((hash, document.clone(), request.query.len())));
         }
         socket::mark_subscription(request, &document, shapes);
         request.set_parsed_query(document);
@@ -169,7 +171,8 @@ impl Extension for Hooks {
         metrics::histogram!(names::GRAPHQL_VALIDATION_DURATION).record(started.elapsed().as_secs_f64());
         self.observed.validated(&result);
         let to_keep = self.to_keep.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let (Ok(_), Some((hash, document, text_bytes)), Some(app)) = (&result, to_keep, ctx.data_opt::<AppState>()) {
+        if let (Ok(_), Some(kept), Some(app)) = (&result, to_keep, ctx.data_opt::<AppState>()) {
+            let (hash, document, text_bytes) = *kept;
             app.parsed_documents.keep(hash, document, text_bytes);
         }
         result

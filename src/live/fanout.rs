@@ -40,7 +40,10 @@ pub struct Mailbox {
 
 #[derive(Default)]
 struct MailboxState {
-    subscriptions: HashMap<u64, Slot>,
+    /// By key. A socket holds a few (at most `LIVE_MAX_SUBSCRIPTIONS`), so a list searched in
+    /// order, grown one at a time: a socket with one subscription holds one slot, not a hash
+    /// table's four.
+    subscriptions: Vec<(u64, Slot)>,
     /// Subscriptions with something to write, in the order it arrived (each at most once).
     ready: VecDeque<u64>,
 }
@@ -55,6 +58,12 @@ struct Slot {
     queued: bool,
 }
 
+impl MailboxState {
+    fn slot(&mut self, key: u64) -> Option<&mut Slot> {
+        self.subscriptions.iter_mut().find(|(held, _)| *held == key).map(|(_, slot)| slot)
+    }
+}
+
 impl Mailbox {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
@@ -64,20 +73,26 @@ impl Mailbox {
     pub fn add(&self, prefix: String) -> u64 {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
         let slot = Slot { prefix: prefix.into(), open: true, pending: Vec::new(), queued: false };
-        lock(&self.state).subscriptions.insert(key, slot);
+        let mut state = lock(&self.state);
+        state.subscriptions.reserve_exact(1);
+        state.subscriptions.push((key, slot));
         key
     }
 
     /// Forgets a subscription and whatever it had not written yet.
     pub fn remove(&self, key: u64) {
-        lock(&self.state).subscriptions.remove(&key);
+        let mut state = lock(&self.state);
+        state.subscriptions.retain(|(held, _)| *held != key);
+        if state.subscriptions.is_empty() {
+            state.subscriptions = Vec::new();
+        }
     }
 
     /// Holds a subscription's frames (`open` false) or lets them go again.
     pub fn set_open(&self, key: u64, open: bool) {
         let mut state = lock(&self.state);
         let state = &mut *state;
-        let Some(slot) = state.subscriptions.get_mut(&key) else { return };
+        let Some(slot) = state.slot(key) else { return };
         slot.open = open;
         if open && !slot.pending.is_empty() && !slot.queued {
             slot.queued = true;
@@ -91,10 +106,14 @@ impl Mailbox {
     fn offer(&self, key: u64, target: LikeTarget, payload: &Arc<str>) -> bool {
         let mut state = lock(&self.state);
         let state = &mut *state;
-        let Some(slot) = state.subscriptions.get_mut(&key) else { return false };
+        let Some(slot) = state.slot(key) else { return false };
         match slot.pending.iter_mut().find(|(pending, _)| *pending == target) {
             Some((_, older)) => *older = payload.clone(),
-            None => slot.pending.push((target, payload.clone())),
+            None => {
+                // Most subscriptions watch one target: room for one at a time.
+                slot.pending.reserve_exact(1);
+                slot.pending.push((target, payload.clone()));
+            }
         }
         if slot.open && !slot.queued {
             slot.queued = true;
@@ -110,7 +129,7 @@ impl Mailbox {
         let mut state = lock(&self.state);
         let state = &mut *state;
         while let Some(key) = state.ready.pop_front() {
-            let Some(slot) = state.subscriptions.get_mut(&key) else { continue };
+            let Some(slot) = state.slot(key) else { continue };
             slot.queued = false;
             if !slot.open {
                 continue;
@@ -275,6 +294,30 @@ mod tests {
 
     fn payload(text: &str) -> Arc<str> {
         text.into()
+    }
+
+    #[tokio::test]
+    async fn a_mailbox_with_several_subscriptions_and_targets_writes_each_newest_once() {
+        let mailbox = Mailbox::new();
+        let keys: Vec<u64> = ["A", "B", "C"].into_iter().map(|prefix| mailbox.add(prefix.into())).collect();
+        mailbox.remove(keys[1]);
+        for key in &keys {
+            mailbox.offer(*key, LikeTarget::Post(1), &payload("1"));
+        }
+        assert!(mailbox.offer(keys[2], LikeTarget::Comment(7), &payload("c")));
+        assert!(mailbox.offer(keys[2], LikeTarget::Post(1), &payload("2")));
+        let mut frames = Vec::new();
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        while let Poll::Ready(frame) = mailbox.poll_frame(&mut cx) {
+            frames.push(frame);
+        }
+        frames.sort();
+        assert_eq!(frames, ["A1}", "C2}", "Cc}"], "the removed one wrote nothing; each target its newest");
+        mailbox.remove(keys[0]);
+        mailbox.remove(keys[2]);
+        assert!(!mailbox.offer(keys[2], LikeTarget::Post(1), &payload("3")));
+        assert!(mailbox.poll_frame(&mut cx).is_pending());
     }
 
     #[tokio::test]
