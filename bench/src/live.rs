@@ -22,6 +22,10 @@
 //! delivery; each update before it had a p99 of 120 to 160 ms). The latency is also given
 //! apart for the updates before the final count and for the final count.
 //!
+//! `--baseline` first runs the same storm with no subscriber (its own fresh course, so its
+//! liked-sets are cold too, on the same server binary) and reports the likes during the
+//! fan-out as a share of it.
+//!
 //! Memory per subscriber: the server's RSS (`VmRSS`) before the first subscriber opens and
 //! once all are subscribed and idle (2 s after the last one connected), the difference divided
 //! by the subscribers, in KiB. The RSS is also sampled every 100 ms from then until every
@@ -149,6 +153,10 @@ pub struct LiveResult {
     pub load_before: f64,
     /// With `--flood`: the attempts past the cap and the server meanwhile.
     pub flood: Option<FloodReport>,
+    /// With `--baseline`: the same storm's likes/s with no subscriber, and `likes_per_s` as a
+    /// share of it (the goal: at least 0.5).
+    pub likes_per_s_without_subscribers: Option<f64>,
+    pub likes_share_of_without: Option<f64>,
 }
 
 /// Subscribers on `post_id` during a storm of `likes` likes by users 2..=likes+1.
@@ -287,6 +295,8 @@ async fn measure(fixture: &Fixture, server: &Server, post_id: i64, config: &Live
         rss_end_mib: rss_last.load(Ordering::Relaxed) / 1024,
         load_before,
         flood,
+        likes_per_s_without_subscribers: None,
+        likes_share_of_without: None,
     })
 }
 
@@ -616,6 +626,21 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// `bench live` on its own: a fresh database.
+/// `run`, after the same storm with no subscriber when `baseline` is set (its own fresh
+/// course, so its liked-sets are cold too).
+pub async fn run_with_baseline(cli: &crate::Cli, config: &LiveConfig, baseline: bool) -> AppResult<LiveResult> {
+    let without = if baseline {
+        let alone = LiveConfig { subscribers: 0, slow_share: 0.0, flood: 0, ..*config };
+        Some(run(cli, &alone).await?.likes_per_s)
+    } else {
+        None
+    };
+    let mut result = run(cli, config).await?;
+    result.likes_per_s_without_subscribers = without;
+    result.likes_share_of_without = without.filter(|w| *w > 0.0).map(|w| result.likes_per_s / w);
+    Ok(result)
+}
+
 pub async fn run(cli: &crate::Cli, config: &LiveConfig) -> AppResult<LiveResult> {
     let fixture = Fixture::create(&cli.database_url, config.likes as i64).await?;
     let outcome = async {

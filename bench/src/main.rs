@@ -223,6 +223,10 @@ enum Scenario {
         /// and the subscribers' latency with the server full.
         #[arg(long, default_value_t = 0)]
         flood: usize,
+        /// First run the same storm with no subscriber (a fresh course, cold liked-sets, the
+        /// same server binary), and report the likes during the fan-out as a share of it.
+        #[arg(long)]
+        baseline: bool,
     },
     /// The second process of `live --flood` (not for direct use): `connections` websocket
     /// attempts on `url`, inited with the token in BENCH_FLOOD_TOKEN, held until stdin closes.
@@ -321,7 +325,7 @@ async fn main() -> std::process::ExitCode {
             worker_apply::print(&results);
             true
         }),
-        Scenario::Live { subscribers, likes, concurrency, open_rate, slow_share, flood } => {
+        Scenario::Live { subscribers, likes, concurrency, open_rate, slow_share, flood, baseline } => {
             let config = live::LiveConfig {
                 subscribers: *subscribers,
                 likes: *likes,
@@ -331,7 +335,7 @@ async fn main() -> std::process::ExitCode {
                 flood: *flood,
                 time_cap: secs(120),
             };
-            show(live::run(&cli, &config).await)
+            show(live::run_with_baseline(&cli, &config, *baseline).await)
         }
         Scenario::Flood { url, connections, open_rate, token } => {
             flood::run_child(url, token, *connections, *open_rate).await.map(|()| true)
