@@ -625,7 +625,6 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// `bench live` on its own: a fresh database.
 /// `run`, after the same storm with no subscriber when `baseline` is set (its own fresh
 /// course, so its liked-sets are cold too).
 pub async fn run_with_baseline(cli: &crate::Cli, config: &LiveConfig, baseline: bool) -> AppResult<LiveResult> {
@@ -641,6 +640,7 @@ pub async fn run_with_baseline(cli: &crate::Cli, config: &LiveConfig, baseline: 
     Ok(result)
 }
 
+/// `bench live` on its own: a fresh database.
 pub async fn run(cli: &crate::Cli, config: &LiveConfig) -> AppResult<LiveResult> {
     let fixture = Fixture::create(&cli.database_url, config.likes as i64).await?;
     let outcome = async {
