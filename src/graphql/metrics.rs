@@ -104,7 +104,8 @@ pub(crate) fn record(operation: &str, elapsed: Option<Duration>, errors: &[Serve
     }
 }
 
-fn record_errors(operation: &str, errors: &[ServerError]) {
+/// Counts `errors` by code under `operation` (its label: the root field's name).
+pub(crate) fn record_errors(operation: &str, errors: &[ServerError]) {
     for error in errors {
         let code = error
             .extensions

@@ -23,18 +23,32 @@
 //! The grouping key is the normalized selection (response keys and fields per concrete type, in
 //! the order the client wrote them) and the target: variables cannot change such a selection
 //! (no arguments, no directives), and the ids only choose which targets a subscriber joins.
+//!
+//! Once started, a shared subscription keeps nothing of the schema's execution. Its resolver
+//! leaves what it holds (`Detached`: its group memberships, mailbox slot, budget permit and
+//! access watch) in the request's `Handoff` and returns an empty stream, and the socket's
+//! executor (`SocketExecutor`) then drops the execution (its stream, the query environment, the
+//! request's document and variables) and keeps the `Detached` in its place. The protocol
+//! handler still holds that stream under the subscription's id, so a client's `complete`
+//! (legacy `stop`), an id reused for another subscribe, or the socket's end drop it exactly as
+//! they drop an executed subscription, and a lost access reaches the client as the same `next`
+//! with FORBIDDEN, then `complete`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
+
 use async_graphql::parser::types::{
     DocumentOperations, ExecutableDocument, OperationDefinition, Selection, SelectionSet,
 };
-use async_graphql::{Context, Request};
-use futures_util::StreamExt;
+use async_graphql::{Context, Data, Executor, PathSegment, Pos, Request, Response};
 use futures_util::stream::BoxStream;
+use futures_util::{Stream, StreamExt};
 
+use super::AppSchema;
 use super::ids::{self, NodeKind};
 use super::revocation::{AccessScope, Gate, until_access_lost_gated};
 use super::types::Likeable;
@@ -312,25 +326,27 @@ impl SocketFrames {
     }
 }
 
-/// What a shared subscription needs from its request: its shape, its operation id, its socket.
+/// What a shared subscription needs from its request: its shape, its operation id, its socket,
+/// and where to leave what it holds once started.
 pub(crate) struct SharedDelivery {
     shape: Arc<LiveShape>,
     operation_id: Arc<str>,
     socket: SocketFrames,
+    handoff: Handoff,
 }
 
 /// What a running shared subscription holds; dropped with the schema's side of it (the client
 /// completed or replaced it, access was lost, or the socket closed): it leaves its groups and
 /// its mailbox, so no frame of it is written after that.
-struct Running<H> {
+struct Running {
     mailbox: Weak<Mailbox>,
     key: u64,
     _groups: Vec<GroupMembership>,
     _counted: HubGuard,
-    _held: H,
+    _held: Box<dyn Send>,
 }
 
-impl<H> Drop for Running<H> {
+impl Drop for Running {
     fn drop(&mut self) {
         if let Some(mailbox) = self.mailbox.upgrade() {
             mailbox.remove(self.key);
@@ -346,6 +362,7 @@ impl SharedDelivery {
             shape: ctx.data_opt::<SharedSelection>()?.0.clone(),
             operation_id: ctx.data_opt::<OperationId>()?.0.clone(),
             socket: ctx.data_opt::<SocketFrames>()?.clone(),
+            handoff: ctx.data_opt::<Handoff>()?.clone(),
         })
     }
 
@@ -353,12 +370,14 @@ impl SharedDelivery {
     /// `LikeTarget`) for this selection: from now on each committed count of a target, at most
     /// one per `interval`, reaches the socket's mailbox as this subscription's frame.
     ///
-    /// Returns the schema's side: it yields nothing but the FORBIDDEN of a lost access (so the
-    /// client gets it, then `complete`, exactly as for an unshared subscription), holds the
-    /// subscription's frames back while a membership change is checked, and holds `held` (the
-    /// connection's subscription budget permit, say) for as long as it runs.
+    /// What it holds is left in the request's `Handoff` (`Detached`), which yields nothing but
+    /// the FORBIDDEN of a lost access (so the client gets it, then `complete`, exactly as for an
+    /// unshared subscription), holds the subscription's frames back while a membership change
+    /// is checked, and holds `held` (the connection's subscription budget permit, say) for as
+    /// long as it runs. The stream returned to the schema is empty: its execution ends here.
     pub(crate) fn start<H: Send + 'static>(
         self,
+        ctx: &Context<'_>,
         hub: &Arc<Hub>,
         kinds: HashMap<LikeTarget, NodeKind>,
         interval: Duration,
@@ -383,7 +402,7 @@ impl SharedDelivery {
             key,
             _groups: groups,
             _counted: hub.count_subscriber(),
-            _held: held,
+            _held: Box::new(held),
         };
         let gate_mailbox = Arc::downgrade(&mailbox);
         let gate: Gate = Box::new(move |open| {
@@ -391,12 +410,109 @@ impl SharedDelivery {
                 mailbox.set_open(key, open);
             }
         });
-        until_access_lost_gated(futures_util::stream::pending::<Likeable>(), access.0, access.1, Some(gate))
-            .map(move |item| {
-                let _running = &running;
-                item
-            })
-            .boxed()
+        let watch = until_access_lost_gated(futures_util::stream::pending::<()>(), access.0, access.1, Some(gate));
+        let detached = Detached {
+            _running: running,
+            watch: watch.boxed(),
+            position: ctx.item.pos,
+            response_key: ctx.item.node.response_key().node.to_string(),
+        };
+        *self.handoff.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(detached);
+        futures_util::stream::empty().boxed()
+    }
+}
+
+/// Request data of a subscribe on a websocket (`SocketExecutor` adds it): where a shared
+/// subscription leaves what it holds once started.
+#[derive(Clone, Default)]
+pub(crate) struct Handoff(Arc<Mutex<Option<Detached>>>);
+
+impl Handoff {
+    fn take(&self) -> Option<Detached> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take()
+    }
+}
+
+/// A started shared subscription, without the schema's execution: its frames come through the
+/// socket's mailbox, and as a stream it yields only the error of a lost access, then ends.
+pub(crate) struct Detached {
+    _running: Running,
+    /// `until_access_lost_gated` over nothing: the FORBIDDEN of a lost access, then the end.
+    watch: BoxStream<'static, async_graphql::Result<()>>,
+    /// Where the subscription's root field is in its document, and its response key: the error
+    /// names them as the schema would (`locations` and `path`).
+    position: Pos,
+    response_key: String,
+}
+
+impl Stream for Detached {
+    type Item = Response;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Response>> {
+        loop {
+            return match self.watch.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(()))) => continue,
+                Poll::Ready(Some(Err(lost))) => {
+                    let path = vec![PathSegment::Field(self.response_key.clone())];
+                    let mut response =
+                        Response::from_errors(vec![lost.into_server_error(self.position).with_path(path)]);
+                    // Coded and counted as the schema's execution does (`graphql::hooks`).
+                    super::errors::assign_codes(&mut response);
+                    super::metrics::record_errors("likeCounts", &response.errors);
+                    Poll::Ready(Some(response))
+                }
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+    }
+}
+
+/// The executor of a websocket's operations: the schema's, except that a shared subscription's
+/// execution is let go as soon as it has started, and the socket keeps its `Detached` instead.
+#[derive(Clone)]
+pub(crate) struct SocketExecutor(pub(crate) AppSchema);
+
+impl Executor for SocketExecutor {
+    fn execute(&self, request: Request) -> impl Future<Output = Response> + Send {
+        self.0.execute(request)
+    }
+
+    fn execute_stream(&self, mut request: Request, session_data: Option<Arc<Data>>) -> BoxStream<'static, Response> {
+        let handoff = Handoff::default();
+        request.data.insert(handoff.clone());
+        let schema = Executor::execute_stream(&self.0, request, session_data);
+        SocketStream { schema: Some(schema), handoff, detached: None }.boxed()
+    }
+}
+
+/// One operation's stream on a websocket: the schema's execution, then, if it started a shared
+/// subscription, that subscription's `Detached`.
+struct SocketStream {
+    schema: Option<BoxStream<'static, Response>>,
+    handoff: Handoff,
+    detached: Option<Detached>,
+}
+
+impl Stream for SocketStream {
+    type Item = Response;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Response>> {
+        if let Some(schema) = self.schema.as_mut() {
+            match schema.poll_next_unpin(cx) {
+                Poll::Ready(None) => {
+                    // Everything the execution kept goes now; a shared subscription's state
+                    // stays.
+                    self.schema = None;
+                    self.detached = self.handoff.take();
+                }
+                other => return other,
+            }
+        }
+        match self.detached.as_mut() {
+            Some(detached) => detached.poll_next_unpin(cx),
+            None => Poll::Ready(None),
+        }
     }
 }
 

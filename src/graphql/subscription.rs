@@ -112,7 +112,7 @@ impl Subscription {
         // A selection every reader sees alike, on a websocket: rendered once per value for all
         // of its subscribers (`shared_live`), not executed here per subscriber.
         if let Some(shared) = SharedDelivery::of(ctx) {
-            return Ok(shared.start(&state.live, targets, interval, (access_watch, scope), permit));
+            return Ok(shared.start(ctx, &state.live, targets, interval, (access_watch, scope), permit));
         }
         let list: Vec<LikeTarget> = targets.keys().copied().collect();
         let watch = state.live.watch_counts(&list);

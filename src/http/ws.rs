@@ -45,10 +45,11 @@ use super::ws_limits::{OperationRate, Slot};
 use crate::auth::Viewer;
 use crate::error::AppError;
 use crate::graphql::loaders::Loaders;
-use crate::graphql::shared_live::{OperationId, SocketFrames};
+use crate::graphql::shared_live::{OperationId, SocketExecutor, SocketFrames};
 use crate::graphql::socket::{SocketLimits, from_socket};
 use crate::graphql::subscription::SubscriptionBudget;
 use crate::live::fanout::Mailbox;
+use crate::live::hub::Hub;
 
 /// Per-connection read buffer: what one read of the socket takes at most. A client sends
 /// little (connection_init, a few subscribes, pongs) and a longer message is read in several
@@ -251,7 +252,7 @@ async fn serve(
         operations: OperationRate::new(settings.ws_operations_per_minute),
         messages: OperationRate::new(settings.ws_messages_per_minute),
     };
-    let input = read_messages(stream, heard.clone(), rates, settings.subscription_max_cost);
+    let input = read_messages(stream, heard.clone(), rates, settings.subscription_max_cost, state.app.live.clone());
     // The API's shared state is one pointer: the boxed stream below keeps this closure for
     // the socket's life.
     let shared = state.clone();
@@ -262,7 +263,7 @@ async fn serve(
     let mailbox = frames.mailbox();
     // The token's expiry, once connection_init has verified it.
     let (expiry_tx, expiry) = watch::channel::<Option<SystemTime>>(None);
-    let outgoing = GqlWebSocket::from_message_stream(state.schema.clone(), input, protocol)
+    let outgoing = GqlWebSocket::from_message_stream(SocketExecutor(state.schema.clone()), input, protocol)
         .on_connection_init(move |payload| {
             let shared = shared.clone();
             async move {
@@ -474,6 +475,7 @@ fn read_messages(
     heard: Arc<Heard>,
     mut rates: Rates,
     subscription_max_cost: usize,
+    hub: Arc<Hub>,
 ) -> impl futures_util::Stream<Item = serde_json::Result<ClientMessage>> {
     let mut over_rate = false;
     stream.take_while(|message| future::ready(message.is_ok())).filter_map(move |message| {
@@ -511,6 +513,7 @@ fn read_messages(
                     if heard.acknowledged.load(Ordering::SeqCst) {
                         from_socket(&mut payload, subscription_max_cost);
                         payload.data.insert(OperationId(id.as_str().into()));
+                        payload.data.insert(hub.hold_execution());
                     }
                     Some(Ok(ClientMessage::Start { id, payload }))
                 }

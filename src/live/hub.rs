@@ -75,6 +75,10 @@ pub struct HubStats {
     /// Payloads rendered by the shared fan-out groups (`fanout`): one per value and group,
     /// whatever the number of its subscribers.
     pub payloads_rendered: AtomicU64,
+    /// Websocket operations whose execution the schema holds (`hold_execution`): a query or
+    /// mutation while it runs, a subscription executed per subscriber for its life. A shared
+    /// subscription's execution ends once it has started (`graphql::shared_live`).
+    pub socket_executions: AtomicU64,
 }
 
 #[derive(Default)]
@@ -121,6 +125,13 @@ impl Hub {
     pub fn count_subscriber(self: &Arc<Self>) -> HubGuard {
         self.opened();
         HubGuard { hub: self.clone(), targets: Vec::new() }
+    }
+
+    /// Counts one execution of a websocket operation (`socket_executions`) for as long as the
+    /// guard lives: it goes in the operation's request data, dropped with its execution.
+    pub fn hold_execution(self: &Arc<Self>) -> ExecutionHeld {
+        self.stats.socket_executions.fetch_add(1, Ordering::Relaxed);
+        ExecutionHeld(self.clone())
     }
 
     /// Counts `delivered` count updates handed to subscribers and `coalesced` ones they never saw.
@@ -355,6 +366,15 @@ pub struct HubGuard {
 impl Drop for HubGuard {
     fn drop(&mut self) {
         self.hub.release(&self.targets);
+    }
+}
+
+/// One execution counted in `socket_executions` (`Hub::hold_execution`).
+pub struct ExecutionHeld(Arc<Hub>);
+
+impl Drop for ExecutionHeld {
+    fn drop(&mut self) {
+        self.0.stats.socket_executions.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
