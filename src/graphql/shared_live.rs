@@ -482,7 +482,7 @@ impl Executor for SocketExecutor {
         let handoff = Handoff::default();
         request.data.insert(handoff.clone());
         let schema = Executor::execute_stream(&self.0, request, session_data);
-        SocketStream { schema: Some(schema), handoff, detached: None }.boxed()
+        SocketStream { schema: Some(schema), handoff: Some(handoff), detached: None }.boxed()
     }
 }
 
@@ -490,7 +490,8 @@ impl Executor for SocketExecutor {
 /// subscription, that subscription's `Detached`.
 struct SocketStream {
     schema: Option<BoxStream<'static, Response>>,
-    handoff: Handoff,
+    /// Dropped with the execution: it would keep an allocation sized for a `Detached`.
+    handoff: Option<Handoff>,
     detached: Option<Detached>,
 }
 
@@ -504,7 +505,7 @@ impl Stream for SocketStream {
                     // Everything the execution kept goes now; a shared subscription's state
                     // stays.
                     self.schema = None;
-                    self.detached = self.handoff.take();
+                    self.detached = self.handoff.take().and_then(|handoff| handoff.take());
                 }
                 other => return other,
             }

@@ -23,7 +23,7 @@
 //! is found once the schema has parsed the document (`graphql::socket::mark_subscription`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use async_graphql::Data;
 use async_graphql::http::{ClientMessage, WebSocket as GqlWebSocket, WebSocketProtocols, WsMessage};
@@ -32,11 +32,11 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::task::AtomicWaker;
-use futures_util::{FutureExt, SinkExt, StreamExt, future};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::str::FromStr;
 use std::task::Poll;
 use std::time::SystemTime;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tracing::Instrument;
 
@@ -223,19 +223,41 @@ fn negotiated_protocol(headers: &HeaderMap) -> Option<WebSocketProtocols> {
         .and_then(|offered| offered.split(',').find_map(|p| WebSocketProtocols::from_str(p.trim()).ok()))
 }
 
-/// What the socket reader tells the connection loop.
+/// What the socket reader tells the connection loop. Atomics and one `Notify`: the loop
+/// waits on one thing for all of them (a socket is mostly idle, and every waiter it holds is
+/// memory per subscriber).
 #[derive(Default)]
 struct Heard {
     /// connection_init arrived (the init timeout no longer applies).
     init: AtomicBool,
     /// connection_init succeeded: the socket is acknowledged and gets keepalive pings.
     acknowledged: AtomicBool,
+    /// When the verified token expires, in milliseconds since the Unix epoch; set before
+    /// `acknowledged`.
+    expires_at_ms: AtomicU64,
     /// Anything arrived since the last keepalive tick (a pong, a message, a frame).
     anything: AtomicBool,
-    /// The connection went over its operation rate.
-    over_rate: Notify,
-    /// The connection went over its message rate.
-    over_messages: Notify,
+    /// Why the reader asks the connection to close (`OVER_*`), 0 for no reason.
+    over: AtomicU8,
+    /// Told when `over` is set.
+    over_told: Notify,
+}
+
+/// `Heard::over`: the connection went over its operation rate.
+const OVER_OPERATIONS: u8 = 1;
+/// `Heard::over`: the connection went over its message rate.
+const OVER_MESSAGES: u8 = 2;
+
+impl Heard {
+    fn over(&self, reason: u8) {
+        self.over.store(reason, Ordering::SeqCst);
+        self.over_told.notify_one();
+    }
+
+    /// When the acknowledged token expires (the epoch when it was not acknowledged).
+    fn expires_at(&self) -> SystemTime {
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(self.expires_at_ms.load(Ordering::SeqCst))
+    }
 }
 
 async fn serve(
@@ -261,8 +283,6 @@ async fn serve(
     // beside the schema's messages.
     let frames = SocketFrames::new(protocol == WebSocketProtocols::SubscriptionsTransportWS);
     let mailbox = frames.mailbox();
-    // The token's expiry, once connection_init has verified it.
-    let (expiry_tx, expiry) = watch::channel::<Option<SystemTime>>(None);
     let outgoing = GqlWebSocket::from_message_stream(SocketExecutor(state.schema.clone()), input, protocol)
         .on_connection_init(move |payload| {
             let shared = shared.clone();
@@ -283,7 +303,9 @@ async fn serve(
                 let mut data = connection_data(app, token.user_id);
                 data.insert(slot);
                 data.insert(frames.clone());
-                let _ = expiry_tx.send(Some(token.expires_at));
+                let expires_at_ms =
+                    token.expires_at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
+                acknowledged.expires_at_ms.store(u64::try_from(expires_at_ms).unwrap_or(u64::MAX), Ordering::SeqCst);
                 acknowledged.acknowledged.store(true, Ordering::SeqCst);
                 Ok(data)
             }
@@ -306,13 +328,13 @@ async fn serve(
     futures_util::pin_mut!(outgoing);
     let _open = OpenConnection::new();
     // Each wait is made once and polled on every turn of the loop: a socket delivering a frame
-    // every 100 ms must not register and drop a timer and three waiters per frame.
-    let init_timeout = tokio::time::sleep_until(init_deadline);
-    let over_rate = heard.over_rate.notified();
-    let over_messages = heard.over_messages.notified();
-    let expired = token_expired(expiry);
+    // every 100 ms must not register and drop a timer and waiters per frame. One timer serves
+    // both deadlines: connection_init's until the socket is acknowledged, then the token's.
+    let deadline = tokio::time::sleep_until(init_deadline);
+    let mut deadline_is_expiry = false;
+    let over = heard.over_told.notified();
     let stopping = shutting_down(state.lifecycle.shutdown.clone());
-    futures_util::pin_mut!(init_timeout, over_rate, over_messages, expired, stopping);
+    futures_util::pin_mut!(deadline, over, stopping);
     let mut keepalive = keepalive_interval(state.app.settings.ws_keepalive);
     let mut ping_unanswered = false;
     let close = |code: u16, reason: &str| Message::Close(Some(CloseFrame { code, reason: reason.into() }));
@@ -331,10 +353,34 @@ async fn serve(
                     Ok(_) => break,
                     Err(_) => return close_slow_consumer(&mut sink).await,
                 }
+                // The acknowledgement went out with this write (connection_init succeeds
+                // before it is sent): from now on the deadline is the token's.
+                if !deadline_is_expiry && heard.acknowledged.load(Ordering::SeqCst) {
+                    deadline_is_expiry = true;
+                    deadline.as_mut().reset(instant_of(heard.expires_at()));
+                }
             }
-            () = &mut init_timeout, if !heard.init.load(Ordering::SeqCst) => {
-                // connection_init may have arrived in this very turn.
+            () = &mut deadline => {
+                if deadline_is_expiry && SystemTime::now() < heard.expires_at() {
+                    // A far expiry is waited for in steps of at most FAR_FUTURE.
+                    deadline.as_mut().reset(instant_of(heard.expires_at()));
+                    continue;
+                }
+                if deadline_is_expiry {
+                    tracing::debug!("closing the websocket: its token expired");
+                    count_refusal("token");
+                    let _ = sink.send(close(TOKEN_REFUSED, "authentication failed: the token expired")).await;
+                    break;
+                }
+                if heard.acknowledged.load(Ordering::SeqCst) {
+                    deadline_is_expiry = true;
+                    deadline.as_mut().reset(instant_of(heard.expires_at()));
+                    continue;
+                }
                 if heard.init.load(Ordering::SeqCst) {
+                    // connection_init arrived and is being verified: no deadline until it is
+                    // acknowledged (the verification has its own timeouts).
+                    deadline.as_mut().reset(Instant::now() + FAR_FUTURE);
                     continue;
                 }
                 tracing::debug!("closing the websocket: no connection_init in time");
@@ -342,23 +388,22 @@ async fn serve(
                 let _ = sink.send(close(INIT_TIMEOUT, "Connection initialisation timeout")).await;
                 break;
             }
-            () = &mut over_rate => {
-                tracing::debug!("closing the websocket: over its operation rate");
-                count_refusal("operation_rate");
-                let reason = format!(
-                    "too many operations: at most {} a minute per connection",
-                    state.app.settings.ws_operations_per_minute
-                );
-                let _ = sink.send(close(TOO_MANY, &reason)).await;
-                break;
-            }
-            () = &mut over_messages => {
-                tracing::debug!("closing the websocket: over its message rate");
-                count_refusal("message_rate");
-                let reason = format!(
-                    "too many messages: at most {} a minute per connection",
-                    state.app.settings.ws_messages_per_minute
-                );
+            () = &mut over => {
+                let reason = if heard.over.load(Ordering::SeqCst) == OVER_OPERATIONS {
+                    tracing::debug!("closing the websocket: over its operation rate");
+                    count_refusal("operation_rate");
+                    format!(
+                        "too many operations: at most {} a minute per connection",
+                        state.app.settings.ws_operations_per_minute
+                    )
+                } else {
+                    tracing::debug!("closing the websocket: over its message rate");
+                    count_refusal("message_rate");
+                    format!(
+                        "too many messages: at most {} a minute per connection",
+                        state.app.settings.ws_messages_per_minute
+                    )
+                };
                 let _ = sink.send(close(TOO_MANY, &reason)).await;
                 break;
             }
@@ -395,12 +440,6 @@ async fn serve(
                     Ok(Err(_)) => break,
                     Err(_) => return close_slow_consumer(&mut sink).await,
                 }
-            }
-            () = &mut expired => {
-                tracing::debug!("closing the websocket: its token expired");
-                count_refusal("token");
-                let _ = sink.send(close(TOKEN_REFUSED, "authentication failed: the token expired")).await;
-                break;
             }
             // Also when the sender is gone: the process is going away either way.
             () = &mut stopping => {
@@ -469,45 +508,59 @@ struct Rates {
 /// connection loop needs to know (`Heard`), counts every message against the message rate and
 /// each subscribe against the operation rate before it can execute, and marks subscriptions
 /// for their cost cap (`subscription_max_cost`). Over a rate, the connection is told to close
-/// and nothing more is read.
+/// and nothing more is read. Ends at the socket's first error.
+///
+/// Written as one `poll_fn` rather than stream combinators: those keep a slot for a pending
+/// item (a parsed message, about 370 bytes) inside every connection's protocol stream.
 fn read_messages(
-    stream: impl futures_util::Stream<Item = Result<Message, axum::Error>>,
+    mut stream: impl futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
     heard: Arc<Heard>,
     mut rates: Rates,
     subscription_max_cost: usize,
     hub: Arc<Hub>,
 ) -> impl futures_util::Stream<Item = serde_json::Result<ClientMessage>> {
     let mut over_rate = false;
-    stream.take_while(|message| future::ready(message.is_ok())).filter_map(move |message| {
-        heard.anything.store(true, Ordering::SeqCst);
-        // Pings and pongs too, at either level: a flood of them costs a pong each. A Close is
-        // not counted: it ends the connection anyway.
-        let counted = !over_rate && !matches!(message, Ok(Message::Close(_)));
-        if counted && rates.messages.as_mut().is_some_and(|rate| !rate.allow()) {
-            over_rate = true;
-            heard.over_messages.notify_one();
-        }
-        let bytes = match &message {
-            Ok(Message::Text(text)) => Some(text.as_bytes()),
-            Ok(Message::Binary(bytes)) => Some(bytes.as_ref()),
-            _ => None,
-        };
-        let parsed = match bytes {
-            Some(_) if over_rate => None,
-            Some(bytes) => Some(ClientMessage::from_bytes(bytes)),
-            None => None,
-        };
-        let parsed = match parsed {
-            Some(Ok(ClientMessage::ConnectionInit { payload })) => {
-                heard.init.store(true, Ordering::SeqCst);
-                Some(Ok(ClientMessage::ConnectionInit { payload }))
+    let mut ended = false;
+    futures_util::stream::poll_fn(move |cx| {
+        loop {
+            if ended {
+                return Poll::Ready(None);
             }
-            Some(Ok(ClientMessage::Start { id, mut payload })) => {
-                if rates.operations.as_mut().is_some_and(|rate| !rate.allow()) {
-                    over_rate = true;
-                    heard.over_rate.notify_one();
-                    None
-                } else {
+            let message = match stream.poll_next_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(message))) => message,
+                Poll::Ready(Some(Err(_)) | None) => {
+                    ended = true;
+                    continue;
+                }
+            };
+            heard.anything.store(true, Ordering::SeqCst);
+            // Pings and pongs too, at either level: a flood of them costs a pong each. A Close
+            // is not counted: it ends the connection anyway.
+            let counted = !over_rate && !matches!(message, Message::Close(_));
+            if counted && rates.messages.as_mut().is_some_and(|rate| !rate.allow()) {
+                over_rate = true;
+                heard.over(OVER_MESSAGES);
+            }
+            let bytes = match &message {
+                Message::Text(text) => text.as_bytes(),
+                Message::Binary(bytes) => bytes.as_ref(),
+                _ => continue,
+            };
+            if over_rate {
+                continue;
+            }
+            let parsed = match ClientMessage::from_bytes(bytes) {
+                Ok(ClientMessage::ConnectionInit { payload }) => {
+                    heard.init.store(true, Ordering::SeqCst);
+                    Ok(ClientMessage::ConnectionInit { payload })
+                }
+                Ok(ClientMessage::Start { id, mut payload }) => {
+                    if rates.operations.as_mut().is_some_and(|rate| !rate.allow()) {
+                        over_rate = true;
+                        heard.over(OVER_OPERATIONS);
+                        continue;
+                    }
                     // Before connection_init succeeded the subscribe only closes the socket
                     // (1011): it is not worth marking.
                     if heard.acknowledged.load(Ordering::SeqCst) {
@@ -515,12 +568,12 @@ fn read_messages(
                         payload.data.insert(OperationId(id.as_str().into()));
                         payload.data.insert(hub.hold_execution());
                     }
-                    Some(Ok(ClientMessage::Start { id, payload }))
+                    Ok(ClientMessage::Start { id, payload })
                 }
-            }
-            other => other,
-        };
-        future::ready(parsed)
+                other => other,
+            };
+            return Poll::Ready(Some(parsed));
+        }
     })
 }
 
@@ -566,19 +619,14 @@ fn close_reason(reason: &str) -> &str {
     &reason[..end]
 }
 
-/// Resolves when the connection's token expires; never before connection_init verified one.
-async fn token_expired(mut expiry: watch::Receiver<Option<SystemTime>>) {
-    let expires_at = match expiry.wait_for(Option::is_some).await {
-        Ok(expires_at) => *expires_at,
-        // connection_init never succeeded: nothing to expire.
-        Err(_) => None,
-    };
-    match expires_at {
-        Some(expires_at) => {
-            tokio::time::sleep(expires_at.duration_since(SystemTime::now()).unwrap_or_default()).await;
-        }
-        None => std::future::pending::<()>().await,
-    }
+/// The longest the connection's timer waits at once: while connection_init is verified (no
+/// deadline then), and towards a token's far expiry (it is checked again when this passes).
+const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(86_400 * 30);
+
+/// The instant of the monotonic clock at wall-clock time `at` (now, when it has passed), at
+/// most FAR_FUTURE away.
+fn instant_of(at: SystemTime) -> Instant {
+    Instant::now() + at.duration_since(SystemTime::now()).unwrap_or_default().min(FAR_FUTURE)
 }
 
 /// Resolves once the process begins to shut down (or its shutdown sender is gone).
