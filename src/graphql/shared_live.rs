@@ -35,11 +35,10 @@
 //! with FORBIDDEN, then `complete`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
-
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
 
 use async_graphql::parser::types::{
     DocumentOperations, ExecutableDocument, OperationDefinition, Selection, SelectionSet,
