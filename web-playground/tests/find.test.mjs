@@ -397,7 +397,9 @@ test('unread: a classmate\'s new post shows a dot and counts live; opening it re
     }
     await until('header count 2', headerCount, (n) => n === 2);
     await until('home count 2', homeCount, (n) => n === 2);
-    assert.equal(await b.page.locator('[data-testid=post-item][data-unread=true]').count(), 2);
+    // The count and the list's new items arrive by separate live updates: wait for both.
+    await until('two unread posts listed', () => b.page.locator('[data-testid=post-item][data-unread=true]').count(),
+      (n) => n === 2);
     await b.page.getByTestId('mark-course-read').click();
     await until('header count 0', headerCount, (n) => n === 0);
     await until('home count 0', homeCount, (n) => n === 0);
