@@ -448,22 +448,21 @@ impl Stream for Detached {
     type Item = Response;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Response>> {
-        loop {
-            return match self.watch.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(()))) => continue,
-                Poll::Ready(Some(Err(lost))) => {
-                    let path = vec![PathSegment::Field(self.response_key.clone())];
-                    let mut response =
-                        Response::from_errors(vec![lost.into_server_error(self.position).with_path(path)]);
-                    // Coded and counted as the schema's execution does (`graphql::hooks`).
-                    super::errors::assign_codes(&mut response);
-                    super::metrics::record_errors("likeCounts", &response.errors);
-                    Poll::Ready(Some(response))
-                }
-                Poll::Ready(None) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-            };
-        }
+        // The watch yields nothing but the error of a lost access (its items are `()`).
+        let lost = loop {
+            match self.watch.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(()))) => {}
+                Poll::Ready(Some(Err(lost))) => break lost,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        };
+        let path = vec![PathSegment::Field(self.response_key.clone())];
+        let mut response = Response::from_errors(vec![lost.into_server_error(self.position).with_path(path)]);
+        // Coded and counted as the schema's execution does (`graphql::hooks`).
+        super::errors::assign_codes(&mut response);
+        super::metrics::record_errors("likeCounts", &response.errors);
+        Poll::Ready(Some(response))
     }
 }
 
@@ -481,37 +480,37 @@ impl Executor for SocketExecutor {
         let handoff = Handoff::default();
         request.data.insert(handoff.clone());
         let schema = Executor::execute_stream(&self.0, request, session_data);
-        SocketStream { schema: Some(schema), handoff: Some(handoff), detached: None }.boxed()
+        SocketStream::Executing(schema, handoff).boxed()
     }
 }
 
 /// One operation's stream on a websocket: the schema's execution, then, if it started a shared
 /// subscription, that subscription's `Detached`.
-struct SocketStream {
-    schema: Option<BoxStream<'static, Response>>,
-    /// Dropped with the execution: it would keep an allocation sized for a `Detached`.
-    handoff: Option<Handoff>,
-    detached: Option<Detached>,
+enum SocketStream {
+    /// The schema's execution, and where a shared subscription it starts leaves its state.
+    Executing(BoxStream<'static, Response>, Handoff),
+    /// A shared subscription after its execution (the handoff went with the execution: it
+    /// would keep an allocation sized for a `Detached`).
+    Detached(Detached),
+    Ended,
 }
 
 impl Stream for SocketStream {
     type Item = Response;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Response>> {
-        if let Some(schema) = self.schema.as_mut() {
+        if let SocketStream::Executing(schema, handoff) = &mut *self {
             match schema.poll_next_unpin(cx) {
+                // Everything the execution kept goes now; a shared subscription's state stays.
                 Poll::Ready(None) => {
-                    // Everything the execution kept goes now; a shared subscription's state
-                    // stays.
-                    self.schema = None;
-                    self.detached = self.handoff.take().and_then(|handoff| handoff.take());
+                    *self = handoff.take().map_or(SocketStream::Ended, SocketStream::Detached);
                 }
                 other => return other,
             }
         }
-        match self.detached.as_mut() {
-            Some(detached) => detached.poll_next_unpin(cx),
-            None => Poll::Ready(None),
+        match &mut *self {
+            SocketStream::Detached(detached) => detached.poll_next_unpin(cx),
+            _ => Poll::Ready(None),
         }
     }
 }

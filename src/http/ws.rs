@@ -258,6 +258,12 @@ impl Heard {
     fn expires_at(&self) -> SystemTime {
         SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(self.expires_at_ms.load(Ordering::SeqCst))
     }
+
+    /// What the connection's timer waits for once acknowledged: the token's expiry, at most
+    /// FAR_FUTURE away.
+    fn expiry_deadline(&self) -> Instant {
+        Instant::now() + self.expires_at().duration_since(SystemTime::now()).unwrap_or_default().min(FAR_FUTURE)
+    }
 }
 
 async fn serve(
@@ -357,24 +363,22 @@ async fn serve(
                 // before it is sent): from now on the deadline is the token's.
                 if !deadline_is_expiry && heard.acknowledged.load(Ordering::SeqCst) {
                     deadline_is_expiry = true;
-                    deadline.as_mut().reset(instant_of(heard.expires_at()));
+                    deadline.as_mut().reset(heard.expiry_deadline());
                 }
             }
             () = &mut deadline => {
-                if deadline_is_expiry && SystemTime::now() < heard.expires_at() {
-                    // A far expiry is waited for in steps of at most FAR_FUTURE.
-                    deadline.as_mut().reset(instant_of(heard.expires_at()));
-                    continue;
-                }
-                if deadline_is_expiry {
+                // A far expiry is waited for in steps of at most FAR_FUTURE; and the
+                // acknowledgement may have come in this very turn.
+                let expired = deadline_is_expiry && SystemTime::now() >= heard.expires_at();
+                if expired {
                     tracing::debug!("closing the websocket: its token expired");
                     count_refusal("token");
                     let _ = sink.send(close(TOKEN_REFUSED, "authentication failed: the token expired")).await;
                     break;
                 }
-                if heard.acknowledged.load(Ordering::SeqCst) {
+                if deadline_is_expiry || heard.acknowledged.load(Ordering::SeqCst) {
                     deadline_is_expiry = true;
-                    deadline.as_mut().reset(instant_of(heard.expires_at()));
+                    deadline.as_mut().reset(heard.expiry_deadline());
                     continue;
                 }
                 if heard.init.load(Ordering::SeqCst) {
@@ -622,12 +626,6 @@ fn close_reason(reason: &str) -> &str {
 /// The longest the connection's timer waits at once: while connection_init is verified (no
 /// deadline then), and towards a token's far expiry (it is checked again when this passes).
 const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(86_400 * 30);
-
-/// The instant of the monotonic clock at wall-clock time `at` (now, when it has passed), at
-/// most FAR_FUTURE away.
-fn instant_of(at: SystemTime) -> Instant {
-    Instant::now() + at.duration_since(SystemTime::now()).unwrap_or_default().min(FAR_FUTURE)
-}
 
 /// Resolves once the process begins to shut down (or its shutdown sender is gone).
 async fn shutting_down(mut shutdown: tokio::sync::watch::Receiver<bool>) {
