@@ -75,9 +75,18 @@ async fn removal_by_sql_ends_open_subscriptions(protocol: &str) {
     socket.subscribe("likes", LIKE_COUNTS, json!({ "ids": [gid("Post", post)] })).await;
     // Both subscriptions are live: a new post reaches the first.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    app.create_post(&bob, world.course, "seen").await;
-    let seen = socket.next_data(Duration::from_secs(5)).await.expect("activity while a member");
-    assert_eq!(seen["courseActivity"]["kind"], "POST_CREATED", "{protocol}");
+    let seen_post = app.create_post(&bob, world.course, "seen").await;
+    // Wait for this post's own event: the "watched" post's, published after its commit, may
+    // reach the subscription late, and must not be taken for it (the "seen" event would then
+    // land after the delete below).
+    let seen_id = gid("Post", seen_post);
+    loop {
+        let data = socket.next_data(Duration::from_secs(5)).await.expect("activity while a member");
+        assert_eq!(data["courseActivity"]["kind"], "POST_CREATED", "{protocol}: {data}");
+        if data["courseActivity"]["nodeId"] == seen_id.as_str() {
+            break;
+        }
+    }
 
     app.scalar_i64(
         "WITH gone AS (DELETE FROM course_members WHERE course_id = $1 AND user_id = $2 RETURNING 1) \
