@@ -115,6 +115,17 @@ pub struct Settings {
     #[arg(long, env = "LIVE_COALESCE", default_value = "100ms", value_parser = parse_duration, global = true)]
     pub live_coalesce: Duration,
 
+    /// Worker threads of the websocket connections' own runtime (`live::runtime`); 0 runs
+    /// them on the request handlers' runtime.
+    #[arg(long, env = "LIVE_THREADS", default_value_t = 2, global = true)]
+    pub live_threads: usize,
+
+    /// How much lower the OS priority of those threads is than the request handlers' (their
+    /// nice value, 0 to 19): under load, likes and pages run first and the watchers' frames
+    /// coalesce. 0 shares the CPU evenly.
+    #[arg(long, env = "LIVE_NICE", default_value_t = 5, global = true)]
+    pub live_nice: i32,
+
     /// Notifications each user keeps: the newest this many (older ones are deleted as new
     /// ones arrive).
     #[arg(long, env = "NOTIFICATIONS_PER_USER", default_value_t = 500, global = true)]
@@ -697,6 +708,14 @@ impl Settings {
         }
         if self.ws_init_timeout < Duration::from_millis(100) || self.ws_init_timeout > Duration::from_secs(600) {
             return Err(AppError::Config("WS_INIT_TIMEOUT must be between 100ms and 10m".into()));
+        }
+        if self.live_threads > 64 {
+            return Err(AppError::Config("LIVE_THREADS must be between 0 and 64".into()));
+        }
+        if !(0..=19).contains(&self.live_nice) {
+            return Err(AppError::Config(
+                "LIVE_NICE must be between 0 and 19 (how much lower the websockets' priority is)".into(),
+            ));
         }
         if self.ws_send_timeout < Duration::from_millis(100) || self.ws_send_timeout > Duration::from_secs(600) {
             return Err(AppError::Config("WS_SEND_TIMEOUT must be between 100ms and 10m".into()));

@@ -32,6 +32,7 @@ use crate::likes::Likes;
 use crate::likes::committed::AfterCommit;
 use crate::live::Publisher;
 use crate::live::hub::{Hub, run_relay};
+use crate::live::runtime::LiveRuntime;
 use crate::membership::{self, Memberships};
 use crate::state::AppState;
 use crate::views::aggregator::ViewAggregator;
@@ -47,6 +48,9 @@ pub struct Application {
     relay: tokio::task::JoinHandle<()>,
     /// The process's one LISTEN for membership changes.
     membership_listener: tokio::task::JoinHandle<()>,
+    /// The websocket connections' runtime (`live::runtime`); dropping it ends every
+    /// connection still open on it.
+    live: LiveRuntime,
 }
 
 impl Application {
@@ -66,7 +70,9 @@ impl Application {
         let schema = build_schema(state.clone());
         let relay = start_relay(&state).await?;
         let membership_listener = start_membership_listener(&state).await;
-        Ok(Self { listener, state, schema, relay, membership_listener })
+        // Here, not when serving begins: its threads and descriptors are taken at start.
+        let live = LiveRuntime::start(state.settings.live_threads, state.settings.live_nice)?;
+        Ok(Self { listener, state, schema, relay, membership_listener, live })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -102,7 +108,8 @@ impl Application {
             jobs.spawn("trusted documents reload", trusted.clone().reload_on_hangup(jobs.shutdown()));
         }
         tracing::info!(addr = %self.local_addr(), mode = ?settings.like_mode, "serving GraphQL");
-        let lifecycle = http::Lifecycle { shutdown: stopping.clone(), worker: worker_consumer };
+        let lifecycle =
+            http::Lifecycle { shutdown: stopping.clone(), worker: worker_consumer, connections: self.live.handle() };
         let router = http::router(self.state.clone(), self.schema, lifecycle);
         let mut server_stopping = stopping;
         // Peer addresses reach the handlers (client IPs for view caps).
@@ -167,8 +174,10 @@ pub(crate) async fn run_worker_until_stopped(
     jobs.spawn("feed fan-out", fanout.run(jobs.shutdown()));
     if let Some(listener) = listener {
         tracing::info!(addr = ?listener.local_addr().ok(), "serving /healthz, /readyz and /metrics");
-        let router =
-            http::ops_router(state.clone(), http::Lifecycle { shutdown: stopping.clone(), worker: Some(consumer) });
+        let router = http::ops_router(
+            state.clone(),
+            http::Lifecycle { shutdown: stopping.clone(), worker: Some(consumer), connections: None },
+        );
         let mut stopping = stopping;
         jobs.spawn("operator endpoints", async move {
             let served = axum::serve(listener, router)

@@ -31,12 +31,20 @@ pub(crate) struct AccessScope {
     /// Courses where the user must also stay staff: they watch a private post there that is
     /// not theirs, which only staff may read.
     pub staff_in: Vec<i64>,
+    /// Where the memberships are read: the runtime that made the scope (the request handlers'),
+    /// whichever runtime polls the subscription (`live::runtime`).
+    pub home: tokio::runtime::Handle,
 }
 
 impl AccessScope {
     /// Whether the user still belongs to every watched course (as staff where it must be).
     async fn holds(&self) -> Result<bool, AppError> {
-        let roles = self.memberships.roles_of_user(&self.db, self.user_id).await?;
+        let (memberships, db, user_id) = (self.memberships.clone(), self.db.clone(), self.user_id);
+        let roles = self
+            .home
+            .spawn(async move { memberships.roles_of_user(&db, user_id).await })
+            .await
+            .map_err(|e| AppError::Internal(format!("reading the memberships failed: {e}")))??;
         Ok(self.courses.iter().all(|course| roles.contains_key(course))
             && self.staff_in.iter().all(|course| roles.get(course) == Some(&Role::Instructor)))
     }

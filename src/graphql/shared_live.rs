@@ -46,6 +46,7 @@ use async_graphql::parser::types::{
 use async_graphql::{Context, Data, Executor, PathSegment, Pos, Request, Response};
 use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
+use tokio::runtime::Handle;
 
 use super::AppSchema;
 use super::ids::{self, NodeKind};
@@ -469,19 +470,59 @@ impl Stream for Detached {
 /// The executor of a websocket's operations: the schema's, except that a shared subscription's
 /// execution is let go as soon as it has started, and the socket keeps its `Detached` instead.
 #[derive(Clone)]
-pub(crate) struct SocketExecutor(pub(crate) AppSchema);
+///
+/// The schema's work runs on `home`, the request handlers' runtime, while the socket's loop
+/// may run on the connections' lower-priority runtime (`live::runtime`): every database or
+/// Redis connection an operation opens is then driven by the handlers' threads. A result
+/// crosses back through a channel of one.
+pub(crate) struct SocketExecutor {
+    schema: AppSchema,
+    home: Handle,
+}
+
+impl SocketExecutor {
+    pub(crate) fn new(schema: AppSchema, home: Handle) -> Self {
+        Self { schema, home }
+    }
+}
 
 impl Executor for SocketExecutor {
     fn execute(&self, request: Request) -> impl Future<Output = Response> + Send {
-        self.0.execute(request)
+        let schema = self.schema.clone();
+        let running = self.home.spawn(async move { schema.execute(request).await });
+        async move { running.await.unwrap_or_else(|e| failed(&e)) }
     }
 
     fn execute_stream(&self, mut request: Request, session_data: Option<Arc<Data>>) -> BoxStream<'static, Response> {
         let handoff = Handoff::default();
         request.data.insert(handoff.clone());
-        let schema = Executor::execute_stream(&self.0, request, session_data);
-        SocketStream::Executing(schema, handoff).boxed()
+        let schema = Executor::execute_stream(&self.schema, request, session_data);
+        SocketStream::Executing(on_runtime(&self.home, schema), handoff).boxed()
     }
+}
+
+/// An execution that panicked: an error response, as async-graphql gives for a resolver's.
+fn failed(error: &tokio::task::JoinError) -> Response {
+    tracing::error!(%error, "a websocket operation's execution failed");
+    Response::from_errors(vec![async_graphql::ServerError::new("internal error", None)])
+}
+
+/// `stream` polled by a task on `home`, its items passed on one at a time; the task ends with
+/// the stream, or when what it returns is dropped (the client's `complete`, the socket's end).
+fn on_runtime(home: &Handle, mut stream: BoxStream<'static, Response>) -> BoxStream<'static, Response> {
+    let (items, mut received) = tokio::sync::mpsc::channel::<Response>(1);
+    home.spawn(async move {
+        loop {
+            tokio::select! {
+                item = stream.next() => match item {
+                    Some(item) => if items.send(item).await.is_err() { break },
+                    None => break,
+                },
+                () = items.closed() => break,
+            }
+        }
+    });
+    futures_util::stream::poll_fn(move |cx| received.poll_recv(cx)).boxed()
 }
 
 /// One operation's stream on a websocket: the schema's execution, then, if it started a shared

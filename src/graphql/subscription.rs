@@ -233,7 +233,14 @@ impl Subscription {
 }
 
 fn access_scope(state: &AppState, user_id: i64, courses: Vec<i64>) -> AccessScope {
-    AccessScope { memberships: state.memberships.clone(), db: state.db.clone(), user_id, courses, staff_in: Vec::new() }
+    AccessScope {
+        memberships: state.memberships.clone(),
+        db: state.db.clone(),
+        user_id,
+        courses,
+        staff_in: Vec::new(),
+        home: tokio::runtime::Handle::current(),
+    }
 }
 
 struct Coalescer {

@@ -41,6 +41,8 @@ pub(crate) struct Lifecycle {
     pub shutdown: watch::Receiver<bool>,
     /// The consumer name of the like worker this process runs, if it runs one (`/readyz`).
     pub worker: Option<String>,
+    /// The runtime websocket connections run on (`live::runtime`); None: the handlers'.
+    pub connections: Option<tokio::runtime::Handle>,
 }
 
 /// What every route of the API shares, behind one `Arc`: axum clones the state for each
@@ -63,6 +65,8 @@ struct HttpShared {
     /// Open websockets per user and per client address, on this instance.
     sockets: std::sync::Arc<ws_limits::SocketCaps>,
     origins: cors::AllowedOrigins,
+    /// The request handlers' runtime: a socket's operations run there (`SocketExecutor`).
+    home: tokio::runtime::Handle,
 }
 
 /// What the operator endpoints need.
@@ -91,6 +95,7 @@ pub(crate) fn router(app: AppState, schema: AppSchema, lifecycle: Lifecycle) -> 
             lifecycle: lifecycle.clone(),
             sockets,
             origins,
+            home: tokio::runtime::Handle::current(),
         })))
         .merge(ops_routes(app, lifecycle))
         .layer(DefaultBodyLimit::max(body_limit))

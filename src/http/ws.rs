@@ -139,7 +139,14 @@ pub(super) async fn upgrade(
                     refuse(socket, TOO_MANY, &reason).await;
                     return;
                 };
-                serve(socket, state, protocol, address_slot).await
+                // On the connections' own runtime when there is one (`live::runtime`); this
+                // task then ends, and keeps nothing per socket.
+                match state.lifecycle.connections.clone() {
+                    Some(connections) => {
+                        drop(connections.spawn(serve(socket, state, protocol, address_slot).in_current_span()))
+                    }
+                    None => serve(socket, state, protocol, address_slot).await,
+                }
             }
             .instrument(span)
         })
@@ -289,47 +296,56 @@ async fn serve(
     // beside the schema's messages.
     let frames = SocketFrames::new(protocol == WebSocketProtocols::SubscriptionsTransportWS);
     let mailbox = frames.mailbox();
-    let outgoing = GqlWebSocket::from_message_stream(SocketExecutor(state.schema.clone()), input, protocol)
-        .on_connection_init(move |payload| {
-            let shared = shared.clone();
-            async move {
-                let (app, sockets) = (&shared.app, &shared.sockets);
-                let token =
-                    verify(app, payload).await.map_err(|e| async_graphql::Error::new(format!("{AUTH_REFUSED}{e}")))?;
-                // Before anything is built for the connection. The slot lives in the
-                // connection's data, so it is freed when the socket ends.
-                let slot = sockets.user(token.user_id).ok_or_else(|| {
-                    tracing::debug!(user_id = token.user_id, "websocket refused: the user is at their socket cap");
-                    count_refusal("user_cap");
-                    async_graphql::Error::new(format!(
-                        "{TOO_MANY_SOCKETS}at most {} open per user",
-                        sockets.max_per_user()
-                    ))
-                })?;
-                let mut data = connection_data(app, token.user_id);
-                data.insert(slot);
-                data.insert(frames.clone());
-                let expires_at_ms =
-                    token.expires_at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
-                acknowledged.expires_at_ms.store(u64::try_from(expires_at_ms).unwrap_or(u64::MAX), Ordering::SeqCst);
-                acknowledged.acknowledged.store(true, Ordering::SeqCst);
-                Ok(data)
-            }
-        })
-        .map(|message| match message {
-            WsMessage::Text(text) => Message::Text(text.into()),
-            WsMessage::Close(code, reason) => {
-                let code = if reason.starts_with(AUTH_REFUSED) {
-                    count_refusal("token");
-                    TOKEN_REFUSED
-                } else if reason.starts_with(TOO_MANY_SOCKETS) {
-                    TOO_MANY
-                } else {
-                    code
-                };
-                Message::Close(Some(CloseFrame { code, reason: close_reason(&reason).into() }))
-            }
-        });
+    let outgoing = GqlWebSocket::from_message_stream(
+        SocketExecutor::new(state.schema.clone(), state.home.clone()),
+        input,
+        protocol,
+    )
+    .on_connection_init(move |payload| {
+        let shared = shared.clone();
+        async move {
+            let (app, sockets) = (&shared.app, &shared.sockets);
+            // On the handlers' runtime: verifying may provision the user (PostgreSQL) or
+            // fetch keys, on connections these lower-priority threads must not drive.
+            let verifying = {
+                let app = app.clone();
+                shared.home.spawn(async move { verify(&app, payload).await })
+            };
+            let token = verifying
+                .await
+                .map_err(|e| AppError::Internal(format!("the token's verification failed: {e}")))
+                .and_then(|verified| verified)
+                .map_err(|e| async_graphql::Error::new(format!("{AUTH_REFUSED}{e}")))?;
+            // Before anything is built for the connection. The slot lives in the
+            // connection's data, so it is freed when the socket ends.
+            let slot = sockets.user(token.user_id).ok_or_else(|| {
+                tracing::debug!(user_id = token.user_id, "websocket refused: the user is at their socket cap");
+                count_refusal("user_cap");
+                async_graphql::Error::new(format!("{TOO_MANY_SOCKETS}at most {} open per user", sockets.max_per_user()))
+            })?;
+            let mut data = connection_data(app, token.user_id);
+            data.insert(slot);
+            data.insert(frames.clone());
+            let expires_at_ms = token.expires_at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
+            acknowledged.expires_at_ms.store(u64::try_from(expires_at_ms).unwrap_or(u64::MAX), Ordering::SeqCst);
+            acknowledged.acknowledged.store(true, Ordering::SeqCst);
+            Ok(data)
+        }
+    })
+    .map(|message| match message {
+        WsMessage::Text(text) => Message::Text(text.into()),
+        WsMessage::Close(code, reason) => {
+            let code = if reason.starts_with(AUTH_REFUSED) {
+                count_refusal("token");
+                TOKEN_REFUSED
+            } else if reason.starts_with(TOO_MANY_SOCKETS) {
+                TOO_MANY
+            } else {
+                code
+            };
+            Message::Close(Some(CloseFrame { code, reason: close_reason(&reason).into() }))
+        }
+    });
     let outgoing = outgoing_messages(Box::pin(outgoing), mailbox);
     futures_util::pin_mut!(outgoing);
     let _open = OpenConnection::new();

@@ -7,6 +7,7 @@
 
 pub(crate) mod fanout;
 pub(crate) mod hub;
+pub(crate) mod runtime;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -46,6 +46,7 @@ mod like_operations;
 mod like_reload;
 mod live;
 mod live_objects;
+mod live_runtime;
 mod loaders;
 mod membership_live;
 mod nodes;

@@ -111,6 +111,9 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         worker_in_serve: false,
         membership_cache: true,
         live_coalesce: Duration::from_millis(100),
+        // As served: connections on their own lower-priority runtime.
+        live_threads: 2,
+        live_nice: 5,
         notifications_per_user: 500,
         unread_exceptions_per_course: 1000,
         live_max_subscriptions: 50,
