@@ -54,7 +54,8 @@
 //!   capped per user, pushed live through `live`.
 //! - `live` — after-commit live updates: one Redis Pub/Sub channel (sharded on a cluster) published
 //!   to by whoever commits, relayed by every process to its websocket subscribers, re-read from
-//!   PostgreSQL after a gap in the subscription.
+//!   PostgreSQL after a gap in the subscription; and the runtime the websocket connections run
+//!   on, at a lower OS priority than the request handlers (`live::runtime`).
 //! - `live_message` — what a live update says: `LiveMessage` (the wire format) and a course's
 //!   `Activity`. A leaf: `live` publishes and relays it, `cache::pages` applies it.
 //! - `cache` — the stampede-proof post cache (logical expiration, lock + brief wait, TTL jitter,

@@ -469,12 +469,13 @@ impl Stream for Detached {
 
 /// The executor of a websocket's operations: the schema's, except that a shared subscription's
 /// execution is let go as soon as it has started, and the socket keeps its `Detached` instead.
-#[derive(Clone)]
 ///
 /// The schema's work runs on `home`, the request handlers' runtime, while the socket's loop
 /// may run on the connections' lower-priority runtime (`live::runtime`): every database or
-/// Redis connection an operation opens is then driven by the handlers' threads. A result
-/// crosses back through a channel of one.
+/// Redis connection an operation opens is then driven by the handlers' threads, and so is a
+/// shared subscription's group, whose task its start spawns. A result crosses back through a
+/// channel of one.
+#[derive(Clone)]
 pub(crate) struct SocketExecutor {
     schema: AppSchema,
     home: Handle,
@@ -501,7 +502,7 @@ impl Executor for SocketExecutor {
     }
 }
 
-/// An execution that panicked: an error response, as async-graphql gives for a resolver's.
+/// An execution that panicked, or was cancelled as the process stops: an error response.
 fn failed(error: &tokio::task::JoinError) -> Response {
     tracing::error!(%error, "a websocket operation's execution failed");
     Response::from_errors(vec![async_graphql::ServerError::new("internal error", None)])

@@ -202,11 +202,7 @@ impl Hub {
                 let group = Arc::new(Group::default());
                 groups.insert(group_key.clone(), group.clone());
                 let watch = self.watch_target(target);
-                let task = run_group(self.clone(), group_key, group.clone(), watch, render(), interval);
-                match &self.home {
-                    Some(home) => drop(home.spawn(task)),
-                    None => drop(tokio::spawn(task)),
-                }
+                tokio::spawn(run_group(self.clone(), group_key, group.clone(), watch, render(), interval));
                 group
             }
         };

@@ -92,13 +92,11 @@ pub struct Hub {
     /// The shared fan-out groups (`fanout`), by target and rendering.
     pub(super) groups: Mutex<HashMap<super::GroupKey, Arc<super::Group>>>,
     pub stats: HubStats,
-    /// The runtime the hub was made on, where the groups' tasks run.
-    pub(super) home: Option<tokio::runtime::Handle>,
 }
 
 impl Hub {
     pub fn new() -> Arc<Self> {
-        Arc::new(Self { home: tokio::runtime::Handle::try_current().ok(), ..Self::default() })
+        Arc::new(Self::default())
     }
 
     /// Receivers for the latest counts of `targets`; dropping the guard releases them.

@@ -3,7 +3,8 @@
 //! Pub/Sub channel; every server process holds ONE subscription to it (`hub::run_relay`)
 //! and fans messages out in-process to its websocket subscribers (`hub::Hub`). Nothing is
 //! published before its transaction committed, so a subscriber never sees a number that
-//! could still roll back.
+//! could still roll back. The websocket connections that receive them run on a runtime of
+//! their own, at a lower OS priority than the request handlers (`runtime`).
 
 pub(crate) mod fanout;
 pub(crate) mod hub;
