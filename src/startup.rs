@@ -137,6 +137,7 @@ impl Application {
             },
         };
         jobs.stop(deadline).await;
+        self.live.drain(deadline).await;
         self.relay.abort();
         self.membership_listener.abort();
         tracing::info!("stopped");

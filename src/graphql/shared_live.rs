@@ -445,6 +445,17 @@ pub(crate) struct Detached {
     response_key: String,
 }
 
+impl Detached {
+    /// The socket has it: its frames may leave from now on. Until then (the subscription was
+    /// started on the handlers' runtime, `SocketExecutor`) its mailbox slot held them, so a
+    /// client's `complete` or a reused id that came meanwhile lets none through.
+    fn take_over(&self) {
+        if let Some(mailbox) = self._running.mailbox.upgrade() {
+            mailbox.set_open(self._running.key, true);
+        }
+    }
+}
+
 impl Stream for Detached {
     type Item = Response;
 
@@ -503,27 +514,66 @@ impl Executor for SocketExecutor {
 }
 
 /// An execution that panicked, or was cancelled as the process stops: an error response.
-fn failed(error: &tokio::task::JoinError) -> Response {
+fn failed(error: &dyn std::fmt::Display) -> Response {
     tracing::error!(%error, "a websocket operation's execution failed");
     Response::from_errors(vec![async_graphql::ServerError::new("internal error", None)])
 }
 
-/// `stream` polled by a task on `home`, its items passed on one at a time; the task ends with
-/// the stream, or when what it returns is dropped (the client's `complete`, the socket's end).
+/// `stream` polled by a task on `home`, one item at a time and only when the socket asks for
+/// the next (as the protocol handler polled it before): nothing is computed ahead of the
+/// socket, so a membership change heard before an item is computed is checked before it. The
+/// task ends with the stream, or when what this returns is dropped (the client's `complete`,
+/// the socket's end); a panic in it is answered with an error, then the end.
 fn on_runtime(home: &Handle, mut stream: BoxStream<'static, Response>) -> BoxStream<'static, Response> {
-    let (items, mut received) = tokio::sync::mpsc::channel::<Response>(1);
+    use futures_util::FutureExt;
+    let (items, received) = tokio::sync::mpsc::channel::<Response>(1);
+    let wanted = Arc::new(tokio::sync::Notify::new());
+    let asked = wanted.clone();
     home.spawn(async move {
         loop {
             tokio::select! {
-                item = stream.next() => match item {
-                    Some(item) => if items.send(item).await.is_err() { break },
-                    None => break,
-                },
-                () = items.closed() => break,
+                () = asked.notified() => {}
+                () = items.closed() => return,
+            }
+            let next = tokio::select! {
+                next = std::panic::AssertUnwindSafe(stream.next()).catch_unwind() => next,
+                () = items.closed() => return,
+            };
+            let (item, last) = match next {
+                Ok(Some(item)) => (item, false),
+                Ok(None) => return,
+                Err(_) => (failed(&"the execution panicked"), true),
+            };
+            if items.send(item).await.is_err() || last {
+                return;
             }
         }
     });
-    futures_util::stream::poll_fn(move |cx| received.poll_recv(cx)).boxed()
+    Box::pin(Remote { received, wanted, asked: false })
+}
+
+/// The socket's side of `on_runtime`: asks for one item at a time.
+struct Remote {
+    received: tokio::sync::mpsc::Receiver<Response>,
+    wanted: Arc<tokio::sync::Notify>,
+    /// An item was asked for and has not arrived yet.
+    asked: bool,
+}
+
+impl Stream for Remote {
+    type Item = Response;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Response>> {
+        if !self.asked {
+            self.wanted.notify_one();
+            self.asked = true;
+        }
+        let polled = self.received.poll_recv(cx);
+        if matches!(polled, Poll::Ready(Some(_))) {
+            self.asked = false;
+        }
+        polled
+    }
 }
 
 /// One operation's stream on a websocket: the schema's execution, then, if it started a shared
@@ -545,7 +595,10 @@ impl Stream for SocketStream {
             match schema.poll_next_unpin(cx) {
                 // Everything the execution kept goes now; a shared subscription's state stays.
                 Poll::Ready(None) => {
-                    *self = handoff.take().map_or(SocketStream::Ended, SocketStream::Detached);
+                    *self = handoff.take().map_or(SocketStream::Ended, |detached| {
+                        detached.take_over();
+                        SocketStream::Detached(detached)
+                    });
                 }
                 other => return other,
             }

@@ -51,7 +51,8 @@ struct MailboxState {
 struct Slot {
     /// The frame up to its payload: `{"type":"next","id":"…","payload":`.
     prefix: Box<str>,
-    /// False while the subscriber's access is being checked again: nothing leaves meanwhile.
+    /// False until the socket took the subscription over, and while the subscriber's access
+    /// is being checked again: nothing leaves meanwhile.
     open: bool,
     /// The newest payload per target not yet written.
     pending: Vec<(LikeTarget, Arc<str>)>,
@@ -70,9 +71,10 @@ impl Mailbox {
     }
 
     /// Registers a subscription whose frames start with `prefix`; its key in this mailbox.
+    /// It holds its frames back (newest per target) until `set_open(key, true)`.
     pub fn add(&self, prefix: String) -> u64 {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        let slot = Slot { prefix: prefix.into(), open: true, pending: Vec::new(), queued: false };
+        let slot = Slot { prefix: prefix.into(), open: false, pending: Vec::new(), queued: false };
         let mut state = lock(&self.state);
         state.subscriptions.reserve_exact(1);
         state.subscriptions.push((key, slot));
@@ -300,6 +302,9 @@ mod tests {
     async fn a_mailbox_with_several_subscriptions_and_targets_writes_each_newest_once() {
         let mailbox = Mailbox::new();
         let keys: Vec<u64> = ["A", "B", "C"].into_iter().map(|prefix| mailbox.add(prefix.into())).collect();
+        for key in &keys {
+            mailbox.set_open(*key, true);
+        }
         mailbox.remove(keys[1]);
         for key in &keys {
             mailbox.offer(*key, LikeTarget::Post(1), &payload("1"));
@@ -323,18 +328,24 @@ mod tests {
     #[tokio::test]
     async fn a_mailbox_keeps_the_newest_payload_per_target_and_holds_closed_subscriptions() {
         let mailbox = Mailbox::new();
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
         let one = mailbox.add("A".into());
         let two = mailbox.add("B".into());
         assert!(mailbox.offer(one, LikeTarget::Post(1), &payload("1")));
+        assert!(mailbox.poll_frame(&mut cx).is_pending(), "a new subscription writes nothing until opened");
+        mailbox.set_open(one, true);
         assert!(mailbox.offer(one, LikeTarget::Post(1), &payload("2")));
-        mailbox.set_open(two, false);
         assert!(mailbox.offer(two, LikeTarget::Post(1), &payload("3")));
         assert_eq!(poll_fn(|cx| mailbox.poll_frame(cx)).await, "A2}", "the newer replaced the older");
-        let waker = futures_util::task::noop_waker();
-        let mut cx = Context::from_waker(&waker);
         assert!(mailbox.poll_frame(&mut cx).is_pending(), "a held subscription writes nothing");
         mailbox.set_open(two, true);
         assert_eq!(poll_fn(|cx| mailbox.poll_frame(cx)).await, "B3}");
+        mailbox.set_open(two, false);
+        assert!(mailbox.offer(two, LikeTarget::Post(1), &payload("5")));
+        assert!(mailbox.poll_frame(&mut cx).is_pending(), "closed again, it holds its frames again");
+        mailbox.set_open(two, true);
+        assert_eq!(poll_fn(|cx| mailbox.poll_frame(cx)).await, "B5}");
         mailbox.remove(one);
         assert!(!mailbox.offer(one, LikeTarget::Post(1), &payload("4")), "a removed subscription takes nothing");
         assert!(mailbox.poll_frame(&mut cx).is_pending());

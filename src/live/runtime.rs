@@ -44,6 +44,17 @@ impl LiveRuntime {
     pub(crate) fn handle(&self) -> Option<Handle> {
         self.runtime.as_ref().map(|runtime| runtime.handle().clone())
     }
+
+    /// Waits until every connection on it has ended, or `deadline`: at shutdown each was told
+    /// to close with 1001, and dropping the runtime before would cut the ones its threads had
+    /// not reached yet. Nothing else runs there, so its live tasks are its connections.
+    pub(crate) async fn drain(&self, deadline: tokio::time::Instant) {
+        let Some(runtime) = &self.runtime else { return };
+        let metrics = runtime.handle().metrics();
+        while metrics.num_alive_tasks() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
 }
 
 impl Drop for LiveRuntime {

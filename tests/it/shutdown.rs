@@ -144,6 +144,55 @@ async fn sigterm_closes_websockets_finishes_the_request_in_flight_and_exits() {
     assert!(lines.iter().any(|l| l["fields"]["message"] == "like worker stopped"), "the worker stopped cleanly");
 }
 
+/// With nothing else in flight and no job to stop (sync likes, no worker), the process could
+/// end as soon as it stopped accepting: every open socket must still get its 1001 first (they
+/// run on the connections' own runtime, which the process waits for before it drops it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_nothing_in_flight_still_closes_every_websocket_with_1001() {
+    const SOCKETS: usize = 400;
+    let app = TestApp::spawn_with(|s| s.like_mode = LikeMode::Sync).await;
+    let world = World::create(&app).await;
+    let post = app.create_post_as(world.bob, world.course, "last words").await;
+    let mut serve = ServeProcess::spawn(
+        &app,
+        &common::redis_url(),
+        &[
+            ("LIKE_MODE", "sync"),
+            ("WORKER_IN_SERVE", "false"),
+            ("SHUTDOWN_TIMEOUT", "10s"),
+            ("WS_MAX_PER_USER", "1000"),
+            ("WS_MAX_PER_ADDRESS", "1000"),
+        ],
+    );
+    serve.wait_healthy(Duration::from_secs(20)).await;
+    let alice = app.token(world.alice);
+    let mut sockets = Vec::with_capacity(SOCKETS);
+    for n in 0..SOCKETS {
+        let mut socket = GqlSocket::connect(serve.addr, Some(&alice)).await.expect("connect");
+        socket.subscribe(&n.to_string(), LIKE_COUNTS, json!({ "ids": [gid("Post", post)] })).await;
+        sockets.push(socket);
+    }
+    // Every subscription started: one like reaches them all.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let like = "mutation($p: ID!) { likePost(postId: $p) { likeCount } }";
+    let liked = post_graphql(serve.url("/graphql"), alice, like, json!({ "p": gid("Post", post) })).await;
+    assert_eq!(liked.expect("like").status(), 200);
+    for socket in &mut sockets {
+        let update = socket.next_data(Duration::from_secs(10)).await.expect("a live update before shutdown");
+        assert_eq!(update["likeCounts"]["likeCount"], 1);
+    }
+
+    serve.terminate();
+    let closes =
+        futures_util::future::join_all(sockets.iter_mut().map(|socket| socket.close_frame(Duration::from_secs(10))))
+            .await;
+    let going_away = closes.iter().filter(|close| matches!(close, Some(Some((1001, _))))).count();
+    let others: Vec<_> = closes.iter().filter(|close| !matches!(close, Some(Some((1001, _))))).take(3).collect();
+    assert_eq!(going_away, SOCKETS, "sockets closed otherwise, e.g. {others:?}");
+    let status = serve.wait_exit(Duration::from_secs(12)).await.expect("exited within SHUTDOWN_TIMEOUT");
+    assert!(status.success(), "{status:?}\n{}", serve.logs());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_cannot_finish_is_abandoned_at_the_shutdown_timeout_and_replayed_exactly() {
     let (app, world, post, proxy, mut serve) =
