@@ -17,19 +17,24 @@ const PER_VIEWER: &str =
     "subscription($ids: [ID!]!) { likeCounts(ids: $ids) { id likeCount ... on Post { likedByMe } } }";
 const ME: &str = "query { me { handle } }";
 
+/// The comm and nice value in a `/proc/…/stat` line: `pid (comm) state ppid …`, the comm may
+/// hold spaces (the fields after it do not); nice is field 19, the 17th after the comm.
+fn comm_and_nice(stat: &str) -> Option<(&str, i64)> {
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let nice = stat[close + 1..].split_whitespace().nth(16)?.parse().ok()?;
+    Some((&stat[open + 1..close], nice))
+}
+
 /// The nice value of each thread of this process named `name`.
 fn nice_of_threads(name: &str) -> Vec<i64> {
     let mut nice = Vec::new();
     for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task").flatten() {
         let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
-        // `pid (comm) state ppid …`: the comm may hold spaces; the fields after it do not.
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
-        if &stat[open + 1..close] != name {
-            continue;
+        if let Some((comm, value)) = comm_and_nice(&stat)
+            && comm == name
+        {
+            nice.push(value);
         }
-        // After the comm: state is field 3, nice field 19.
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        nice.push(fields[16].parse().expect("a nice value"));
     }
     nice
 }
@@ -37,8 +42,7 @@ fn nice_of_threads(name: &str) -> Vec<i64> {
 /// The process's own nice value (the main thread's).
 fn process_nice() -> i64 {
     let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let close = stat.rfind(')').expect("a comm");
-    stat[close + 1..].split_whitespace().nth(16).expect("nice").parse().expect("a nice value")
+    comm_and_nice(&stat).expect("a stat line").1
 }
 
 async fn next_for(socket: &mut GqlSocket, id: &str) -> Value {
