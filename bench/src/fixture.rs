@@ -20,13 +20,7 @@ impl Fixture {
         let admin = db::connect_url(admin_url, Duration::from_secs(5), 1).await?;
         let name = format!("cf_bench_{}", uuid::Uuid::new_v4().simple());
         admin.execute_unprepared(&format!("CREATE DATABASE \"{name}\"")).await?;
-        // Same server and parameters (`?sslmode=…` included), the new database's name.
-        let (without_query, query) = admin_url.split_once('?').map_or((admin_url, None), |(u, q)| (u, Some(q)));
-        let base = without_query.rsplit_once('/').map(|(base, _)| base).unwrap_or(without_query);
-        let url = match query {
-            Some(query) => format!("{base}/{name}?{query}"),
-            None => format!("{base}/{name}"),
-        };
+        let url = database_url(admin_url, &name);
         let db = db::connect_url(&url, Duration::from_secs(5), 4).await?;
         db::migrate(&db).await?;
         db.execute_unprepared(
@@ -44,6 +38,16 @@ impl Fixture {
         ))
         .await?;
         Ok(Fixture { admin, name, url, db })
+    }
+
+    /// A database an earlier run kept (`bench search --keep-database`), as it is: the same
+    /// data, measured again without generating it. Its schema is left alone, so a build from
+    /// before a migration can be measured on it (`course-forum migrate` brings it forward).
+    pub async fn open(admin_url: &str, name: &str) -> AppResult<Fixture> {
+        let admin = db::connect_url(admin_url, Duration::from_secs(5), 1).await?;
+        let url = database_url(admin_url, name);
+        let db = db::connect_url(&url, Duration::from_secs(5), 4).await?;
+        Ok(Fixture { admin, name: name.to_owned(), url, db })
     }
 
     /// Adds `count` posts to course 1, written in turn by users 2..=authors+1; returns their ids
@@ -156,5 +160,16 @@ impl Fixture {
         self.db.close().await?;
         self.admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name)).await?;
         Ok(())
+    }
+}
+
+/// The URL of database `name` on the admin URL's server, with its parameters (`?sslmode=…`
+/// included).
+fn database_url(admin_url: &str, name: &str) -> String {
+    let (without_query, query) = admin_url.split_once('?').map_or((admin_url, None), |(u, q)| (u, Some(q)));
+    let base = without_query.rsplit_once('/').map(|(base, _)| base).unwrap_or(without_query);
+    match query {
+        Some(query) => format!("{base}/{name}?{query}"),
+        None => format!("{base}/{name}"),
     }
 }

@@ -61,6 +61,11 @@ pub struct SearchBench {
     /// Leaves the generated database in place (its name is printed), for EXPLAIN.
     #[arg(long)]
     keep_database: bool,
+    /// Measures on a database a run with `--keep-database` left (its name, `cf_bench_…`)
+    /// instead of generating one; it is kept, and its schema left as it is (`course-forum
+    /// migrate` with its URL brings it to a newer build's).
+    #[arg(long, value_name = "NAME")]
+    reuse_database: Option<String>,
 }
 
 /// A kind of request `bench search` measures.
@@ -426,10 +431,15 @@ async fn open_some_posts(server: &Server, tokens: &[String], newest: &[i64]) -> 
 pub async fn run(cli: &crate::Cli, bench: &SearchBench) -> AppResult<SearchResult> {
     let servers = cli.servers()?;
     let readers = bench.readers.max(21);
-    let fixture = Fixture::create(&cli.database_url, readers as i64).await?;
+    let fixture = match &bench.reuse_database {
+        Some(name) => Fixture::open(&cli.database_url, name).await?,
+        None => Fixture::create(&cli.database_url, readers as i64).await?,
+    };
     let outcome = async {
         let started = Instant::now();
-        generate(&fixture, readers, bench.posts, bench.comments).await?;
+        if bench.reuse_database.is_none() {
+            generate(&fixture, readers, bench.posts, bench.comments).await?;
+        }
         let generate_seconds = started.elapsed().as_secs_f64();
         let mut rng = rand::rngs::StdRng::seed_from_u64(30);
         let titles: Vec<String> = Title::find_by_statement(stmt(
@@ -488,7 +498,7 @@ pub async fn run(cli: &crate::Cli, bench: &SearchBench) -> AppResult<SearchResul
         })
     }
     .await;
-    if bench.keep_database {
+    if bench.keep_database || bench.reuse_database.is_some() {
         eprintln!("search: the database is kept: {}", fixture.url);
     } else {
         fixture.drop().await?;
