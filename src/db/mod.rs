@@ -42,6 +42,10 @@ pub(crate) async fn connect_jobs(settings: &Settings) -> AppResult<DatabaseConne
 /// own plan takes the few matches from the GIN index. Planning costs a fraction of a
 /// millisecond here, against hundreds for the wrong plan; the other pools keep their cached
 /// plans, which suit their point lookups.
+///
+/// They run no parallel workers (`max_parallel_workers_per_gather = 0`): a search reads a few
+/// hundred rows, where starting workers costs more CPU than it saves time, and under load the
+/// cores are busy with other requests anyway.
 pub(crate) async fn connect_search(settings: &Settings) -> AppResult<DatabaseConnection> {
     let url = settings.database_url()?;
     connect_with_options(
@@ -49,7 +53,7 @@ pub(crate) async fn connect_search(settings: &Settings) -> AppResult<DatabaseCon
         settings.connect_timeout,
         settings.search_db_max_connections,
         Some(settings.statement_timeout),
-        &[("plan_cache_mode", "force_custom_plan")],
+        &[("plan_cache_mode", "force_custom_plan"), ("max_parallel_workers_per_gather", "0")],
     )
     .await
 }

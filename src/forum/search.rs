@@ -12,13 +12,16 @@
 //! **Bounded work.** A frequent word can match most of a course. The ranking (reading every
 //! match's vector for `ts_rank_cd`) is therefore run on CANDIDATES only: the newest
 //! `CANDIDATES` matching posts and the newest `CANDIDATES` matching comments and replies the
-//! viewer may read. They are looked for in a recent window first (the newest `POST_WINDOW`
-//! post ids, the newest `COMMENT_WINDOW` comment ids), and below it only when the window holds
-//! fewer: a frequent word is found by a backward scan of the newest rows that stops at
-//! `CANDIDATES` matches, a rarer one by its GIN matches ANDed with the window's pages (a BRIN
-//! index on the ids, migration 0016), so a word of middling frequency visits the rows of its
-//! recent matches, not of all its matches, before the sort by id. Each statement is planned
-//! for its own words (`db::connect_search`), so the planner sees how frequent they are.
+//! viewer may read. They are looked for in windows of ids, newest first (`windows`): the
+//! newest `POST_WINDOW` post ids (`COMMENT_WINDOW` comment ids), then windows each
+//! `WINDOW_GROWTH` times as wide, then everything older, a window searched only while those
+//! above it held fewer than the candidates (`WindowedSearch`). In a window, a frequent word is
+//! found by a backward scan of its rows that stops at `CANDIDATES` matches, a rarer one by its
+//! GIN matches ANDed with the window's ids (a range of the primary key for posts, of the BRIN
+//! index for comments, migrations 0016 and 0018), so a word of middling frequency visits the
+//! rows of its newest matches, not of all its matches, before the sort by id. Each statement
+//! is planned for its own words (`db::connect_search`), so the planner sees how frequent they
+//! are.
 //! The first page fixes the walk's window: when a kind had more matches than candidates, the
 //! cursor keeps the lowest candidate id (the floor), and later pages rank every match at or
 //! above it (at most `CANDIDATES` plus what was written since, capped at `LATER_CANDIDATES`).
@@ -56,15 +59,20 @@ use crate::forum::posts::{POST_COLUMNS, PostRow};
 /// Longest query or similar-title text accepted, in characters.
 pub(crate) const MAX_QUERY_CHARS: usize = 200;
 /// Candidates of each kind (posts; comments and replies) a first page ranks.
-pub(crate) const CANDIDATES: i64 = 200;
+pub(crate) const CANDIDATES: i64 = 100;
 /// Most candidates of each kind a later page ranks (the window of the first page plus what
 /// was written since).
 pub(crate) const LATER_CANDIDATES: i64 = 4 * CANDIDATES;
-/// The recent window of posts: the newest `POST_WINDOW` post ids (of every course) are
-/// searched first; older posts only when the window holds fewer than the candidates wanted.
-pub(crate) const POST_WINDOW: i64 = 20_000;
-/// The recent window of comments and replies, as `POST_WINDOW`.
-pub(crate) const COMMENT_WINDOW: i64 = 100_000;
+/// The first recent window of posts: the newest `POST_WINDOW` post ids (of every course) are
+/// searched first; each next window, only while fewer than the candidates wanted were found,
+/// is `WINDOW_GROWTH` times as wide, and the last reaches the first post.
+pub(crate) const POST_WINDOW: i64 = 2_500;
+/// The first recent window of comments and replies, as `POST_WINDOW`.
+pub(crate) const COMMENT_WINDOW: i64 = 12_500;
+/// How much wider each window is than the one before it.
+pub(crate) const WINDOW_GROWTH: i64 = 4;
+/// Windows tried before the last one, which takes everything older.
+const GROWN_WINDOWS: u32 = 4;
 /// Added to the score of what staff endorsed.
 pub(crate) const ENDORSED_BOOST: f64 = 0.3;
 /// Added to the score of a resolved question and of an accepted answer.
@@ -436,9 +444,9 @@ pub(crate) async fn search(
     let post_floor_p = p.push(post_floor);
     let comment_floor_p = p.push(comment_floor);
     let candidates_p = p.push(candidates);
-    let post_window_p = p.push((bounds.post_hi - POST_WINDOW).max(0));
-    let comment_window_p = p.push((bounds.comment_hi - COMMENT_WINDOW).max(0));
 
+    let post_windows = windows(bounds.post_hi, POST_WINDOW, post_floor);
+    let comment_windows = windows(bounds.comment_hi, COMMENT_WINDOW, comment_floor);
     let mut post_where = post_conditions.clone();
     post_where.push(match_sql("p", &in_use, &q));
     post_where.push(format!("p.id >= {post_floor_p}"));
@@ -487,26 +495,30 @@ pub(crate) async fn search(
     // what looks like an HTML tag from the headline), given back by `snippet_html`.
     let strip = |text: &str| format!("translate({text}, E'<>\\x01\\x02\\x03\\x04', E'\\x03\\x04')");
     let options = p.push(HEADLINE_OPTIONS);
+    let post_search = WindowedSearch {
+        name: "post",
+        from: "SELECT p.* FROM posts p",
+        conditions: post_where.join(" AND "),
+        id: "p.id",
+        candidates: &candidates_p,
+    };
+    let (post_ctes, post_candidates) = post_search.sql(&post_windows, &mut p);
+    let comment_search = WindowedSearch {
+        name: "comment",
+        from: "SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id",
+        conditions: comment_where.join(" AND "),
+        id: "c.id",
+        candidates: &candidates_p,
+    };
+    let (comment_ctes, comment_candidates) = comment_search.sql(&comment_windows, &mut p);
     let sql = format!(
-        "WITH post_recent AS MATERIALIZED ( \
-           SELECT p.* FROM posts p WHERE {post_where} AND p.id >= {post_window_p} ORDER BY p.id DESC LIMIT {candidates_p} \
-         ), post_older AS MATERIALIZED ( \
-           SELECT p.* FROM posts p WHERE {post_where} AND p.id < {post_window_p} \
-             AND (SELECT count(*) FROM post_recent) < {candidates_p} ORDER BY p.id DESC LIMIT {candidates_p} \
-         ), post_hits AS ( \
+        "WITH {post_ctes}, post_hits AS ( \
            SELECT p.id, p.id AS post_id, NULL::bigint AS comment_id, 0::smallint AS kind, ({post_score})::float8 AS score \
-           FROM (SELECT * FROM post_recent UNION ALL SELECT * FROM post_older ORDER BY id DESC LIMIT {candidates_p}) p \
-         ), comment_recent AS MATERIALIZED ( \
-           SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id \
-           WHERE {comment_where} AND c.id >= {comment_window_p} ORDER BY c.id DESC LIMIT {candidates_p} \
-         ), comment_older AS MATERIALIZED ( \
-           SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id \
-           WHERE {comment_where} AND c.id < {comment_window_p} \
-             AND (SELECT count(*) FROM comment_recent) < {candidates_p} ORDER BY c.id DESC LIMIT {candidates_p} \
-         ), comment_hits AS ( \
+           FROM ({post_candidates}) p \
+         ), {comment_ctes}, comment_hits AS ( \
            SELECT c.id, c.post_id, c.id AS comment_id, \
                   (CASE WHEN c.parent_id IS NULL THEN 1 ELSE 2 END)::smallint AS kind, ({comment_score})::float8 AS score \
-           FROM (SELECT * FROM comment_recent UNION ALL SELECT * FROM comment_older ORDER BY id DESC LIMIT {candidates_p}) c \
+           FROM ({comment_candidates}) c \
          ), page AS ( \
            SELECT * FROM (SELECT * FROM post_hits UNION ALL SELECT * FROM comment_hits) hits \
            WHERE {keyset} ORDER BY score DESC, kind, id DESC LIMIT {limit_p} \
@@ -520,8 +532,6 @@ pub(crate) async fn search(
              ELSE ts_headline(c.search_config, {comment_text}, {comment_query}, {options}) END AS hit_headline \
          FROM page JOIN posts p ON p.id = page.post_id LEFT JOIN comments c ON c.id = page.comment_id \
          ORDER BY page.score DESC, page.kind, page.id DESC",
-        post_where = post_where.join(" AND "),
-        comment_where = comment_where.join(" AND "),
         post_text = strip("p.title || E'\\n' || p.body"),
         comment_text = strip("c.body"),
         post_query = row_query_sql("p", &in_use, &q),
@@ -532,6 +542,76 @@ pub(crate) async fn search(
     let has_next = hits.len() as i64 > limit;
     hits.truncate(limit.max(0) as usize);
     Ok(HitPage { hits, has_next })
+}
+
+/// The id ranges one kind's candidates are looked for in, newest first, each `(lo, top)`:
+/// ids at least `lo` and below `top` (`None`: no bound, so rows written since the newest id
+/// was read are in the first). The first is the newest `first` ids up to `newest`, each next
+/// `WINDOW_GROWTH` times as wide, and the last takes everything down to `floor` (the walk's
+/// floor, 0 on a first page).
+fn windows(newest: i64, first: i64, floor: i64) -> Vec<(i64, Option<i64>)> {
+    let mut windows = Vec::new();
+    let mut top = None;
+    let mut width = first;
+    for _ in 0..GROWN_WINDOWS {
+        let lo = newest.saturating_sub(width);
+        if lo <= floor {
+            break;
+        }
+        windows.push((lo, top));
+        top = Some(lo);
+        width = width.saturating_mul(WINDOW_GROWTH);
+    }
+    windows.push((floor, top));
+    windows
+}
+
+/// The newest `candidates` matches of one kind, window by window (`windows`): a window is
+/// searched only while the windows above it held fewer than the candidates (a one-time filter
+/// on their counts, so its scan does not start otherwise). In each, the planner takes the
+/// word's GIN bitmap ANDed with the window's ids (from the primary key for a narrow window,
+/// the BRIN index for a wide one), so only the window's matches are read, or, for a word in
+/// most rows, a backward scan of the window that stops at the candidates.
+struct WindowedSearch<'a> {
+    /// Prefix of the CTE names (`<name>_w0`, `<name>_w1`…).
+    name: &'static str,
+    /// `SELECT … FROM …` of a candidate row.
+    from: &'static str,
+    /// What a candidate satisfies in every window (the match, access, the filter).
+    conditions: String,
+    /// The candidate's id column (`p.id`, `c.id`).
+    id: &'static str,
+    /// The `$n` of the number of candidates.
+    candidates: &'a str,
+}
+
+impl WindowedSearch<'_> {
+    /// The materialized CTEs of the windows (to follow `WITH` or a comma), and a query of the
+    /// candidates from them, newest first.
+    fn sql(&self, windows: &[(i64, Option<i64>)], p: &mut Params) -> (String, String) {
+        let (id, n) = (self.id, self.candidates);
+        let names: Vec<String> = (0..windows.len()).map(|k| format!("{}_w{k}", self.name)).collect();
+        let mut ctes = Vec::new();
+        for (k, (lo, top)) in windows.iter().enumerate() {
+            let mut range = vec![format!("{id} >= {}", p.push(*lo))];
+            if let Some(top) = top {
+                range.push(format!("{id} < {}", p.push(*top)));
+            }
+            if k > 0 {
+                let found: Vec<String> = names[..k].iter().map(|w| format!("(SELECT count(*) FROM {w})")).collect();
+                range.push(format!("{} < {n}", found.join(" + ")));
+            }
+            ctes.push(format!(
+                "{name} AS MATERIALIZED ({from} WHERE {conditions} AND {range} ORDER BY {id} DESC LIMIT {n})",
+                name = names[k],
+                from = self.from,
+                conditions = self.conditions,
+                range = range.join(" AND "),
+            ));
+        }
+        let union: Vec<String> = names.iter().map(|w| format!("SELECT * FROM {w}")).collect();
+        (ctes.join(", "), format!("{} ORDER BY id DESC LIMIT {n}", union.join(" UNION ALL ")))
+    }
 }
 
 /// The columns of a comment a hit carries (`CommentRow`, but its course from the post).
@@ -630,6 +710,30 @@ mod tests {
             snippet_html("<script>alert('x')</script> & \u{1}run\u{2}s \"here\" \u{3}b\u{4}"),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; <mark>run</mark>s &quot;here&quot; &lt;b&gt;"
         );
+    }
+
+    #[test]
+    fn windows_grow_from_the_newest_ids_and_cover_everything_down_to_the_floor_once() {
+        // A big table: the first window and three wider ones, then the rest.
+        let w = windows(1_000_000, 12_500, 0);
+        assert_eq!(
+            w,
+            vec![
+                (987_500, None),
+                (950_000, Some(987_500)),
+                (800_000, Some(950_000)),
+                (200_000, Some(800_000)),
+                (0, Some(200_000)),
+            ]
+        );
+        // Each window starts where the one above it ended, so no id is in two or in none.
+        for pair in w.windows(2) {
+            assert_eq!(pair[1].1, Some(pair[0].0));
+        }
+        // A floor (a later page) ends the walk there; a small table is one window.
+        assert_eq!(windows(1_000_000, 12_500, 960_000), vec![(987_500, None), (960_000, Some(987_500))]);
+        assert_eq!(windows(3_000, 12_500, 0), vec![(0, None)]);
+        assert_eq!(windows(12_500, 12_500, 0), vec![(0, None)]);
     }
 
     #[test]

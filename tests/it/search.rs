@@ -249,6 +249,62 @@ async fn a_walk_neither_repeats_nor_skips_while_posts_arrive_and_its_cursor_serv
     assert_eq!(error_code(&forged).as_deref(), Some("BAD_USER_INPUT"), "{forged}");
 }
 
+/// The candidates of a kind are its newest matches wherever they are: a first window of the
+/// newest ids that holds too few sends the search to the wider windows below it, a walk finds
+/// exactly the newest 100 (`forum::search::CANDIDATES`) matching posts, and a word only an old
+/// post holds is found in the last window.
+#[tokio::test]
+async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_matches() {
+    use sea_orm::{ConnectionTrait, DbBackend, Statement};
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    // 6,000 posts (the first window is the newest 2,500 ids), one in 40 about a quokka: 150
+    // matches, about 62 of them in the first window; the first one about a platypus.
+    let made = app
+        .scalar_i64(
+            "WITH made AS (INSERT INTO posts (course_id, user_id, title, body) \
+               SELECT $1, $2, CASE WHEN n = 1 THEN 'platypus spotted' WHEN n % 40 = 0 THEN 'quokka sighting ' || n \
+                                   ELSE 'filler ' || n END, 'text ' || n \
+               FROM generate_series(1, 6000) n RETURNING id) SELECT count(*) AS v FROM made",
+            [w.course.into(), w.alice.into()],
+        )
+        .await;
+    assert_eq!(made, 6000);
+    let rows = app
+        .db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT id FROM posts WHERE course_id = $1 AND title LIKE 'quokka%' ORDER BY id DESC",
+            [w.course.into()],
+        ))
+        .await
+        .expect("matching ids");
+    let matching: Vec<i64> = rows.iter().map(|r| r.try_get::<i64>("", "id").expect("id")).collect();
+    assert_eq!(matching.len(), 150);
+
+    let mut seen: Vec<i64> = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let response = search_raw(&app, w.bob, w.course, "quokka", Some(50), after.as_deref(), json!(null)).await;
+        assert!(response.get("errors").is_none(), "{response}");
+        let connection = &response["data"]["course"]["search"];
+        seen.extend(hit_posts(connection));
+        if connection["pageInfo"]["hasNextPage"] != true {
+            break;
+        }
+        after = connection["pageInfo"]["endCursor"].as_str().map(str::to_owned);
+        assert!(seen.len() <= 150, "the walk does not end");
+    }
+    let mut found = seen.clone();
+    found.sort_unstable_by(|a, b| b.cmp(a));
+    found.dedup();
+    assert_eq!(found.len(), seen.len(), "a hit repeated");
+    assert_eq!(found, matching[..100].to_vec(), "the walk is the newest 100 matches");
+
+    let oldest = search(&app, w.bob, w.course, "platypus", json!(null)).await;
+    assert_eq!(hit_posts(&oldest).len(), 1, "{oldest}");
+}
+
 /// Who finds what: private questions, anonymous authors, deleted content, non-members.
 async fn search_finds_only_what_the_searcher_may_read(mode: LikeMode) {
     let app = TestApp::spawn_in(mode).await;
@@ -552,22 +608,24 @@ async fn the_title_lexicon_follows_racing_posts_edits_and_deletions() {
 }
 
 /// Searches run on a pool of their own whose connections plan every statement for its own
-/// words (a cached generic plan of a search is blind to them), and their statements are
-/// counted like every request's; the other requests' pool keeps its cached plans.
+/// words (a cached generic plan of a search is blind to them) and start no parallel workers,
+/// and their statements are counted like every request's; the other requests' pool keeps its
+/// cached plans.
 #[tokio::test]
 async fn searches_run_on_their_own_pool_planned_for_their_words() {
     use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
-    async fn plan_cache_mode(db: &DatabaseConnection) -> String {
-        db.query_one_raw(Statement::from_string(DbBackend::Postgres, "SHOW plan_cache_mode"))
+    async fn setting(db: &DatabaseConnection, name: &str) -> String {
+        db.query_one_raw(Statement::from_string(DbBackend::Postgres, format!("SHOW {name}")))
             .await
             .expect("SHOW")
             .expect("a row")
-            .try_get("", "plan_cache_mode")
-            .expect("plan_cache_mode")
+            .try_get("", name)
+            .expect(name)
     }
     let app = TestApp::spawn().await;
-    assert_eq!(plan_cache_mode(&app.state.search_db).await, "force_custom_plan");
-    assert_eq!(plan_cache_mode(&app.state.db).await, "auto");
+    assert_eq!(setting(&app.state.search_db, "plan_cache_mode").await, "force_custom_plan");
+    assert_eq!(setting(&app.state.db, "plan_cache_mode").await, "auto");
+    assert_eq!(setting(&app.state.search_db, "max_parallel_workers_per_gather").await, "0");
 
     let w = World::create(&app).await;
     post(&app, w.alice, w.course, "Zebra crossing", "stripes", json!({})).await;
