@@ -9,10 +9,13 @@
 //! comparison per candidate. Here the words are corrected, the candidates picked and compared
 //! in memory, and one statement by primary key reads the few posts that win.
 //!
-//! What a course's index holds: each live post's id, author, title, privacy and whether it is
-//! a resolved question; the lexicon of title words with how many live titles hold each; a
-//! trigram index over the lexicon (to correct a typed word) and each word's titles (to pick
-//! candidates). Words and trigrams are pg_trgm's: runs of letters and digits, lowercased.
+//! What a course's index holds: each live post's id, author, privacy, whether it is a resolved
+//! question, its title's words (as lexicon ids) and how many trigrams the title has; the
+//! lexicon of title words with how many live titles hold each; a trigram index over the
+//! lexicon (to correct a typed word) and each word's titles (to pick candidates). Words and
+//! trigrams are pg_trgm's: runs of letters and digits, lowercased. A title's trigrams are the
+//! union of its words', so its similarity to the typed text is counted from its words' shared
+//! trigrams (`SharedTrigrams`), without its text.
 //!
 //! How it stays exact: every post row carries `title_xid`, the transaction that last wrote a
 //! field kept here, and `title_version`, how many such writes it has had (migration 0017).
@@ -165,7 +168,10 @@ impl TitleRow {
 struct Entry {
     post_id: i64,
     author: i64,
-    title: Box<str>,
+    /// The lexicon ids of the title's distinct words.
+    words: Box<[u32]>,
+    /// How many distinct trigrams the title has (the size of its set, for the similarity).
+    trigrams: u32,
     private: bool,
     resolved: bool,
     live: bool,
@@ -194,7 +200,8 @@ struct Version {
 struct TitleIndex {
     course_id: i64,
     entries: Vec<Entry>,
-    title_bytes: usize,
+    /// Bytes of the entries' word lists.
+    word_list_bytes: usize,
     dead: usize,
     versions: HashMap<i64, Version>,
     word_ids: HashMap<Box<str>, u32>,
@@ -213,7 +220,7 @@ impl TitleIndex {
         Self {
             course_id,
             entries: Vec::new(),
-            title_bytes: 0,
+            word_list_bytes: 0,
             dead: 0,
             versions: HashMap::new(),
             word_ids: HashMap::new(),
@@ -249,15 +256,17 @@ impl TitleIndex {
 
     fn add_entry(&mut self, row: &TitleRow) -> u32 {
         let slot = self.entries.len() as u32;
-        for id in self.title_word_ids(&row.title) {
+        let words = self.title_word_ids(&row.title);
+        for &id in &words {
             self.lexicon[id as usize].titles += 1;
             self.postings[id as usize].push(slot);
         }
-        self.title_bytes += row.title.len();
+        self.word_list_bytes += words.len() * 4 + ALLOCATION_OVERHEAD;
         self.entries.push(Entry {
             post_id: row.id,
             author: row.author,
-            title: row.title.as_str().into(),
+            words: words.into_boxed_slice(),
+            trigrams: trigrams(&row.title).len() as u32,
             private: row.private,
             resolved: row.resolved,
             live: true,
@@ -271,8 +280,7 @@ impl TitleIndex {
             return;
         }
         entry.live = false;
-        let title = entry.title.clone();
-        for id in self.title_word_ids(&title) {
+        for &id in &entry.words {
             let word = &mut self.lexicon[id as usize];
             word.titles = word.titles.saturating_sub(1);
         }
@@ -326,14 +334,14 @@ impl TitleIndex {
         for postings in &mut self.postings {
             postings.clear();
         }
-        self.title_bytes = 0;
         self.dead = 0;
+        self.word_list_bytes = 0;
         for entry in entries.into_iter().filter(|e| e.live) {
+            self.word_list_bytes += entry.words.len() * 4 + ALLOCATION_OVERHEAD;
             let slot = self.entries.len() as u32;
-            for id in self.title_word_ids(&entry.title) {
+            for &id in &entry.words {
                 self.postings[id as usize].push(slot);
             }
-            self.title_bytes += entry.title.len();
             moved.insert(entry.post_id, slot);
             self.entries.push(entry);
         }
@@ -426,15 +434,25 @@ impl TitleIndex {
             .map(|&s| (self.entries[s as usize].post_id, s))
             .filter(|&(_, s)| readable(&self.entries[s as usize]))
             .collect();
+        // A title is in at most one posting list per chosen word, so the newest
+        // MAX_CANDIDATES distinct ones are among the newest MAX_CANDIDATES × that many: only
+        // those are sorted.
+        let newest = MAX_CANDIDATES.saturating_mul(chosen.len());
+        if slots.len() > newest {
+            slots.select_nth_unstable_by(newest, |a, b| b.cmp(a));
+            slots.truncate(newest);
+        }
         slots.sort_unstable_by(|a, b| b.cmp(a));
         slots.dedup();
         slots.truncate(MAX_CANDIDATES);
 
+        let shared = SharedTrigrams::new(self.lexicon.len(), &self.word_trigrams, text_trigrams);
+        let mut held = Vec::new();
         let mut ranked: Vec<(bool, f64, i64)> = slots
             .into_iter()
             .filter_map(|(_, s)| {
                 let entry = &self.entries[s as usize];
-                let alike = similarity(&trigrams(&entry.title), text_trigrams);
+                let alike = shared.similarity(entry, &mut held);
                 (alike >= MIN_SIMILARITY).then_some((entry.resolved, alike, entry.post_id))
             })
             .collect();
@@ -445,7 +463,7 @@ impl TitleIndex {
     /// Approximate heap bytes (the module's share of the cache budget is weighed with it).
     fn bytes(&self) -> u64 {
         use std::mem::size_of;
-        let entries = self.entries.capacity() * (size_of::<Entry>() + ALLOCATION_OVERHEAD) + self.title_bytes;
+        let entries = self.entries.capacity() * (size_of::<Entry>() + ALLOCATION_OVERHEAD) + self.word_list_bytes;
         let versions = self.versions.capacity() * (size_of::<(i64, Version)>() + 1);
         let words: usize = self.lexicon.iter().map(|w| 2 * (w.text.len() + ALLOCATION_OVERHEAD)).sum::<usize>()
             + self.lexicon.capacity() * size_of::<Word>()
@@ -455,6 +473,65 @@ impl TitleIndex {
         let postings: usize = self.postings.iter().map(|p| p.capacity() * 4 + ALLOCATION_OVERHEAD).sum::<usize>()
             + self.postings.capacity() * size_of::<Vec<u32>>();
         (entries + versions + words + trigrams + postings) as u64
+    }
+}
+
+/// Which of a text's trigrams each lexicon word holds, as bits (bit `j` for the text's `j`th
+/// trigram): a title's trigram set is the union of its words' (pg_trgm pads and splits each
+/// word alone), so the trigrams a title shares with the text are the OR of its words' bits,
+/// and its similarity needs neither its text nor its trigrams, only its word ids and how many
+/// trigrams it has. Built per lookup from the index's trigram → words lists, in time of the
+/// text's trigrams' lists.
+struct SharedTrigrams {
+    /// The text's trigrams.
+    count: usize,
+    /// `u64`s per word's bits.
+    stride: usize,
+    /// Where each lexicon word's bits start in `bits`, by word id (`NO_BITS`: it shares no
+    /// trigram with the text). Dense: a title's words are looked up here hundreds of times
+    /// per lookup, and the lexicon is a few thousand words.
+    offsets: Vec<u32>,
+    bits: Vec<u64>,
+}
+
+/// `SharedTrigrams::offsets` of a word that shares no trigram with the text.
+const NO_BITS: u32 = u32::MAX;
+
+impl SharedTrigrams {
+    fn new(lexicon_size: usize, word_trigrams: &HashMap<Trigram, Vec<u32>>, text_trigrams: &[Trigram]) -> Self {
+        let stride = text_trigrams.len().div_ceil(64).max(1);
+        let mut offsets: Vec<u32> = vec![NO_BITS; lexicon_size];
+        let mut bits: Vec<u64> = Vec::new();
+        for (j, t) in text_trigrams.iter().enumerate() {
+            for &word in word_trigrams.get(t).map(Vec::as_slice).unwrap_or_default() {
+                let offset = &mut offsets[word as usize];
+                if *offset == NO_BITS {
+                    *offset = bits.len() as u32;
+                    bits.resize(bits.len() + stride, 0);
+                }
+                bits[*offset as usize + j / 64] |= 1 << (j % 64);
+            }
+        }
+        Self { count: text_trigrams.len(), stride, offsets, bits }
+    }
+
+    /// pg_trgm's similarity of the entry's title to the text (`similarity` of their trigram
+    /// sets); `held` is scratch space, reused from one entry to the next.
+    fn similarity(&self, entry: &Entry, held: &mut Vec<u64>) -> f64 {
+        held.clear();
+        held.resize(self.stride, 0);
+        for &word in entry.words.iter() {
+            let at = self.offsets[word as usize];
+            if at != NO_BITS {
+                let at = at as usize;
+                for (h, b) in held.iter_mut().zip(&self.bits[at..at + self.stride]) {
+                    *h |= b;
+                }
+            }
+        }
+        let shared = held.iter().map(|h| h.count_ones() as usize).sum::<usize>();
+        let union = entry.trigrams as usize + self.count - shared;
+        if union == 0 { 0.0 } else { shared as f64 / union as f64 }
     }
 }
 
@@ -649,15 +726,13 @@ pub(crate) async fn similar_posts(
         None => return Err(AppError::Internal("a course's title index was not built".into())),
     };
     let columns = posts::columns_of("p");
+    // `title_rows` (migration 0019) keeps one plan per connection; the same statement written
+    // here was planned anew on every lookup.
     let sql = format!(
         "WITH snap AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS snapshot_xmin) \
          SELECT snap.snapshot_xmin, {columns}, {RESOLVED_SQL} AS resolved, p.deleted_at IS NULL AS live, \
                 p.title_xid::text AS title_xid, p.title_version \
-         FROM snap LEFT JOIN LATERAL ( \
-           SELECT * FROM posts WHERE id = ANY($2) AND course_id = $1 \
-           UNION ALL \
-           SELECT * FROM posts WHERE course_id = $1 AND title_xid >= $3::text::xid8 \
-         ) p ON TRUE"
+         FROM snap LEFT JOIN LATERAL title_rows($1, $2, $3::text::xid8) p ON TRUE"
     );
     let ids: Vec<sea_orm::Value> = candidates.iter().map(|&id| id.into()).collect();
     let array = sea_orm::Value::Array(sea_orm::sea_query::ArrayType::BigInt, Some(Box::new(ids)));
@@ -763,6 +838,40 @@ mod tests {
         assert_eq!(similarity(&trigrams(""), &trigrams("")), 0.0);
         // "  a" and " a " for a one-letter word.
         assert_eq!(trigrams("a").len(), 2);
+    }
+
+    #[test]
+    fn a_titles_similarity_from_its_words_bits_is_the_similarity_of_its_trigrams() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+        // Short words that share trigrams, a repeated one, digits, letters outside ASCII, and
+        // texts long enough for more than 64 trigrams.
+        let vocabulary =
+            ["ab", "abc", "abcd", "bcd", "x", "x1", "2024", "héllo", "hello", "Ünïcode", "walrus", "walrusses"];
+        let text_of = |rng: &mut rand::rngs::StdRng, most: usize| -> String {
+            let n = rng.random_range(0..=most);
+            (0..n).map(|_| vocabulary[rng.random_range(0..vocabulary.len())]).collect::<Vec<_>>().join(" ")
+        };
+        for _ in 0..300 {
+            let mut index = TitleIndex::new(1, 0);
+            let titles: Vec<String> = (0..8).map(|_| text_of(&mut rng, 6)).collect();
+            for (id, title) in titles.iter().enumerate() {
+                index.apply(&row(id as i64, title, 5));
+            }
+            let text = match rng.random_range(0..3) {
+                0 => text_of(&mut rng, 3),
+                1 => text_of(&mut rng, 12),
+                _ => format!("{} walrusses{}", text_of(&mut rng, 30), rng.random_range(0..1000)),
+            };
+            let text_trigrams = trigrams(&text);
+            let shared = SharedTrigrams::new(index.lexicon.len(), &index.word_trigrams, &text_trigrams);
+            let mut held = Vec::new();
+            for (slot, title) in titles.iter().enumerate() {
+                let expected = similarity(&trigrams(title), &text_trigrams);
+                let got = shared.similarity(&index.entries[slot], &mut held);
+                assert_eq!(got, expected, "{title:?} against {text:?}");
+            }
+        }
     }
 
     #[test]
