@@ -449,14 +449,12 @@ pub(crate) async fn search(
     let comment_windows = windows(bounds.comment_hi, COMMENT_WINDOW, comment_floor);
     let mut post_where = post_conditions.clone();
     post_where.push(match_sql("p", &in_use, &q));
-    post_where.push(format!("p.id >= {post_floor_p}"));
     if let Some(cond) = author("p", "p.course_id", &mut p) {
         post_where.push(cond);
     }
     let mut comment_where = post_conditions;
     comment_where.push("c.deleted_at IS NULL".to_owned());
     comment_where.push(match_sql("c", &in_use, &q));
-    comment_where.push(format!("c.id >= {comment_floor_p}"));
     if let Some(cond) = author("c", "p.course_id", &mut p) {
         comment_where.push(cond);
     }
@@ -568,10 +566,11 @@ fn windows(newest: i64, first: i64, floor: i64) -> Vec<(i64, Option<i64>)> {
 
 /// The newest `candidates` matches of one kind, window by window (`windows`): a window is
 /// searched only while the windows above it held fewer than the candidates (a one-time filter
-/// on their counts, so its scan does not start otherwise). In each, the planner takes the
-/// word's GIN bitmap ANDed with the window's ids (from the primary key for a narrow window,
-/// the BRIN index for a wide one), so only the window's matches are read, or, for a word in
-/// most rows, a backward scan of the window that stops at the candidates.
+/// on their counts, so its scan does not start otherwise). The windows end at the walk's
+/// floor, so no window condition repeats it. In each, the planner takes the word's GIN bitmap
+/// ANDed with the window's ids (a range of the primary key for posts, the BRIN index for
+/// comments), so only the window's matches are read, or, for a word in most rows, a backward
+/// scan of the window that stops at the candidates.
 struct WindowedSearch<'a> {
     /// Prefix of the CTE names (`<name>_w0`, `<name>_w1`…).
     name: &'static str,
