@@ -626,6 +626,7 @@ async fn searches_run_on_their_own_pool_planned_for_their_words() {
     assert_eq!(setting(&app.state.search_db, "plan_cache_mode").await, "force_custom_plan");
     assert_eq!(setting(&app.state.db, "plan_cache_mode").await, "auto");
     assert_eq!(setting(&app.state.search_db, "max_parallel_workers_per_gather").await, "0");
+    assert_eq!(setting(&app.state.search_db, "random_page_cost").await, "1.1");
 
     let w = World::create(&app).await;
     post(&app, w.alice, w.course, "Zebra crossing", "stripes", json!({})).await;
