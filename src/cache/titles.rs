@@ -171,7 +171,7 @@ struct Entry {
     /// The lexicon ids of the title's distinct words.
     words: Box<[u32]>,
     /// How many distinct trigrams the title has (the size of its set, for the similarity).
-    trigrams: u32,
+    trigram_count: u32,
     private: bool,
     resolved: bool,
     live: bool,
@@ -182,8 +182,8 @@ struct Word {
     text: Box<str>,
     /// Live titles that hold it.
     titles: u32,
-    /// Its own trigrams, for the similarity of a typed word to it.
-    trigrams: u32,
+    /// How many distinct trigrams it has, for the similarity of a typed word to it.
+    trigram_count: u32,
 }
 
 /// The newest version of a post the index has applied, and its entry while live.
@@ -240,7 +240,7 @@ impl TitleIndex {
         for &t in &own {
             self.word_trigrams.entry(t).or_default().push(id);
         }
-        self.lexicon.push(Word { text: word.into(), titles: 0, trigrams: own.len() as u32 });
+        self.lexicon.push(Word { text: word.into(), titles: 0, trigram_count: own.len() as u32 });
         self.word_ids.insert(word.into(), id);
         self.postings.push(Vec::new());
         id
@@ -266,7 +266,7 @@ impl TitleIndex {
             post_id: row.id,
             author: row.author,
             words: words.into_boxed_slice(),
-            trigrams: trigrams(&row.title).len() as u32,
+            trigram_count: trigrams(&row.title).len() as u32,
             private: row.private,
             resolved: row.resolved,
             live: true,
@@ -382,7 +382,7 @@ impl TitleIndex {
                 continue;
             }
             let common = usize::from(shared[id as usize]);
-            let union = own.len() + word.trigrams as usize - common;
+            let union = own.len() + word.trigram_count as usize - common;
             let alike = if union == 0 { 0.0 } else { common as f64 / union as f64 };
             let better = match best {
                 None => true,
@@ -530,7 +530,7 @@ impl SharedTrigrams {
             }
         }
         let shared = held.iter().map(|h| h.count_ones() as usize).sum::<usize>();
-        let union = entry.trigrams as usize + self.count - shared;
+        let union = entry.trigram_count as usize + self.count - shared;
         if union == 0 { 0.0 } else { shared as f64 / union as f64 }
     }
 }
