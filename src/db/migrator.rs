@@ -55,6 +55,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0017_title_versions"),
             sql_migration!("0018_search_post_windows"),
             sql_migration!("0019_title_rows_planned_once"),
+            sql_migration!("0020_like_rows_fenced_by_their_writers"),
         ]
     }
 }

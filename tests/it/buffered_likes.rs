@@ -4,9 +4,12 @@
 use std::time::Duration;
 
 use course_forum::testing::config::LikeMode;
+use course_forum::testing::error::AppError;
 use course_forum::testing::kv::keys::LIKE_GROUP;
-use course_forum::testing::likes::{LikeTarget, Membership};
-use sea_orm::ConnectionTrait;
+use course_forum::testing::like_event::LikeEvent;
+use course_forum::testing::likes::apply::apply;
+use course_forum::testing::likes::{LikeTarget, Membership, recount, sync};
+use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::{Value, json};
 
 use crate::common::{self, TestApp, World, gid, raw_id};
@@ -431,4 +434,85 @@ async fn the_synchronous_writes_insert_a_like_only_for_a_member() {
     assert_eq!(outcome.map(|o| (o.changed, o.like_count)), Some((true, 1)));
     assert!(course_forum::testing::likes::recount::set(&app.db, world.bob, target, true).await.expect("recount"));
     assert_eq!(app.scalar_i64("SELECT count(*) AS v FROM post_likes WHERE post_id = $1", [post.into()]).await, 2);
+}
+
+/// The like tables keep no foreign keys to the liked rows (migration 0020): each writer takes a
+/// live target from the target's own table. So no writer (level 1, level 2, the worker's batch)
+/// leaves a like on a post or comment that is deleted or never existed, and a row that likes
+/// still name cannot be deleted by hand, as the keys' NO ACTION refused.
+#[tokio::test]
+async fn likes_land_only_on_live_targets_and_a_liked_row_cannot_be_deleted_by_hand() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let alice = app.token(world.alice);
+    let post = app.create_post(&alice, world.course, "live").await;
+    let comment = app.create_comment(&alice, post, "live comment").await;
+    let deleted_post = app.create_post(&alice, world.course, "deleted").await;
+    app.delete_post(&alice, deleted_post).await;
+    let deleted_comment = app.create_comment(&alice, post, "deleted comment").await;
+    app.gql_ok(
+        Some(&alice),
+        "mutation($c: ID!) { deleteComment(commentId: $c) { deletedId } }",
+        json!({ "c": gid("Comment", deleted_comment) }),
+    )
+    .await;
+    let missing = 1_i64 << 40;
+    let dead = [
+        LikeTarget::Post(deleted_post),
+        LikeTarget::Post(missing),
+        LikeTarget::Comment(deleted_comment),
+        LikeTarget::Comment(missing),
+    ];
+    let likes_of_bob = "SELECT (SELECT count(*) FROM post_likes WHERE user_id = $1) \
+                        + (SELECT count(*) FROM comment_likes WHERE user_id = $1) AS v";
+
+    for target in dead {
+        let outcome = sync::set(&app.db, world.bob, target, true).await.expect("sync");
+        assert!(!outcome.is_some_and(|o| o.changed), "level 1 liked {target:?}");
+        assert!(!recount::set(&app.db, world.bob, target, true).await.expect("recount"), "level 2 liked {target:?}");
+    }
+    assert_eq!(app.scalar_i64(likes_of_bob, [world.bob.into()]).await, 0);
+
+    // The worker's batch: the dead targets refused, the live ones applied.
+    let like = |target, user_id| LikeEvent { target, user_id, course_id: world.course, liked: true };
+    let mut events: Vec<LikeEvent> = dead.iter().map(|&target| like(target, world.bob)).collect();
+    events.extend([like(LikeTarget::Post(post), world.alice), like(LikeTarget::Comment(comment), world.alice)]);
+    let txn = app.db.begin().await.expect("begin");
+    let applied = apply(&txn, &events).await.expect("apply");
+    txn.commit().await.expect("commit");
+    assert_eq!(applied.refused, vec![(world.bob, world.course)], "every dead target's like was refused");
+    let mut changed: Vec<(LikeTarget, i32)> = applied.changed.iter().map(|c| (c.target, c.like_count)).collect();
+    changed.sort_by_key(|(target, _)| format!("{target:?}"));
+    assert_eq!(changed, vec![(LikeTarget::Comment(comment), 1), (LikeTarget::Post(post), 1)]);
+    assert_eq!(app.scalar_i64(likes_of_bob, [world.bob.into()]).await, 0);
+    assert_eq!(post_rows_and_counter(&app, post).await, (1, 1));
+
+    // By hand: a liked post or comment cannot be deleted; once unliked, it can. (Rows of their
+    // own, made by SQL, so that no other table names them.)
+    let bare_post = app
+        .scalar_i64(
+            "INSERT INTO posts (course_id, user_id, title, body) VALUES ($1, $2, 'bare', 'bare') RETURNING id AS v",
+            [world.course.into(), world.alice.into()],
+        )
+        .await;
+    let bare_comment = app
+        .scalar_i64(
+            "INSERT INTO comments (post_id, user_id, body) VALUES ($1, $2, 'bare') RETURNING id AS v",
+            [bare_post.into(), world.alice.into()],
+        )
+        .await;
+    let deletes = [
+        (LikeTarget::Comment(bare_comment), format!("DELETE FROM comments WHERE id = {bare_comment}")),
+        (LikeTarget::Post(bare_post), format!("DELETE FROM posts WHERE id = {bare_post}")),
+    ];
+    for (target, delete) in deletes {
+        assert!(sync::set(&app.db, world.bob, target, true).await.expect("like").is_some_and(|o| o.changed));
+        let refused =
+            app.db.execute_unprepared(&delete).await.map_err(AppError::from).expect_err("a liked row deleted");
+        assert_eq!(refused.sqlstate().as_deref(), Some("23503"), "{target:?}: {refused}");
+        assert!(refused.to_string().contains("still liked"), "{target:?}: {refused}");
+        assert!(sync::set(&app.db, world.bob, target, false).await.expect("unlike").is_some_and(|o| o.changed));
+        let deleted = app.db.execute_unprepared(&delete).await.expect("an unliked row is deleted");
+        assert_eq!(deleted.rows_affected(), 1, "{target:?}");
+    }
 }
