@@ -56,7 +56,9 @@ impl LikeTables {
     /// every synchronous like insert selects from, so a like row is written only for a member
     /// (the like tables have no foreign key to users; see migration 0005).
     pub(crate) fn live_target_of_member_sql(&self) -> String {
-        let course = if self.target == "comments" { "JOIN posts p ON p.id = t.post_id" } else { "" };
+        // A comment's post must be live too, as the worker's batch requires (`likes::apply`).
+        let course =
+            if self.target == "comments" { "JOIN posts p ON p.id = t.post_id AND p.deleted_at IS NULL" } else { "" };
         let course_id = if self.target == "comments" { "p.course_id" } else { "t.course_id" };
         format!(
             "SELECT t.id FROM {target} t {course} \

@@ -438,7 +438,8 @@ async fn the_synchronous_writes_insert_a_like_only_for_a_member() {
 
 /// The like tables keep no foreign keys to the liked rows (migration 0020): each writer takes a
 /// live target from the target's own table. So no writer (level 1, level 2, the worker's batch)
-/// leaves a like on a post or comment that is deleted or never existed, and a row that likes
+/// leaves a like on a post or comment that is deleted or never existed, or on a comment whose
+/// post is deleted, and a row that likes
 /// still name cannot be deleted by hand, as the keys' NO ACTION refused.
 #[tokio::test]
 async fn likes_land_only_on_live_targets_and_a_liked_row_cannot_be_deleted_by_hand() {
@@ -448,7 +449,6 @@ async fn likes_land_only_on_live_targets_and_a_liked_row_cannot_be_deleted_by_ha
     let post = app.create_post(&alice, world.course, "live").await;
     let comment = app.create_comment(&alice, post, "live comment").await;
     let deleted_post = app.create_post(&alice, world.course, "deleted").await;
-    app.delete_post(&alice, deleted_post).await;
     let deleted_comment = app.create_comment(&alice, post, "deleted comment").await;
     app.gql_ok(
         Some(&alice),
@@ -456,11 +456,15 @@ async fn likes_land_only_on_live_targets_and_a_liked_row_cannot_be_deleted_by_ha
         json!({ "c": gid("Comment", deleted_comment) }),
     )
     .await;
+    // A live comment under a post deleted after it was written.
+    let orphaned_comment = app.create_comment(&alice, deleted_post, "under a deleted post").await;
+    app.delete_post(&alice, deleted_post).await;
     let missing = 1_i64 << 40;
     let dead = [
         LikeTarget::Post(deleted_post),
         LikeTarget::Post(missing),
         LikeTarget::Comment(deleted_comment),
+        LikeTarget::Comment(orphaned_comment),
         LikeTarget::Comment(missing),
     ];
     let likes_of_bob = "SELECT (SELECT count(*) FROM post_likes WHERE user_id = $1) \
