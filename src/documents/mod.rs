@@ -11,12 +11,16 @@ pub(crate) mod trusted;
 use sha2::{Digest, Sha256};
 
 /// The lowercase hex SHA-256 of a query's text, as Apollo clients compute it.
-/// Every request hashes its text once, so the 64 digits are written into one allocation.
 pub fn sha256_hex(text: &str) -> String {
+    lowercase_hex(&Sha256::digest(text.as_bytes()))
+}
+
+/// Bytes as lowercase hex digits (a document's hash here; search cursors' digests too). Every
+/// request hashes its text, so the digits are written into one allocation.
+pub(crate) fn lowercase_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(text.as_bytes());
-    let mut hex = String::with_capacity(2 * digest.len());
-    for byte in digest.iter() {
+    let mut hex = String::with_capacity(2 * bytes.len());
+    for byte in bytes {
         hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
         hex.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
     }

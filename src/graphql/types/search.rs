@@ -14,6 +14,7 @@ use sha2::Digest;
 
 use super::{Comment, Post, Reply};
 use crate::cursor::CursorKeys;
+use crate::documents::lowercase_hex;
 use crate::error::AppError;
 use crate::forum::audience::PostKind;
 use crate::forum::courses::Role;
@@ -158,7 +159,7 @@ impl SearchCursor {
         let at = &self.at;
         format!(
             "{CURSOR_PREFIX}{};{:016x};{};{};{};{}",
-            hex(&self.walk),
+            lowercase_hex(&self.walk),
             at.score.to_bits(),
             at.kind,
             at.id,
@@ -175,7 +176,7 @@ impl SearchCursor {
         let rest = text.strip_prefix(CURSOR_PREFIX).ok_or_else(invalid)?;
         let parts: Vec<&str> = rest.split(';').collect();
         let [digest, score, kind, id, post_floor, comment_floor] = parts[..] else { return Err(invalid().into()) };
-        if digest != hex(walk) {
+        if digest != lowercase_hex(walk) {
             return Err(AppError::bad_input(
                 "this cursor belongs to another search (another query, filter or scope): pass one this search returned",
             )
@@ -203,10 +204,6 @@ impl CursorType for SearchCursor {
     fn encode_cursor(&self) -> String {
         self.keys.seal(self.position().as_bytes())
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The digest a walk's cursors carry: scope, query and filter.
