@@ -554,8 +554,17 @@ async fn frames_ready_together_leave_in_one_write() {
             liked.insert(data["likeCounts"]["id"].as_str().expect("id").to_owned());
         }
     }
-    let frames = counter(&app, "websocket_frames_sent_total").await - frames;
-    let writes = counter(&app, "websocket_writes_total").await - writes;
+    // The writer counts a write after its flush returns, so the client can hold the frames
+    // before they are counted: wait for the count, with a deadline.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let (frames, writes) = loop {
+        let sent = counter(&app, "websocket_frames_sent_total").await - frames;
+        let written = counter(&app, "websocket_writes_total").await - writes;
+        if sent >= 5 || tokio::time::Instant::now() >= deadline {
+            break (sent, written);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert!(frames >= 5, "{frames} frames");
     assert!(writes < frames, "{frames} frames in {writes} writes: none shared a write");
 }
