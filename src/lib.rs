@@ -115,7 +115,7 @@
 //!    members; counters follow RETURNING.
 //! 4. After COMMIT: `likes::committed::AfterCommit` patches the counts into cached posts and
 //!    publishes them on the one Pub/Sub channel.
-//! 5. Then `lua/like_batch_done.lua`: XACK + XDEL, retire each event's pending record if it is
+//! 5. Then `lua/like_batch_done.lua`: XACK + trim, retire each event's pending record if it is
 //!    still that event's, bump the load generation and stamp it with the batch's transaction
 //!    id, drop the sets of refused or dead-lettered events. A crash before this replays the batch with no effect twice.
 //! 6. Delivery: each instance's relay (`live::hub`) receives the counts once and fans them out

@@ -631,7 +631,7 @@ pub fn table(r: &SuiteReport) -> String {
     let _ = writeln!(t, "\nWorker apply rate: one worker, one shard, {} likes on one post\n", c.apply_likes);
     let _ = writeln!(
         t,
-        "| batch | steps | likes/s | ms per batch | stream read ms | transaction ms | XACK+XDEL ms | SQL-only ms per batch |"
+        "| batch | steps | likes/s | ms per batch | stream read ms | transaction ms | XACK+trim ms | SQL-only ms per batch |"
     );
     let _ = writeln!(t, "|---:|---|---:|---:|---:|---:|---:|---:|");
     for a in &r.worker_apply {

@@ -1,7 +1,7 @@
 //! `bench worker-apply`: how many likes per second ONE worker applies to PostgreSQL at batch
 //! sizes 500 and 5,000. N distinct users like one hot post; the events are pre-loaded into the
 //! stream in the toggle script's format, then the worker drains it (read, collapse, one unnest
-//! transaction per batch, XACK+XDEL), once step by step (`process_one_batch`: read, transaction,
+//! transaction per batch, XACK+trim), once step by step (`process_one_batch`: read, transaction,
 //! ack one after another) and once pipelined as the running worker does (`process_pipelined`:
 //! the next read and the last ack overlap the transaction), side by side. Each run asserts
 //! that the final counter equals the events, then times one more batch of likes through the
@@ -43,7 +43,7 @@ pub struct ApplyResult {
     /// One more batch of likes applied by `likes::apply` alone (no Redis): the database's share.
     pub sql_ms_per_batch: f64,
     /// The worker's phases per batch: stream read (XREADGROUP + parsing), apply (the
-    /// transaction and the publish), ack (XACK + XDEL).
+    /// transaction and the publish), ack (XACK + trim).
     pub read_ms_per_batch: f64,
     pub apply_ms_per_batch: f64,
     pub ack_ms_per_batch: f64,

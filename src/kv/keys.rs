@@ -9,7 +9,7 @@
 //! | `<p>:{s<k>}:liked:<user>:<course>` | SET | LIKED_SET_TTL | what the user liked in the course (`p:<id>`, `c:<id>`, sentinel `_`) |
 //! | `<p>:{s<k>}:pending:<user>:<course>` | HASH | none (records removed as they apply) | the (user, course) events not yet applied: member → `+ <entry id>` / `- <entry id>`, the last accepted op per target; a liked-set load overlays them |
 //! | `<p>:{s<k>}:loadgen` | HASH | none | 1,024 buckets of (user, course) → how often the worker removed a pending record there; a load that sees the value move retries |
-//! | `<p>:{s<k>}:likes` | STREAM | none (entries XDEL'd after commit) | like/unlike events of shard k |
+//! | `<p>:{s<k>}:likes` | STREAM | none (entries trimmed after commit) | like/unlike events of shard k |
 //! | `<p>:{s<k>}:lease` | STRING | WORKER_LEASE_TTL | owner token of the one active consumer of shard k |
 //! | `<p>:like_mode` | STRING | none | the like mode the last instance started in: a start in another mode applies the streams and drops the liked-sets first |
 //! | `<p>:likes:dead` | STREAM | none | dead letters: entries that failed alone, with the error |

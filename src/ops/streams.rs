@@ -2,7 +2,7 @@
 //! (and how long the oldest has waited), how many the worker holds unacknowledged, who holds
 //! the shard's lease; and how many dead letters wait.
 //!
-//! Because the worker XDELs every entry it acknowledges, every entry still in a stream is a
+//! Because the worker removes every entry it acknowledges, every entry still in a stream is a
 //! like not yet applied: `entries = pending + lag`, and the first entry's id (a Redis-clock
 //! millisecond timestamp) dates the oldest unapplied like. That age is the lag that matters
 //! to a student ("my like is not counted yet"), and the one `check` bounds.

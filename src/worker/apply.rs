@@ -265,7 +265,7 @@ impl LikeWorker {
         Ok(Transaction::Committed(applied, ahead))
     }
 
-    /// Acknowledges (XACK + XDEL) entries whose fate is sealed — committed, refused or
+    /// Acknowledges (XACK, and out of the stream) entries whose fate is sealed — committed, refused or
     /// dead-lettered — and, in the same script (`lua/like_batch_done.lua`), removes the pending
     /// record each event left beside its liked-set, unless a later toggle replaced it. Drops
     /// the liked-sets of `drop_sets`: they hold an op PostgreSQL did not take (a refused or
@@ -302,6 +302,11 @@ impl LikeWorker {
                 .arg(self.keys.load_generation_bucket(event.user_id, event.course_id));
         }
         invocation.arg(xid);
+        // The script trims the stream below these instead of deleting each id (it falls back
+        // to deleting each id when they are missing).
+        if let Some((highest, after)) = highest_and_next(entries.iter().map(|e| e.id.as_str())) {
+            invocation.arg(highest).arg(after);
+        }
         let mut conn = self.redis.clone();
         let _removed: i64 = invocation.invoke_async(&mut conn).await?;
         if !drop_sets.is_empty() {
@@ -345,6 +350,26 @@ impl LikeWorker {
     }
 }
 
+/// The highest of stream entry ids (`<ms>-<seq>`) and the id right after it, as the retire
+/// script's trim bounds; `None` when there is none or one does not parse.
+fn highest_and_next<'a>(ids: impl Iterator<Item = &'a str>) -> Option<(String, String)> {
+    let parse = |id: &str| -> Option<(u64, u64)> {
+        let (ms, seq) = id.split_once('-')?;
+        Some((ms.parse().ok()?, seq.parse().ok()?))
+    };
+    let mut highest: Option<(u64, u64)> = None;
+    for id in ids {
+        let parsed = parse(id)?;
+        highest = highest.max(Some(parsed));
+    }
+    let (ms, seq) = highest?;
+    let after = match seq.checked_add(1) {
+        Some(next) => (ms, next),
+        None => (ms.checked_add(1)?, 0),
+    };
+    Some((format!("{ms}-{seq}"), format!("{}-{}", after.0, after.1)))
+}
+
 /// Errors that mean "PostgreSQL (or Redis) is not there right now", as opposed to "this batch
 /// can never apply". Transient ones are retried with backoff and never dead-lettered.
 pub fn is_transient(err: &AppError) -> bool {
@@ -365,5 +390,23 @@ pub fn is_transient(err: &AppError) -> bool {
             }
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::highest_and_next;
+
+    #[test]
+    fn the_trim_bounds_are_the_highest_id_and_the_one_after_it() {
+        let ids = ["1700000000000-3", "1700000000001-0", "999-99"];
+        assert_eq!(
+            highest_and_next(ids.into_iter()),
+            Some(("1700000000001-0".to_owned(), "1700000000001-1".to_owned()))
+        );
+        let last_seq = format!("5-{}", u64::MAX);
+        assert_eq!(highest_and_next([last_seq.as_str()].into_iter()), Some((last_seq.clone(), "6-0".to_owned())));
+        assert_eq!(highest_and_next(["1-0", "not an id"].into_iter()), None);
+        assert_eq!(highest_and_next(std::iter::empty()), None);
     }
 }

@@ -93,7 +93,7 @@ impl LikeWorker {
     }
 }
 
-/// Entries in every like stream not yet applied (XLEN: applied entries are XDEL'd).
+/// Entries in every like stream not yet applied (XLEN: applied entries leave the stream).
 pub async fn unapplied_events(redis: &Redis, keys: &Keys) -> AppResult<u64> {
     let mut pipe = redis::pipe();
     for shard in 0..keys.shards() {

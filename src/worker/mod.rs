@@ -6,7 +6,7 @@
 //! first, then new ones, up to a batch; collapse; apply everything in ONE PostgreSQL transaction
 //! (`likes::apply`) whose first statement checks the epoch is still ours; after COMMIT, the
 //! after-commit step (post cache, live counts), then one script (`lua/like_batch_done.lua`) that
-//! acknowledges the entries (XACK + XDEL), retires their pending records beside the liked-sets
+//! acknowledges the entries (XACK, then trimmed from the stream), retires their pending records beside the liked-sets
 //! and drops the sets of refused events. A crash between COMMIT and that script replays the
 //! batch, and because counters follow RETURNING, nothing counts twice. A worker that stalled past
 //! its lease reads nothing more and commits nothing.

@@ -6,6 +6,7 @@
 //! stalls and takeovers.)
 
 use course_forum::testing::config::LikeMode;
+use course_forum::testing::like_event::LikeEvent;
 
 use crate::common::likes::{Target, rows_and_counter, toggle, unapplied};
 use crate::common::{self, TestApp, World};
@@ -96,4 +97,49 @@ async fn a_failed_retire_rolls_the_next_batch_back_and_both_apply_later_in_order
     common::likes::drain_all(&app, &worker).await;
     assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (2, 2), "bob and the instructor");
     assert!(!common::likes::has_row(&app, world.alice, Target::Post(post)).await, "alice's unlike is her last action");
+}
+
+/// A retire takes out of the stream exactly the entries it acknowledged (the script trims
+/// below the oldest pending or unread entry): the entries after the batch stay, read next.
+#[tokio::test]
+async fn a_retire_leaves_the_entries_after_its_batch_in_the_stream() {
+    let (app, world, post) = one_shard_of_batches_of_two().await;
+    let carol = app.create_user("carol").await;
+    app.enroll(world.course, carol, "student").await;
+    for user in [world.alice, world.bob, world.instructor, carol] {
+        toggle(&app, user, Target::Post(post), true).await;
+    }
+    let worker = app.worker().await;
+    let users_in_stream = || async {
+        let mut conn = app.state.redis.clone();
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(app.state.keys.like_stream(0))
+            .arg("-")
+            .arg("+")
+            .query_async(&mut conn)
+            .await
+            .expect("xrange");
+        reply
+            .ids
+            .iter()
+            .map(|entry| {
+                let fields: Vec<(String, String)> = entry
+                    .map
+                    .iter()
+                    .map(|(name, value)| {
+                        (name.clone(), redis::FromRedisValue::from_redis_value(value.clone()).expect("text"))
+                    })
+                    .collect();
+                LikeEvent::decode(fields.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()))).expect("an event").user_id
+            })
+            .collect::<Vec<i64>>()
+    };
+
+    let first = worker.process_one_batch(0).await.expect("first batch");
+    assert_eq!((first.read, first.acked), (2, 2));
+    assert_eq!(users_in_stream().await, [world.instructor, carol], "only the unread entries are left");
+    let second = worker.process_one_batch(0).await.expect("second batch");
+    assert_eq!((second.read, second.acked), (2, 2));
+    assert_eq!(users_in_stream().await, Vec::<i64>::new());
+    assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (4, 4));
 }
