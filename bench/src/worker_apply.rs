@@ -149,7 +149,7 @@ async fn run_worker_apply(cli: &Cli, events: i64, batch: usize, pipelined: bool)
             let mut pipe = redis::pipe();
             for n in chunk_start..(chunk_start + 1000).min(events) {
                 let event = LikeEvent { target: LikeTarget::Post(1), user_id: n + 2, course_id: 1, liked: true };
-                pipe.cmd("XADD").arg(&stream).arg("*").arg(event.flat_fields()).ignore();
+                pipe.cmd("XADD").arg(&stream).arg("*").arg(event.stream_fields()).ignore();
             }
             let _: () = pipe.query_async(&mut conn).await?;
         }

@@ -177,7 +177,7 @@ impl LikedSets {
         let member = target.member();
         // With traces on, the entry carries this mutation's context: the worker's batch that
         // applies it links back to it (`telemetry::otel`).
-        let fields = event.flat_fields_traced(crate::telemetry::otel::current_traceparent());
+        let fields = event.stream_fields_traced(crate::telemetry::otel::current_traceparent());
         let bucket = self.keys.load_generation_bucket(user_id, course_id);
         for attempt in 0..MAX_LOAD_ATTEMPTS {
             let mut invocation = self.toggle.key(&set);

@@ -337,7 +337,7 @@ impl LikeWorker {
         let mut letter = redis::cmd("XADD");
         letter.arg(self.keys.dead_letters()).arg("*").arg("shard").arg(shard).arg("entry").arg(&entry.id);
         if let Ok(event) = &entry.event {
-            letter.arg(event.flat_fields());
+            letter.arg(event.labelled_fields());
         }
         let _: String = letter.arg("error").arg(why).query_async(&mut conn).await?;
         let drop_sets: Vec<(i64, i64)> = entry.event.iter().map(|e| (e.user_id, e.course_id)).collect();

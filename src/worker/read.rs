@@ -211,17 +211,19 @@ mod tests {
         let reply = Value::Array(vec![Value::Array(vec![
             bulk("cf:{s0}:likes"),
             Value::Array(vec![
-                entry("1-0", &["op", "like", "t", "p:7", "u", "3", "c", "2"]),
+                entry("1-0", &["like", "p:7 3 2"]),
                 entry("2-0", &["op", "unlike", "t", "c:9", "u", "3", "c", "2"]),
                 entry("3-0", &["op", "like", "t", "x:1", "u", "3", "c", "2"]),
                 entry("4-0", &["op", "like", "u", "3", "c", "2"]),
                 // An entry deleted from the stream while pending is read back with nil fields.
                 Value::Array(vec![bulk("5-0"), Value::Nil]),
+                // The labelled form, as entries appended before the one-field form have it.
+                entry("6-0", &["op", "like", "t", "p:7", "u", "4", "c", "2"]),
             ]),
         ])]);
         let entries = parse_read_reply(reply).expect("parses");
         let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-        assert_eq!(ids, ["1-0", "2-0", "3-0", "4-0", "5-0"]);
+        assert_eq!(ids, ["1-0", "2-0", "3-0", "4-0", "5-0", "6-0"]);
         assert_eq!(
             entries[0].event,
             Ok(LikeEvent { target: LikeTarget::Post(7), user_id: 3, course_id: 2, liked: true })
@@ -233,6 +235,10 @@ mod tests {
         assert_eq!(entries[2].event, Err("bad target".to_owned()));
         assert_eq!(entries[3].event, Err("missing field t".to_owned()));
         assert!(entries[4].event.is_err());
+        assert_eq!(
+            entries[5].event,
+            Ok(LikeEvent { target: LikeTarget::Post(7), user_id: 4, course_id: 2, liked: true })
+        );
     }
 
     #[test]
