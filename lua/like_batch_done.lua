@@ -46,15 +46,18 @@ end
 if n > 0 then
   local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 4, 3 + n))
   local highest, after_highest = ARGV[5 + n + 3 * m], ARGV[6 + n + 3 * m]
-  local summary = redis.pcall('XPENDING', KEYS[1], ARGV[1])
+  -- The group's oldest pending entry, if any (the extended form: one seek in the group's
+  -- pending list, where the summary form walks every consumer the group ever had).
+  local oldest = redis.pcall('XPENDING', KEYS[1], ARGV[1], '-', '+', 1)
   -- Trimming relies on this group having delivered these entries: when some were not pending
   -- (a retire run again, or the group made anew), only the named entries go.
-  if acked < n or highest == nil or after_highest == nil or id_parts(highest) == nil or summary.err then
+  if acked < n or highest == nil or after_highest == nil or id_parts(highest) == nil or oldest.err then
     redis.call('XDEL', KEYS[1], unpack(ARGV, 4, 3 + n))
-  elseif summary[2] then
-    -- The oldest pending entry: everything below it is acknowledged.
-    redis.call('XTRIM', KEYS[1], 'MINID', summary[2])
-    if id_after(highest, summary[2]) then
+  elseif oldest[1] then
+    -- Everything below the oldest pending entry is acknowledged.
+    local pending = oldest[1][1]
+    redis.call('XTRIM', KEYS[1], 'MINID', pending)
+    if id_after(highest, pending) then
       redis.call('XDEL', KEYS[1], unpack(ARGV, 4, 3 + n))
     end
   else
