@@ -23,6 +23,7 @@ impl LikeWorker {
                 // Claim before recording the epoch: if the claim fails, the next step takes a
                 // new epoch and claims again, so no entry of the previous owner is left behind.
                 self.claim_pending(shard).await?;
+                self.forget_other_consumers(shard).await;
                 self.set_epoch(shard, Some(epoch));
                 tracing::info!(shard, epoch, consumer = self.consumer(), "took the shard lease");
                 Ok(true)
@@ -89,6 +90,26 @@ impl LikeWorker {
                 return Ok(());
             }
             start = reply.next_stream_id;
+        }
+    }
+
+    /// Once every pending entry is ours, the group's other consumers hold nothing: forgets them
+    /// (`lua/like_consumers_forget.lua`), so the group does not keep one consumer per worker
+    /// that ever held the shard. Best effort: a consumer left behind costs a little memory.
+    async fn forget_other_consumers(&self, shard: u32) {
+        let mut conn = self.redis.clone();
+        let forgotten: Result<i64, _> = self
+            .forget_consumers
+            .key(self.keys.worker_lease(shard))
+            .key(self.keys.like_stream(shard))
+            .arg(self.consumer())
+            .arg(LIKE_GROUP)
+            .invoke_async(&mut conn)
+            .await;
+        match forgotten {
+            Ok(n) if n > 0 => tracing::info!(shard, forgotten = n, "forgot the shard's idle consumers"),
+            Ok(_) => {}
+            Err(err) => tracing::warn!(shard, error = %err, "forgetting the shard's idle consumers failed"),
         }
     }
 

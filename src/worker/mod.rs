@@ -198,6 +198,8 @@ pub struct LikeWorker {
     done: Arc<Script>,
     /// `lua/like_read.lua`: read a batch only while holding the lease.
     read: Arc<Script>,
+    /// `lua/like_consumers_forget.lua`: forget the group's other, idle consumers on a takeover.
+    forget_consumers: Arc<Script>,
     /// Per shard, what the last pipelined step left in flight.
     carried: Arc<Mutex<HashMap<u32, Carried>>>,
 }
@@ -228,6 +230,7 @@ impl LikeWorker {
                 include_str!("../../lua/like_batch_done.lua"),
             ])),
             read: Arc::new(Script::new(include_str!("../../lua/like_read.lua"))),
+            forget_consumers: Arc::new(Script::new(include_str!("../../lua/like_consumers_forget.lua"))),
             carried: Arc::default(),
         }
     }

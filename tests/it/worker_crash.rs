@@ -39,17 +39,34 @@ async fn likes_waiting_in_the_stream(app: &TestApp) -> i64 {
 }
 
 /// A second consumer takes over once the dead one's lease lapses and drains everything.
-async fn take_over_and_drain(app: &TestApp) {
+async fn take_over_and_drain(app: &TestApp) -> course_forum::testing::worker::LikeWorker {
     let survivor = app.worker().await;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         survivor.drain().await.expect("drain");
         if pending_entries(app).await == 0 && stream_is_empty(app).await {
-            return;
+            return survivor;
         }
         assert!(Instant::now() < deadline, "the survivor did not take over within 20 s");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Every consumer of every shard's group, with its pending count.
+async fn group_consumers(app: &TestApp) -> Vec<(String, i64)> {
+    let mut conn = app.state.redis.clone();
+    let mut all = Vec::new();
+    for shard in 0..app.state.keys.shards() {
+        let reply: redis::streams::StreamInfoConsumersReply = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg(app.state.keys.like_stream(shard))
+            .arg(course_forum::testing::kv::keys::LIKE_GROUP)
+            .query_async(&mut conn)
+            .await
+            .expect("xinfo consumers");
+        all.extend(reply.consumers.into_iter().map(|c| (c.name, c.pending as i64)));
+    }
+    all
 }
 
 async fn stream_is_empty(app: &TestApp) -> bool {
@@ -75,8 +92,14 @@ async fn crash_after_commit_before_ack_replays_without_counting_twice() {
     assert!(committed > 0, "its batch committed before the crash");
     assert!(pending_entries(&app).await > 0, "…but was never acked");
 
-    take_over_and_drain(&app).await;
+    let dead: Vec<(String, i64)> = group_consumers(&app).await;
+    assert!(dead.iter().any(|(_, pending)| *pending > 0), "the dead consumer holds its batch: {dead:?}");
+    let survivor = take_over_and_drain(&app).await;
     assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (LIKERS as i64, LIKERS as i64));
+    // Taking over forgot the dead consumer once its entries were claimed: the groups keep no
+    // consumer per worker that ever held a shard.
+    let left = group_consumers(&app).await;
+    assert!(!left.is_empty() && left.iter().all(|(name, _)| name == survivor.consumer()), "{left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
