@@ -265,11 +265,11 @@ impl LikeWorker {
         Ok(Transaction::Committed(applied, ahead))
     }
 
-    /// Acknowledges (XACK, and out of the stream) entries whose fate is sealed — committed, refused or
-    /// dead-lettered — and, in the same script (`lua/like_batch_done.lua`), removes the pending
-    /// record each event left beside its liked-set, unless a later toggle replaced it. Drops
-    /// the liked-sets of `drop_sets`: they hold an op PostgreSQL did not take (a refused or
-    /// dead-lettered event) and must reload the truth.
+    /// Acknowledges entries whose fate is sealed — committed, refused or dead-lettered — and
+    /// takes them out of the stream; in the same script (`lua/like_batch_done.lua`), removes
+    /// the pending record each event left beside its liked-set, unless a later toggle replaced
+    /// it. Drops the liked-sets of `drop_sets`: they hold an op PostgreSQL did not take (a
+    /// refused or dead-lettered event) and must reload the truth.
     ///
     /// `xid` is the transaction that committed the entries (`0` when none did): each bucket
     /// whose record is removed is stamped with it, for first-touch loads (`lua/load_stamp.lua`).

@@ -30,14 +30,21 @@ async fn one_shard_of_batches_of_two() -> (TestApp, World, i64) {
     (app, world, post)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_commits_only_after_the_batch_before_it_was_retired() {
+/// As `one_shard_of_batches_of_two`, with a fourth member, carol, and four likes of the post
+/// waiting in the stream: alice's and bob's (the first batch), the instructor's and carol's.
+async fn four_likes_in_two_batches() -> (TestApp, World, i64, i64) {
     let (app, world, post) = one_shard_of_batches_of_two().await;
     let carol = app.create_user("carol").await;
     app.enroll(world.course, carol, "student").await;
     for user in [world.alice, world.bob, world.instructor, carol] {
         toggle(&app, user, Target::Post(post), true).await;
     }
+    (app, world, post, carol)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_commits_only_after_the_batch_before_it_was_retired() {
+    let (app, _, post, _) = four_likes_in_two_batches().await;
     let worker = app.worker().await;
 
     // Batch 1 (a full batch: alice, bob) commits; its retire is held; batch 2 was read ahead.
@@ -103,12 +110,7 @@ async fn a_failed_retire_rolls_the_next_batch_back_and_both_apply_later_in_order
 /// below the oldest pending or unread entry): the entries after the batch stay, read next.
 #[tokio::test]
 async fn a_retire_leaves_the_entries_after_its_batch_in_the_stream() {
-    let (app, world, post) = one_shard_of_batches_of_two().await;
-    let carol = app.create_user("carol").await;
-    app.enroll(world.course, carol, "student").await;
-    for user in [world.alice, world.bob, world.instructor, carol] {
-        toggle(&app, user, Target::Post(post), true).await;
-    }
+    let (app, world, post, carol) = four_likes_in_two_batches().await;
     let worker = app.worker().await;
     let users_in_stream = || async {
         let mut conn = app.state.redis.clone();
