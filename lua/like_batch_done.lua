@@ -13,55 +13,32 @@
 --                 nothing committed); stamped on each bucket whose record is removed
 --                 (load_stamp.lua, the prelude)
 -- ARGV[5+n+3m]    the highest of the n entry ids     ARGV[6+n+3m]  the id right after it
--- Acknowledged entries leave the stream, so every entry in it is a like not yet applied. Below
--- the group's oldest pending entry every entry has been acknowledged (the group delivers in id
--- order), so one XTRIM MINID removes them whole listpack nodes at a time; XDEL, which seeks
--- each id through its node, is only for entries acknowledged above a pending one (an entry
--- retried alone stays pending while later ones apply).
+-- Acknowledged entries leave the stream, so every entry in it is a like not yet applied. The
+-- group delivers in id order, so when none of its pending entries is at or below the highest
+-- id, every entry up to it has been acknowledged and one XTRIM MINID removes them, whole
+-- listpack nodes at a time. Otherwise (an entry retried alone stays pending while later ones
+-- apply) the trim stops at that pending entry, and XDEL, which seeks each id through its
+-- node, removes the named entries above it.
 -- A record is removed only while it is still the one this event wrote: a later toggle of the
 -- same target replaced it, and that one stays until its own event is retired. Every removal
 -- bumps its bucket, so a load whose rows were read before this COMMIT retries.
 -- All keys share the shard's hash slot. Returns how many records were removed.
 local n = tonumber(ARGV[2])
 local m = tonumber(ARGV[3])
--- Stream ids compare as (ms, seq), each a decimal number without leading zeros: the longer
--- one is the larger, and equal lengths compare as text (no float rounding of 64-bit parts).
-local function id_parts(id)
-  return string.match(id, '^(%d+)-(%d+)$')
-end
-local function number_after(a, b)
-  if #a ~= #b then
-    return #a > #b
-  end
-  return a > b
-end
-local function id_after(a, b)
-  local a_ms, a_seq = id_parts(a)
-  local b_ms, b_seq = id_parts(b)
-  if a_ms ~= b_ms then
-    return number_after(a_ms, b_ms)
-  end
-  return number_after(a_seq, b_seq)
-end
 if n > 0 then
   local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 4, 3 + n))
   local highest, after_highest = ARGV[5 + n + 3 * m], ARGV[6 + n + 3 * m]
-  -- The group's oldest pending entry, if any (the extended form: one seek in the group's
-  -- pending list, where the summary form walks every consumer the group ever had).
-  local oldest = redis.pcall('XPENDING', KEYS[1], ARGV[1], '-', '+', 1)
+  -- The group's oldest pending entry at or below the highest id, if any (one seek in the
+  -- group's pending list; a malformed id is an error, and falls back to XDEL).
+  local below = highest and redis.pcall('XPENDING', KEYS[1], ARGV[1], '-', highest, 1)
   -- Trimming relies on this group having delivered these entries: when some were not pending
   -- (a retire run again, or the group made anew), only the named entries go.
-  if acked < n or highest == nil or after_highest == nil or id_parts(highest) == nil or oldest.err then
+  if acked < n or after_highest == nil or not below or below.err then
     redis.call('XDEL', KEYS[1], unpack(ARGV, 4, 3 + n))
-  elseif oldest[1] then
-    -- Everything below the oldest pending entry is acknowledged.
-    local pending = oldest[1][1]
-    redis.call('XTRIM', KEYS[1], 'MINID', pending)
-    if id_after(highest, pending) then
-      redis.call('XDEL', KEYS[1], unpack(ARGV, 4, 3 + n))
-    end
+  elseif below[1] then
+    redis.call('XTRIM', KEYS[1], 'MINID', below[1][1])
+    redis.call('XDEL', KEYS[1], unpack(ARGV, 4, 3 + n))
   else
-    -- Nothing pending: everything up to the highest acknowledged entry is acknowledged.
     redis.call('XTRIM', KEYS[1], 'MINID', after_highest)
   end
 end

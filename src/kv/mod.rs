@@ -137,6 +137,12 @@ fn command_span(cmd: &Cmd) -> tracing::Span {
     span
 }
 
+/// A stream entry id, `<ms>-<seq>`, as its two numbers; `None` when it is not one.
+pub(crate) fn parse_stream_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
 /// A Lua script made of files of `lua/` in order: a prelude that defines shared functions
 /// (`lua/fixed_window.lua`) and the script's own file. Loaded once, run by EVALSHA.
 pub(crate) fn script(parts: &[&str]) -> redis::Script {

@@ -113,7 +113,7 @@ fn decode<T: FromRedisValue>(value: Value) -> AppResult<T> {
 
 /// The millisecond part of a stream entry id (`<ms>-<seq>`).
 fn entry_millis(id: &str) -> Option<u64> {
-    id.split_once('-').and_then(|(ms, _)| ms.parse().ok())
+    crate::kv::parse_stream_id(id).map(|(ms, _)| ms)
 }
 
 #[cfg(test)]

@@ -353,14 +353,9 @@ impl LikeWorker {
 /// The highest of stream entry ids (`<ms>-<seq>`) and the id right after it, as the retire
 /// script's trim bounds; `None` when there is none or one does not parse.
 fn highest_and_next<'a>(ids: impl Iterator<Item = &'a str>) -> Option<(String, String)> {
-    let parse = |id: &str| -> Option<(u64, u64)> {
-        let (ms, seq) = id.split_once('-')?;
-        Some((ms.parse().ok()?, seq.parse().ok()?))
-    };
     let mut highest: Option<(u64, u64)> = None;
     for id in ids {
-        let parsed = parse(id)?;
-        highest = highest.max(Some(parsed));
+        highest = highest.max(Some(crate::kv::parse_stream_id(id)?));
     }
     let (ms, seq) = highest?;
     let after = match seq.checked_add(1) {
