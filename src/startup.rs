@@ -256,16 +256,22 @@ async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>>
     }
 }
 
-/// Starts the membership listener and waits (up to `CONNECT_TIMEOUT`) until it listens. If it
-/// cannot, the server starts anyway: memberships come from PostgreSQL until it can.
+/// Starts the membership listener and waits (up to `CONNECT_TIMEOUT`) until it listens and has
+/// warmed the cache (`membership::warm`), so the first requests find their members in memory.
+/// If it cannot, the server starts anyway: memberships come from PostgreSQL until it can.
 async fn start_membership_listener(state: &AppState) -> tokio::task::JoinHandle<()> {
     let listener = tokio::spawn(membership::listener::run(state.db.clone(), state.memberships.clone()));
     let deadline = Instant::now() + state.settings.connect_timeout;
-    while !state.memberships.listening() && Instant::now() < deadline {
+    let warmed = |m: &membership::Memberships| m.listening() && m.warms_ended() > 0;
+    while !warmed(&state.memberships) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     if !state.memberships.listening() {
         tracing::warn!("not listening for membership changes yet: memberships come from PostgreSQL until then");
+    } else if state.memberships.warms_ended() == 0 {
+        tracing::warn!(
+            "still warming the membership cache: serving meanwhile, members not yet read come from PostgreSQL"
+        );
     }
     listener
 }

@@ -99,10 +99,18 @@ pub mod live {
 pub mod cache {
     pub use crate::cache::{CacheConfig, PostCache};
     pub mod budget {
-        pub use crate::cache::budget::DEFAULT_BUDGET_BYTES;
+        pub use crate::cache::budget::{CacheBudget, DEFAULT_BUDGET_BYTES};
     }
     pub mod pages {
         pub use crate::cache::pages::{CoursePages, RANKED_PAGE_TTL};
+    }
+}
+
+/// Course membership in memory, and the warm that fills it.
+pub mod membership {
+    pub use crate::membership::Memberships;
+    pub mod warm {
+        pub use crate::membership::warm::{CHUNK_USERS, Warmed, warm};
     }
 }
 

@@ -22,6 +22,9 @@ pub struct ListenerHooks {
     /// After a connection was lost and before the listener connects again: notifications sent
     /// while it is held are lost, as they would be during a real outage.
     pub before_reconnect: Gate,
+    /// After the warm read a chunk of members and before it keeps them (`warm::warm`): a
+    /// change heard while it is held must make the warm read the chunk again.
+    pub after_warm_read: Gate,
 }
 
 /// Listens for as long as the task runs (it is aborted at shutdown), reconnecting with backoff
@@ -46,6 +49,17 @@ pub(crate) async fn run(db: DatabaseConnection, memberships: Memberships) {
         };
         backoff.reset();
         memberships.start_trusting();
+        // Concurrent with the notifications below: a change heard while a chunk is read
+        // discards that chunk (`warm::warm`).
+        let warming = tokio::spawn({
+            let (db, memberships) = (db.clone(), memberships.clone());
+            async move {
+                if let Err(err) = super::warm::warm(&db, &memberships).await {
+                    tracing::warn!(error = %err, "warming the membership cache failed; memberships are read on first use");
+                }
+                memberships.warm_ended();
+            }
+        });
         metrics::gauge!(names::MEMBERSHIP_LISTENER_CONNECTED).set(1.0);
         tracing::debug!("listening for membership changes");
         let lost = loop {
@@ -58,6 +72,7 @@ pub(crate) async fn run(db: DatabaseConnection, memberships: Memberships) {
                 Err(err) => break err.to_string(),
             }
         };
+        warming.abort();
         memberships.stop_trusting();
         metrics::gauge!(names::MEMBERSHIP_LISTENER_CONNECTED).set(0.0);
         tracing::warn!(why = %lost, "stopped hearing membership changes; reconnecting (memberships come from PostgreSQL meanwhile)");

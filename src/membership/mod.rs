@@ -21,6 +21,7 @@
 //! with FORBIDDEN when access is lost (`graphql::subscription`).
 
 pub(crate) mod listener;
+pub(crate) mod warm;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,8 +44,17 @@ pub struct Memberships {
     inner: Arc<Inner>,
 }
 
+/// A user's roles as memory holds them.
+struct Reading {
+    roles: Roles,
+    /// Kept by the warm, and no request of the user has read them since: a like then still
+    /// takes the first-touch path (`graphql::access::post_to_like`), whose one statement also
+    /// loads the liked-set the instance has likely never seen.
+    warmed: bool,
+}
+
 struct Inner {
-    roles: WeighedCache<i64, HashMap<i64, Role>>,
+    roles: WeighedCache<i64, Reading>,
     /// Orders a `keep` against a `changed` (see there); guards no data.
     order: Mutex<()>,
     /// Bumped by every change heard, before the cache forgets it.
@@ -61,6 +71,8 @@ struct Inner {
     listener_hooks: Arc<listener::ListenerHooks>,
     /// The last `barrier:<n>` notification heard.
     barrier: AtomicU64,
+    /// Warms (`warm::warm`) that ended, done or failed.
+    warms_ended: AtomicU64,
 }
 
 #[derive(Default)]
@@ -89,8 +101,9 @@ impl Memberships {
     /// As `new`, bounded by the `memberships` share of `budget`.
     pub fn with_budget(keep: bool, budget: &CacheBudget) -> Self {
         // A hash map entry per course: the key, the role, the control byte, with slack.
-        let roles = budget.weighed(CacheName::Memberships, None, |_, roles: &HashMap<i64, Role>| {
-            (roles.capacity() * (std::mem::size_of::<(i64, Role)>() + 1)) as u64
+        let roles = budget.weighed(CacheName::Memberships, None, |_, reading: &Reading| {
+            (std::mem::size_of::<HashMap<i64, Role>>()
+                + reading.roles.capacity() * (std::mem::size_of::<(i64, Role)>() + 1)) as u64
         });
         Self {
             inner: Arc::new(Inner {
@@ -103,6 +116,7 @@ impl Memberships {
                 everything: EverythingChanged::default(),
                 listener_hooks: Arc::default(),
                 barrier: AtomicU64::default(),
+                warms_ended: AtomicU64::default(),
             }),
         }
     }
@@ -124,10 +138,16 @@ impl Memberships {
         if !self.inner.listening.load(Ordering::Acquire) {
             return None;
         }
-        let roles = self.inner.roles.get(&user_id);
-        metrics::counter!(crate::telemetry::names::MEMBERSHIP_CACHE_LOOKUPS, "result" => if roles.is_some() { "hit" } else { "miss" })
+        let reading = self.inner.roles.get(&user_id);
+        metrics::counter!(crate::telemetry::names::MEMBERSHIP_CACHE_LOOKUPS, "result" => if reading.is_some() { "hit" } else { "miss" })
             .increment(1);
-        roles
+        reading.map(|reading| reading.roles.clone())
+    }
+
+    /// Whether the user's roles in memory were kept by the warm and no request of theirs has
+    /// read them since (see `Reading::warmed`).
+    pub fn only_warmed(&self, user_id: i64) -> bool {
+        self.keeps_readings() && self.inner.roles.get(&user_id).is_some_and(|reading| reading.warmed)
     }
 
     /// The generation to pass to `keep` for a reading about to start.
@@ -153,7 +173,31 @@ impl Memberships {
         if self.generation() != read_at {
             return;
         }
-        self.inner.roles.insert(user_id, roles);
+        self.inner.roles.insert(user_id, Arc::new(Reading { roles, warmed: false }));
+    }
+
+    /// Keeps the warm's readings of several users taken when the generation was `read_at`: all
+    /// of them, or none if a change was heard since (or the listener is not connected). Whether
+    /// they were kept.
+    pub(crate) fn keep_warmed(&self, readings: impl IntoIterator<Item = (i64, Roles)>, read_at: u64) -> bool {
+        if !self.keeps_readings() {
+            return false;
+        }
+        let _order = lock(&self.inner.order);
+        if self.generation() != read_at {
+            return false;
+        }
+        for (user_id, roles) in readings {
+            self.inner.roles.insert(user_id, Arc::new(Reading { roles, warmed: true }));
+        }
+        true
+    }
+
+    /// The bytes the cache holds and its share of the budget (its bookkeeping settled first).
+    pub fn fill(&self) -> (u64, u64) {
+        use crate::cache::budget::Measured;
+        let figures = self.inner.roles.figures();
+        (figures.used_bytes, figures.capacity_bytes)
     }
 
     /// The user's membership changed (a notification, or a roster change this instance made):
@@ -192,6 +236,16 @@ impl Memberships {
         self.inner.barrier.load(Ordering::Acquire) == n
     }
 
+    /// How many warms of the cache have ended (done or failed) since the process started: the
+    /// start waits for the first (`startup`), tests for the next.
+    pub fn warms_ended(&self) -> u64 {
+        self.inner.warms_ended.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn warm_ended(&self) {
+        self.inner.warms_ended.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Where a test can hold this instance's listener.
     pub fn listener_hooks(&self) -> Arc<listener::ListenerHooks> {
         self.inner.listener_hooks.clone()
@@ -210,7 +264,7 @@ impl Memberships {
 
     /// The listener is connected again: whatever happened meanwhile was not heard, so everything
     /// counts as changed, and memory is trusted again from here.
-    pub(crate) fn start_trusting(&self) {
+    pub fn start_trusting(&self) {
         self.everything_changed();
         self.inner.listening.store(true, Ordering::Release);
     }
@@ -292,6 +346,22 @@ mod tests {
         memberships.keep(1, roles(7), memberships.generation());
         memberships.changed(1);
         assert!(memberships.cached(1).is_none(), "forgotten when heard");
+    }
+
+    #[test]
+    fn a_batch_of_readings_is_kept_whole_or_not_at_all() {
+        let memberships = trusted();
+        let read_at = memberships.generation();
+        memberships.changed(9);
+        assert!(!memberships.keep_warmed([(1, roles(7)), (2, roles(7))], read_at), "a change was heard meanwhile");
+        assert!(memberships.cached(1).is_none() && memberships.cached(2).is_none(), "none of it kept");
+        assert!(memberships.keep_warmed([(1, roles(7)), (2, roles(8))], memberships.generation()));
+        assert!(memberships.cached(2).is_some_and(|r| r.contains_key(&8)), "all of it kept");
+        assert!(memberships.only_warmed(1), "kept by the warm, no request read it since");
+        memberships.keep(1, roles(7), memberships.generation());
+        assert!(!memberships.only_warmed(1) && memberships.only_warmed(2), "a request's reading replaces the warm's");
+        memberships.stop_trusting();
+        assert!(!memberships.keep_warmed([(3, roles(7))], memberships.generation()), "not listening");
     }
 
     #[test]

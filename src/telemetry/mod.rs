@@ -114,6 +114,7 @@ pub(crate) mod names {
     pub(crate) const REDIS_USED_MEMORY: &str = "redis_used_memory_bytes";
     pub(crate) const MEMBERSHIP_CACHE_LOOKUPS: &str = "membership_cache_lookups_total";
     pub(crate) const MEMBERSHIP_NOTIFICATIONS: &str = "membership_notifications_total";
+    pub(crate) const MEMBERSHIP_CACHE_WARMED: &str = "membership_cache_warmed_total";
     pub(crate) const MEMBERSHIP_LISTENER_CONNECTED: &str = "membership_listener_connected";
     pub(crate) const SUBSCRIPTIONS_REVOKED: &str = "subscriptions_revoked_total";
     pub(crate) const WRITE_LIMIT_REFUSALS: &str = "write_limit_refusals_total";
@@ -248,6 +249,12 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             "in-memory membership lookups: hit, or miss (read from PostgreSQL)",
         ),
         (MEMBERSHIP_NOTIFICATIONS, Counter, "", "course_members_changed notifications this process heard"),
+        (
+            MEMBERSHIP_CACHE_WARMED,
+            Counter,
+            "",
+            "users whose memberships were read into memory when the listener connected",
+        ),
         (
             MEMBERSHIP_LISTENER_CONNECTED,
             Gauge,

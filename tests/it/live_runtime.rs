@@ -101,9 +101,17 @@ async fn connections_run_on_threads_of_their_own_at_a_lower_priority(mode: LikeM
     })
     .await;
     let base = process_nice();
-    // Its two workers (and any blocking thread it started, named alike) run 5 lower.
-    let nice = nice_of_threads("live-ws");
-    assert!(nice.len() >= 2 && nice.iter().all(|n| *n == (base + 5).min(19)), "{nice:?} (the process: {base})");
+    // Its two workers (and any blocking thread it started, named alike) run 5 lower. A thread
+    // names itself and lowers its priority once it runs: on a busy machine the second may not
+    // have yet.
+    let lowered = |nice: &[i64]| nice.len() >= 2 && nice.iter().all(|n| *n == (base + 5).min(19));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut nice = nice_of_threads("live-ws");
+    while !lowered(&nice) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        nice = nice_of_threads("live-ws");
+    }
+    assert!(lowered(&nice), "{nice:?} (the process: {base})");
     a_socket_gets_its_results_and_updates(&app).await;
 }
 

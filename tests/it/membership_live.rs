@@ -1,7 +1,8 @@
 //! Membership as a live fact: open subscriptions end with FORBIDDEN within a second of losing
 //! access (a direct SQL delete, as an LMS sync job would do it, or a change another instance
 //! made), each instance keeps memberships in memory and forgets them when it hears a change,
-//! and a listener that lost its connection treats everything as changed when it is back.
+//! and a listener that lost its connection treats everything as changed when it is back; each
+//! time it listens, an instance warms its memory from the database (`membership::warm`).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -303,10 +304,21 @@ async fn a_listener_that_reconnects_treats_everything_as_changed() {
     assert_eq!(error_code(&refused).as_deref(), Some("FORBIDDEN"), "{refused}");
     assert!(app.state.memberships.cached(world.alice).is_none());
 
+    let warms = app.state.memberships.warms_ended();
     drop(held);
     let took = wait_revoked(&mut socket, &["activity"], Duration::from_secs(10)).await;
     assert!(app.state.memberships.listening(), "listening again");
     assert!(took < Duration::from_secs(5), "ended {took:?} after the listener was let go");
+    // Back, it warmed again from what the database holds now: bob, who never made a request,
+    // is in memory; alice, removed while nobody listened, is not.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while app.state.memberships.warms_ended() == warms {
+        assert!(Instant::now() < deadline, "the warm after the reconnect ended");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(app.state.memberships.cached(world.bob).is_some(), "bob warmed");
+    let alice_roles = app.state.memberships.cached(world.alice);
+    assert!(alice_roles.is_none_or(|r| !r.contains_key(&world.course)), "alice's removal read, not remembered");
 }
 
 const REMOVE_MEMBER: &str =
@@ -355,4 +367,136 @@ async fn a_removal_through_the_roster_api_reaches_open_sockets_on_every_instance
         .await,
         0
     );
+}
+
+const START_VIEW: &str = "mutation($p: ID!) { startPostView(postId: $p) { ticket } }";
+const READ_POST: &str = "query($p: ID!) { post(id: $p) { id title } }";
+
+/// An instance that starts after its members joined has them in memory before it serves (the
+/// warm, `membership::warm`): a member's first view start on a post in memory runs no
+/// statement. A member who joined after the start is read on first use, as without the warm,
+/// and a removal is heard as always.
+async fn an_instance_knows_its_members_before_their_first_request(mode: LikeMode) {
+    let app = TestApp::spawn_in(mode).await;
+    let world = World::create(&app).await;
+    let post = gid("Post", app.create_post(&app.token(world.bob), world.course, "hot").await);
+    let loner = app.create_user("loner").await;
+    let peer = app.spawn_peer(|s| s.like_mode = mode).await;
+    assert!(peer.state.memberships.warms_ended() >= 1, "the peer served only after its warm ended");
+    let alice_roles = peer.state.memberships.cached(world.alice).expect("alice is in memory before any request");
+    assert!(alice_roles.contains_key(&world.course) && alice_roles.len() == 1, "alice's one course: {alice_roles:?}");
+    assert!(peer.state.memberships.cached(loner).is_none(), "no membership: nothing to warm");
+
+    // The post into the peer's memory, and the scripts into Redis: bob reads and likes it
+    // there. Then alice's first request there.
+    let bob = app.token(world.bob);
+    app.gql_at(peer.addr, Some(&bob), READ_POST, json!({ "p": post })).await;
+    let liked = app.gql_at(peer.addr, Some(&bob), LIKE_POST, json!({ "p": post })).await;
+    assert_eq!(liked["data"]["likePost"]["likedByMe"], json!(true), "{liked}");
+    let statements = async |token: &str| {
+        let before = peer.state.sql_statements.get();
+        let started = app.gql_at(peer.addr, Some(token), START_VIEW, json!({ "p": post })).await;
+        assert!(started.get("errors").is_none(), "{started}");
+        peer.state.sql_statements.get() - before
+    };
+    assert_eq!(statements(&app.token(world.alice)).await, 0, "alice's first request: memberships from the warm");
+    // Her first like there: buffered, still a first touch (the warm said nothing of her
+    // liked-set), so one statement reads her memberships and likes together and one toggle
+    // loads and counts; sync, the like's own write alone.
+    let (sql, redis) = (peer.state.sql_statements.get(), peer.state.redis.commands_sent());
+    let liked = app.gql_at(peer.addr, Some(&app.token(world.alice)), LIKE_POST, json!({ "p": post })).await;
+    assert_eq!(liked["data"]["likePost"]["likedByMe"], json!(true), "{liked}");
+    let (sql, redis) = (peer.state.sql_statements.get() - sql, peer.state.redis.commands_sent() - redis);
+    assert_eq!(sql, 1, "{mode:?}: a warmed member's first like: one statement");
+    if mode == LikeMode::Buffered {
+        assert_eq!(redis, 1, "one toggle");
+    }
+
+    // Joined after the peer started: read once, on first use.
+    app.enroll(world.course, loner, "student").await;
+    app.memberships_heard_by(&[&peer.state]).await;
+    assert_eq!(statements(&app.token(loner)).await, 1, "a member the warm did not know");
+
+    app.unenroll(world.course, world.alice).await;
+    app.memberships_heard_by(&[&peer.state]).await;
+    let refused = app.gql_at(peer.addr, Some(&app.token(world.alice)), START_VIEW, json!({ "p": post })).await;
+    assert_eq!(error_code(&refused).as_deref(), Some("FORBIDDEN"), "{refused}");
+}
+
+in_each_like_mode!(an_instance_knows_its_members_before_their_first_request);
+
+/// Adds `n` users to `course` with one statement; their ids.
+async fn many_members(app: &TestApp, course: i64, n: i64) -> (i64, i64) {
+    let first = app
+        .scalar_i64(
+            "WITH u AS (INSERT INTO users (handle, display_name) \
+                 SELECT 'warm_' || g, 'Warm ' || g FROM generate_series(1, $2) g RETURNING id), \
+             m AS (INSERT INTO course_members (course_id, user_id, role) SELECT $1, id, 'student' FROM u RETURNING user_id) \
+             SELECT min(user_id) AS v FROM m",
+            [course.into(), n.into()],
+        )
+        .await;
+    (first, first + n - 1)
+}
+
+/// The warm is bounded in bytes: under a small budget it stops when the cache is three
+/// quarters full and never holds more than its share; under the default one it reads every
+/// member, chunk by chunk.
+#[tokio::test]
+async fn the_warm_stops_at_its_share_of_the_budget() {
+    use course_forum::testing::cache::budget::CacheBudget;
+    use course_forum::testing::membership::Memberships;
+    use course_forum::testing::membership::warm::{CHUNK_USERS, warm};
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let (first, last) = many_members(&app, world.course, 2 * CHUNK_USERS + 100).await;
+
+    let everyone = Memberships::new(true);
+    everyone.start_trusting();
+    let warmed = warm(&app.db, &everyone).await.expect("warm");
+    assert!(!warmed.stopped_full && warmed.chunks_skipped == 0, "{warmed:?}");
+    let members = app.scalar_i64("SELECT count(DISTINCT user_id) AS v FROM course_members", []).await;
+    assert_eq!(warmed.users as i64, members, "every member read, once: {warmed:?}");
+    for user in [first, first + CHUNK_USERS, last, world.alice] {
+        assert!(everyone.cached(user).is_some_and(|r| r.contains_key(&world.course)), "user {user}");
+    }
+
+    // 7 % of 30 MB: about 2 MB of memberships, under two chunks' worth.
+    let small = Memberships::with_budget(true, &CacheBudget::new(30_000_000));
+    small.start_trusting();
+    let warmed = warm(&app.db, &small).await.expect("warm");
+    let (used, capacity) = small.fill();
+    assert!(warmed.stopped_full, "{warmed:?}");
+    assert!(warmed.users > 0 && (warmed.users as i64) < last - first, "{warmed:?}");
+    assert!(used <= capacity && used * 4 >= capacity * 3, "{used} of {capacity} bytes");
+}
+
+/// A chunk read while a membership change is heard is not kept: the warm reads it again, and
+/// keeps what the database holds after the change.
+#[tokio::test]
+async fn a_chunk_read_while_a_change_was_heard_is_read_again() {
+    use course_forum::testing::membership::Memberships;
+    use course_forum::testing::membership::warm::warm;
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let memberships = Memberships::new(true);
+    memberships.start_trusting();
+    let hooks = memberships.listener_hooks();
+    let held = hooks.after_warm_read.hold().await;
+    let warming = tokio::spawn({
+        let (db, memberships) = (app.db.clone(), memberships.clone());
+        async move { warm(&db, &memberships).await }
+    });
+    while hooks.after_warm_read.reached() == 0 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Alice leaves while the first reading, which still has her, waits to be kept.
+    app.unenroll(world.course, world.alice).await;
+    memberships.changed(world.alice); // what this memory's listener would do on hearing it
+    drop(held);
+    let warmed = warming.await.expect("join").expect("warm");
+    assert_eq!(hooks.after_warm_read.reached(), 2, "the chunk was read again");
+    assert_eq!((warmed.chunks_skipped, warmed.stopped_full), (0, false), "{warmed:?}");
+    assert!(memberships.cached(world.bob).is_some_and(|r| r.contains_key(&world.course)), "bob kept");
+    assert!(memberships.cached(world.alice).is_none(), "alice left: nothing of her kept");
 }

@@ -34,15 +34,24 @@ async fn post_graphql(url: String, token: String, query: &str, variables: Value)
         .await
 }
 
-/// Starts a `post` query that waits on the paused PostgreSQL, and checks that it does.
+/// A token of a member who joined after the server started, so the server has not read their
+/// memberships (its warm at start did not find them): their first request reads PostgreSQL.
+async fn newcomer(app: &TestApp, world: &World) -> String {
+    let newcomer = app.create_user("newcomer").await;
+    app.enroll(world.course, newcomer, "student").await;
+    app.token(newcomer)
+}
+
+/// Starts a `post` query by a `newcomer` that waits on the paused PostgreSQL (for their
+/// memberships), and checks that it does.
 async fn request_waiting_for_postgres(
     serve: &ServeProcess,
-    token: String,
+    newcomer: String,
     post: i64,
 ) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
     let in_flight = tokio::spawn(post_graphql(
         serve.url("/graphql"),
-        token,
+        newcomer,
         "query($p: ID!) { post(id: $p) { title likeCount } }",
         json!({ "p": gid("Post", post) }),
     ));
@@ -105,8 +114,9 @@ async fn sigterm_closes_websockets_finishes_the_request_in_flight_and_exits() {
     assert_eq!(update["likeCounts"]["likeCount"], 1);
 
     // A request in flight: PostgreSQL answers nothing until the proxy resumes.
+    let newcomer = newcomer(&app, &world).await;
     proxy.pause();
-    let in_flight = request_waiting_for_postgres(&serve, app.token(world.bob), post).await;
+    let in_flight = request_waiting_for_postgres(&serve, newcomer, post).await;
 
     let signalled = Instant::now();
     serve.terminate();
@@ -201,6 +211,7 @@ async fn what_cannot_finish_is_abandoned_at_the_shutdown_timeout_and_replayed_ex
     // PostgreSQL stalls for the server; likes are acknowledged (by the in-process instance,
     // which reaches PostgreSQL directly) and the server's worker takes them into a batch it
     // cannot commit.
+    let newcomer = newcomer(&app, &world).await;
     proxy.pause();
     let likers = 12;
     for n in 0..likers {
@@ -219,7 +230,7 @@ async fn what_cannot_finish_is_abandoned_at_the_shutdown_timeout_and_replayed_ex
         assert!(Instant::now() < deadline, "the server's worker never took a batch");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let stuck = request_waiting_for_postgres(&serve, app.token(world.alice), post).await;
+    let stuck = request_waiting_for_postgres(&serve, newcomer, post).await;
 
     let signalled = Instant::now();
     serve.terminate();
