@@ -14,6 +14,7 @@ pub(crate) use verifier::Authenticator;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sea_orm::DatabaseConnection;
 use tokio::sync::OnceCell;
@@ -34,17 +35,32 @@ pub(crate) struct Viewer {
     memberships: OnceCell<Roles>,
     /// A connection's viewer: memberships are never kept.
     read_every_time: bool,
+    /// This viewer made the first lookup of memberships the instance's warm kept
+    /// (`Memberships::look_up`): as good as their first request here.
+    first_use_of_warmed: AtomicBool,
 }
 
 impl Viewer {
     /// The viewer of one HTTP request.
     pub(crate) fn new(user_id: i64, shared: Memberships) -> Self {
-        Self { user_id, shared, memberships: OnceCell::new(), read_every_time: false }
+        Self {
+            user_id,
+            shared,
+            memberships: OnceCell::new(),
+            read_every_time: false,
+            first_use_of_warmed: AtomicBool::new(false),
+        }
     }
 
     /// The viewer of a websocket connection, shared by all its operations.
     pub(crate) fn for_connection(user_id: i64, shared: Memberships) -> Self {
-        Self { user_id, shared, memberships: OnceCell::new(), read_every_time: true }
+        Self {
+            user_id,
+            shared,
+            memberships: OnceCell::new(),
+            read_every_time: true,
+            first_use_of_warmed: AtomicBool::new(false),
+        }
     }
 
     /// The viewer's role in every course they belong to: read once per request, or every time
@@ -62,11 +78,20 @@ impl Viewer {
         if let Some(roles) = self.memberships.get() {
             return Some(roles.clone());
         }
-        let roles = self.shared.cached(self.user_id)?;
+        let (roles, first_use) = self.shared.look_up(self.user_id)?;
+        if first_use {
+            self.first_use_of_warmed.store(true, Ordering::Release);
+        }
         if !self.read_every_time {
             let _ = self.memberships.set(roles.clone());
         }
         Some(roles)
+    }
+
+    /// Whether this viewer's memberships, though in memory, came from the warm and this viewer
+    /// was the first to look them up: the instance has served the user nothing before.
+    pub(crate) fn first_use_of_warmed(&self) -> bool {
+        self.first_use_of_warmed.load(Ordering::Acquire)
     }
 
     /// The generation to pass to `remember_memberships` for a reading about to start.

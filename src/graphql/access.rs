@@ -111,10 +111,10 @@ pub(crate) async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostR
     let state = state(ctx)?;
     let (row, start) = find_post(state, viewer, id).await?;
     // A first touch only while memberships are kept: otherwise every like would read its
-    // liked rows again, loaded set or not. Memberships the warm kept, unread by any request
-    // since, say nothing of the liked-set: that like is a first touch too.
-    let first = state.memberships.keeps_readings()
-        && (viewer.known_memberships().is_none() || state.memberships.only_warmed(viewer.user_id));
+    // liked rows again, loaded set or not. Memberships the warm kept, looked up by no request
+    // before this one, say nothing of the liked-set: that like is a first touch too.
+    let first =
+        state.memberships.keeps_readings() && (viewer.known_memberships().is_none() || viewer.first_use_of_warmed());
     let checked = if state.likes.mode() == LikeMode::Buffered && first {
         first_touch(state, viewer, row.course_id).await
     } else {

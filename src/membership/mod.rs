@@ -47,10 +47,11 @@ pub struct Memberships {
 /// A user's roles as memory holds them.
 struct Reading {
     roles: Roles,
-    /// Kept by the warm, and no request of the user has read them since: a like then still
-    /// takes the first-touch path (`graphql::access::post_to_like`), whose one statement also
-    /// loads the liked-set the instance has likely never seen.
-    warmed: bool,
+    /// Kept by the warm, and no request of the user has looked them up since. The first
+    /// request that does is the user's first on this instance, as if it had read them: a like
+    /// then still takes the first-touch path (`graphql::access::post_to_like`), whose one
+    /// statement also loads the liked-set the instance has likely never seen.
+    warmed: AtomicBool,
 }
 
 struct Inner {
@@ -133,21 +134,32 @@ impl Memberships {
         Ok(roles)
     }
 
-    /// The user's roles if memory holds a trusted copy.
+    /// The user's roles if memory holds a trusted copy: a request's lookup.
     pub fn cached(&self, user_id: i64) -> Option<Roles> {
+        self.look_up(user_id).map(|(roles, _)| roles)
+    }
+
+    /// As `cached`, and whether this is the first lookup of roles the warm kept (see
+    /// `Reading::warmed`).
+    pub(crate) fn look_up(&self, user_id: i64) -> Option<(Roles, bool)> {
         if !self.inner.listening.load(Ordering::Acquire) {
             return None;
         }
         let reading = self.inner.roles.get(&user_id);
         metrics::counter!(crate::telemetry::names::MEMBERSHIP_CACHE_LOOKUPS, "result" => if reading.is_some() { "hit" } else { "miss" })
             .increment(1);
-        reading.map(|reading| reading.roles.clone())
+        reading.map(|reading| (reading.roles.clone(), reading.warmed.swap(false, Ordering::AcqRel)))
     }
 
-    /// Whether the user's roles in memory were kept by the warm and no request of theirs has
-    /// read them since (see `Reading::warmed`).
-    pub fn only_warmed(&self, user_id: i64) -> bool {
-        self.keeps_readings() && self.inner.roles.get(&user_id).is_some_and(|reading| reading.warmed)
+    /// What memory holds of the user, without counting as a request's lookup (for tests and
+    /// diagnostics).
+    pub fn holds(&self, user_id: i64) -> Option<Roles> {
+        self.inner
+            .listening
+            .load(Ordering::Acquire)
+            .then(|| self.inner.roles.get(&user_id))
+            .flatten()
+            .map(|r| r.roles.clone())
     }
 
     /// The generation to pass to `keep` for a reading about to start.
@@ -173,7 +185,7 @@ impl Memberships {
         if self.generation() != read_at {
             return;
         }
-        self.inner.roles.insert(user_id, Arc::new(Reading { roles, warmed: false }));
+        self.inner.roles.insert(user_id, Arc::new(Reading { roles, warmed: AtomicBool::new(false) }));
     }
 
     /// Keeps the warm's readings of several users taken when the generation was `read_at`: all
@@ -188,7 +200,7 @@ impl Memberships {
             return false;
         }
         for (user_id, roles) in readings {
-            self.inner.roles.insert(user_id, Arc::new(Reading { roles, warmed: true }));
+            self.inner.roles.insert(user_id, Arc::new(Reading { roles, warmed: AtomicBool::new(true) }));
         }
         true
     }
@@ -354,12 +366,14 @@ mod tests {
         let read_at = memberships.generation();
         memberships.changed(9);
         assert!(!memberships.keep_warmed([(1, roles(7)), (2, roles(7))], read_at), "a change was heard meanwhile");
-        assert!(memberships.cached(1).is_none() && memberships.cached(2).is_none(), "none of it kept");
+        assert!(memberships.holds(1).is_none() && memberships.holds(2).is_none(), "none of it kept");
         assert!(memberships.keep_warmed([(1, roles(7)), (2, roles(8))], memberships.generation()));
-        assert!(memberships.cached(2).is_some_and(|r| r.contains_key(&8)), "all of it kept");
-        assert!(memberships.only_warmed(1), "kept by the warm, no request read it since");
-        memberships.keep(1, roles(7), memberships.generation());
-        assert!(!memberships.only_warmed(1) && memberships.only_warmed(2), "a request's reading replaces the warm's");
+        assert!(memberships.holds(2).is_some_and(|r| r.contains_key(&8)), "all of it kept");
+        let first_use = |user| memberships.look_up(user).map(|(_, first)| first);
+        assert_eq!(first_use(1), Some(true), "the first lookup of what the warm kept");
+        assert_eq!(first_use(1), Some(false), "and only the first");
+        memberships.keep(2, roles(8), memberships.generation());
+        assert_eq!(first_use(2), Some(false), "a request's reading replaced the warm's");
         memberships.stop_trusting();
         assert!(!memberships.keep_warmed([(3, roles(7))], memberships.generation()), "not listening");
     }

@@ -383,9 +383,9 @@ async fn an_instance_knows_its_members_before_their_first_request(mode: LikeMode
     let loner = app.create_user("loner").await;
     let peer = app.spawn_peer(|s| s.like_mode = mode).await;
     assert!(peer.state.memberships.warms_ended() >= 1, "the peer served only after its warm ended");
-    let alice_roles = peer.state.memberships.cached(world.alice).expect("alice is in memory before any request");
+    let alice_roles = peer.state.memberships.holds(world.alice).expect("alice is in memory before any request");
     assert!(alice_roles.contains_key(&world.course) && alice_roles.len() == 1, "alice's one course: {alice_roles:?}");
-    assert!(peer.state.memberships.cached(loner).is_none(), "no membership: nothing to warm");
+    assert!(peer.state.memberships.holds(loner).is_none(), "no membership: nothing to warm");
 
     // The post into the peer's memory, and the scripts into Redis: bob reads and likes it
     // there. Then alice's first request there.
@@ -400,14 +400,14 @@ async fn an_instance_knows_its_members_before_their_first_request(mode: LikeMode
         peer.state.sql_statements.get() - before
     };
     assert_eq!(statements(&app.token(world.alice)).await, 0, "alice's first request: memberships from the warm");
-    // Her first like there: buffered, still a first touch (the warm said nothing of her
-    // liked-set), so one statement reads her memberships and likes together and one toggle
-    // loads and counts; sync, the like's own write alone.
+    // The instructor's first request there is a like: buffered, still a first touch (the warm
+    // said nothing of their liked-set), so one statement reads their memberships and likes
+    // together and one toggle loads and counts; sync, the like's own write alone.
     let (sql, redis) = (peer.state.sql_statements.get(), peer.state.redis.commands_sent());
-    let liked = app.gql_at(peer.addr, Some(&app.token(world.alice)), LIKE_POST, json!({ "p": post })).await;
+    let liked = app.gql_at(peer.addr, Some(&app.token(world.instructor)), LIKE_POST, json!({ "p": post })).await;
     assert_eq!(liked["data"]["likePost"]["likedByMe"], json!(true), "{liked}");
     let (sql, redis) = (peer.state.sql_statements.get() - sql, peer.state.redis.commands_sent() - redis);
-    assert_eq!(sql, 1, "{mode:?}: a warmed member's first like: one statement");
+    assert_eq!(sql, 1, "{mode:?}: a warmed member's first request, a like: one statement");
     if mode == LikeMode::Buffered {
         assert_eq!(redis, 1, "one toggle");
     }
