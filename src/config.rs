@@ -112,10 +112,10 @@ pub struct Settings {
     pub recount_interval: Duration,
 
     /// Live like counts: at most one update per target per this interval, per subscriber.
-    /// (60 ms rather than 100: on a post with thousands of watchers the round of writes, not
-    /// this interval, bounds the frames, and the interval only adds to the last count's wait;
-    /// docs/performance.md.)
-    #[arg(long, env = "LIVE_COALESCE", default_value = "60ms", value_parser = parse_duration, global = true)]
+    /// (30 ms rather than 60 or 100: on a post with thousands of watchers the round of writes,
+    /// not this interval, bounds the frames, and the interval only adds to the last count's
+    /// wait; docs/performance.md.)
+    #[arg(long, env = "LIVE_COALESCE", default_value = "30ms", value_parser = parse_duration, global = true)]
     pub live_coalesce: Duration,
 
     /// Worker threads of the websocket connections' own runtime (`live::runtime`); 0 runs
