@@ -260,7 +260,8 @@ async fn start_relay(state: &AppState) -> AppResult<tokio::task::JoinHandle<()>>
 /// warmed the cache (`membership::warm`), so the first requests find their members in memory.
 /// If it cannot, the server starts anyway: memberships come from PostgreSQL until it can.
 async fn start_membership_listener(state: &AppState) -> tokio::task::JoinHandle<()> {
-    let listener = tokio::spawn(membership::listener::run(state.db.clone(), state.memberships.clone()));
+    let listener =
+        tokio::spawn(membership::listener::run(state.db.clone(), state.jobs_db.clone(), state.memberships.clone()));
     let deadline = Instant::now() + state.settings.connect_timeout;
     let warmed = |m: &membership::Memberships| m.listening() && m.warms_ended() > 0;
     while !warmed(&state.memberships) && Instant::now() < deadline {

@@ -30,7 +30,9 @@ pub struct ListenerHooks {
 /// Listens for as long as the task runs (it is aborted at shutdown), reconnecting with backoff
 /// whenever the connection is lost. Memory is trusted only between a successful LISTEN and the
 /// next failure.
-pub(crate) async fn run(db: DatabaseConnection, memberships: Memberships) {
+/// `warm_db`, the background jobs' pool, serves the warm (`warm::warm`), so its statements
+/// neither take the requests' connections nor count as theirs.
+pub(crate) async fn run(db: DatabaseConnection, warm_db: DatabaseConnection, memberships: Memberships) {
     let hooks = memberships.listener_hooks();
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
     let mut first = true;
@@ -52,7 +54,7 @@ pub(crate) async fn run(db: DatabaseConnection, memberships: Memberships) {
         // Concurrent with the notifications below: a change heard while a chunk is read
         // discards that chunk (`warm::warm`).
         let warming = tokio::spawn({
-            let (db, memberships) = (db.clone(), memberships.clone());
+            let (db, memberships) = (warm_db.clone(), memberships.clone());
             async move {
                 if let Err(err) = super::warm::warm(&db, &memberships).await {
                     tracing::warn!(error = %err, "warming the membership cache failed; memberships are read on first use");
