@@ -89,9 +89,10 @@ impl Viewer {
     }
 
     /// Whether this viewer's memberships, though in memory, came from the warm and this viewer
-    /// was the first to look them up: the instance has served the user nothing before.
+    /// was the first to look them up: the instance has served the user nothing before. Asked
+    /// once: a connection's viewer lives on, and only its first like is such a first touch.
     pub(crate) fn first_use_of_warmed(&self) -> bool {
-        self.first_use_of_warmed.load(Ordering::Acquire)
+        self.first_use_of_warmed.swap(false, Ordering::AcqRel)
     }
 
     /// The generation to pass to `remember_memberships` for a reading about to start.

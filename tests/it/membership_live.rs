@@ -425,6 +425,32 @@ async fn an_instance_knows_its_members_before_their_first_request(mode: LikeMode
 
 in_each_like_mode!(an_instance_knows_its_members_before_their_first_request);
 
+/// Over a websocket, whose viewer lives for the connection, only the first like of a warmed
+/// member is a first touch: the next one finds the liked-set the first loaded.
+#[tokio::test]
+async fn a_warmed_members_socket_makes_one_first_touch() {
+    let app = TestApp::spawn_in(LikeMode::Buffered).await;
+    let world = World::create(&app).await;
+    let post = gid("Post", app.create_post(&app.token(world.bob), world.course, "hot").await);
+    let peer = app.spawn_peer(|s| s.like_mode = LikeMode::Buffered).await;
+    assert!(peer.state.memberships.holds(world.alice).is_some(), "alice warmed");
+    // The post into the peer's memory, and the scripts into Redis.
+    let bob = app.token(world.bob);
+    app.gql_at(peer.addr, Some(&bob), READ_POST, json!({ "p": post })).await;
+    app.gql_at(peer.addr, Some(&bob), LIKE_POST, json!({ "p": post })).await;
+
+    let mut socket = GqlSocket::connect(peer.addr, Some(&app.token(world.alice))).await.expect("ws");
+    let unlike = "mutation($p: ID!) { unlikePost(postId: $p) { likedByMe } }";
+    let mut statements = Vec::new();
+    for (n, query) in [LIKE_POST, unlike, LIKE_POST].into_iter().enumerate() {
+        let before = peer.state.sql_statements.get();
+        let result = operate(&mut socket, &format!("op{n}"), query, json!({ "p": post })).await;
+        assert!(result.get("errors").is_none(), "{result}");
+        statements.push(peer.state.sql_statements.get() - before);
+    }
+    assert_eq!(statements, [1, 0, 0], "one first touch, then toggles on the loaded set");
+}
+
 /// Adds `n` users to `course` with one statement; their ids.
 async fn many_members(app: &TestApp, course: i64, n: i64) -> (i64, i64) {
     let first = app
