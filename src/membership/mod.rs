@@ -176,31 +176,35 @@ impl Memberships {
     /// Keeps a reading of the user's roles taken when the generation was `read_at`, unless a
     /// change was heard since (or the listener is not connected).
     pub fn keep(&self, user_id: i64, roles: Roles, read_at: u64) {
-        if self.inner.keep_nothing || !self.inner.listening.load(Ordering::Acquire) {
-            return;
-        }
-        let _order = lock(&self.inner.order);
-        // Checked under the lock that `changed` takes after bumping: a change is either seen
-        // here, or it removes this entry after it was inserted.
-        if self.generation() != read_at {
-            return;
-        }
-        self.inner.roles.insert(user_id, Arc::new(Reading { roles, warmed: AtomicBool::new(false) }));
+        self.keep_unless_changed([(user_id, roles)], read_at, false);
     }
 
     /// Keeps the warm's readings of several users taken when the generation was `read_at`: all
     /// of them, or none if a change was heard since (or the listener is not connected). Whether
     /// they were kept.
     pub(crate) fn keep_warmed(&self, readings: impl IntoIterator<Item = (i64, Roles)>, read_at: u64) -> bool {
+        self.keep_unless_changed(readings, read_at, true)
+    }
+
+    /// The one rule of every reading kept: all of `readings`, or none if the generation moved
+    /// since `read_at`.
+    fn keep_unless_changed(
+        &self,
+        readings: impl IntoIterator<Item = (i64, Roles)>,
+        read_at: u64,
+        warmed: bool,
+    ) -> bool {
         if !self.keeps_readings() {
             return false;
         }
         let _order = lock(&self.inner.order);
+        // Checked under the lock that `changed` takes after bumping: a change is either seen
+        // here, or it removes these entries after they were inserted.
         if self.generation() != read_at {
             return false;
         }
         for (user_id, roles) in readings {
-            self.inner.roles.insert(user_id, Arc::new(Reading { roles, warmed: AtomicBool::new(true) }));
+            self.inner.roles.insert(user_id, Arc::new(Reading { roles, warmed: AtomicBool::new(warmed) }));
         }
         true
     }
