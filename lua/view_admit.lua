@@ -15,9 +15,11 @@
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local bound = tonumber(ARGV[1])
+local open = 0
 if bound > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)
-  if redis.call('ZCARD', KEYS[1]) >= bound then
+  open = redis.call('ZCARD', KEYS[1])
+  if open >= bound then
     local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
     return {1, math.max(1, tonumber(oldest[2]) - ms)}
   end
@@ -31,8 +33,14 @@ if bound > 0 then
   -- A ticket started so far back that it has expired already holds no slot.
   if expiry > ms then
     redis.call('ZADD', KEYS[1], expiry, ARGV[2])
-    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-    redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(last[2]) - ms))
+    -- The set lives as long as its last ticket. A set that held tickets already has the
+    -- expiry of its latest one (every ZADD sets it), so GT keeps the later of the two; a set
+    -- the trim above emptied was deleted, and starts with this ticket's.
+    if open == 0 then
+      redis.call('PEXPIRE', KEYS[1], expiry - ms)
+    else
+      redis.call('PEXPIRE', KEYS[1], expiry - ms, 'GT')
+    end
   end
 end
 return {0, 0}

@@ -1,5 +1,8 @@
 -- Complete a post view: single use, dwell and both caps, decided atomically.
--- KEYS[1]  the ticket                        HASH (view_start.lua)
+-- KEYS[1]  the ticket                        STRING `<user> <post> <ip> <validity ms> <life ms>`,
+--          set with PX <life ms> when the view started (`views::Views::open_command`), and
+--          ` used` appended once completed; its remaining PTTL is the clock: the time since
+--          the start is <life ms> - PTTL, by Redis's clock (one clock for every instance)
 -- KEYS[2]  the user's cap counter on the post  STRING
 -- KEYS[3]  the IP's cap counter on the post    STRING
 -- KEYS[4]  the post's unique viewers           HyperLogLog
@@ -12,27 +15,30 @@
 --   {2, 0}  ALREADY_USED        {3, 0}  EXPIRED
 --   {4, ms} TOO_SHORT, ms of dwell still missing; the ticket stays usable
 --   {5, 0}  CAPPED; the ticket is used up
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local ticket = redis.call('GET', KEYS[1])
+if not ticket then
   return {0, 0}
 end
-local f = redis.call('HMGET', KEYS[1], 'u', 'p', 't', 'exp', 'used')
+local f = {}
+for word in string.gmatch(ticket, '%S+') do
+  f[#f + 1] = word
+end
 if f[1] ~= ARGV[1] or f[2] ~= ARGV[2] then
   return {0, 0}
 end
-if f[5] then
+if f[6] == 'used' then
   return {2, 0}
 end
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-if ms > tonumber(f[4]) then
+local left = redis.call('PTTL', KEYS[1])
+local dwelt = tonumber(f[5]) - left
+if left < 0 or dwelt > tonumber(f[4]) then
   return {3, 0}
 end
-local dwelt = ms - tonumber(f[3])
 local need = tonumber(ARGV[3])
 if dwelt < need then
   return {4, need - dwelt}
 end
-redis.call('HSET', KEYS[1], 'used', '1')
+redis.call('SET', KEYS[1], ticket .. ' used', 'KEEPTTL')
 local user_cap = tonumber(ARGV[4])
 local ip_cap = tonumber(ARGV[5])
 local by_user = tonumber(redis.call('GET', KEYS[2]) or '0')

@@ -4,9 +4,12 @@
 //!    `{u<user>}`): the user's view-start rate limit (`VIEW_START_RATE_PER_MINUTE`) and bound on
 //!    open tickets (`VIEW_MAX_OPEN_TICKETS`) are checked, and the new ticket takes a slot, in
 //!    one script, before any database work. Then (access-checked: live post, viewer a member of
-//!    its course) it stores the ticket in Redis (`lua/view_start.lua`) with the start time of
-//!    the Redis clock, the user, the post and the client IP; a start that fails after its
-//!    admission gives the slot back. The ticket the client gets is `<post id>.<uuid>`: opaque to
+//!    its course) it stores the ticket in Redis: one `SET … PX` of the user, the post, the
+//!    client IP and the ticket's lifetimes, no script. The key's remaining time to live is the
+//!    clock the completion reads (the time since the start, by Redis's clock, one clock for
+//!    every instance). A start that fails after its admission gives the slot back. When the
+//!    caller knows the post from memory, admission and ticket go in one pipelined round trip
+//!    (`admit_and_open`). The ticket the client gets is `<post id>.<uuid>`: opaque to
 //!    clients, it names the post so the ticket key can carry the post's hash tag.
 //! 2. `completePostView(ticket)` runs `lua/view_complete.lua`: ownership, single use, expiry,
 //!    dwell (at least `VIEW_MIN_DWELL` by the Redis clock) and both caps (per user and per IP,
@@ -134,7 +137,6 @@ const START_WINDOW: Duration = Duration::from_secs(60);
 
 struct Scripts {
     admit: Script,
-    start: Script,
     complete: Script,
     count: Script,
 }
@@ -186,7 +188,6 @@ impl Views {
                 include_str!("../../lua/fixed_window.lua"),
                 include_str!("../../lua/view_admit.lua"),
             ]),
-            start: Script::new(include_str!("../../lua/view_start.lua")),
             complete: Script::new(include_str!("../../lua/view_complete.lua")),
             count: Script::new(include_str!("../../lua/view_count.lua")),
         });
@@ -277,9 +278,10 @@ impl Views {
         Err(AppError::RateLimited { what, retry_after_ms: wait_ms.max(1) })
     }
 
-    /// `admit` and `open` in ONE round trip (a pipeline of both scripts), for a post the caller
-    /// has proven the user may read without asking Redis (the post was in memory). A start the
-    /// limits refuse has its ticket removed at once, so it is as if nothing was stored.
+    /// `admit` and `open` in ONE round trip (a pipeline of the admission script and the
+    /// ticket's SET), for a post the caller has proven the user may read without asking Redis
+    /// (the post was in memory). A start the limits refuse has its ticket removed at once, so
+    /// it is as if nothing was stored.
     pub async fn admit_and_open(&self, user_id: i64, post_id: i64, ip: IpAddr) -> AppResult<StartedView> {
         let admission =
             Admission { user_id, post_id, uuid: uuid::Uuid::new_v4().simple().to_string(), backdate: Duration::ZERO };
@@ -287,10 +289,11 @@ impl Views {
         if self.limited() {
             pipe.invoke_script(&self.admit_invocation(&admission));
         }
-        pipe.invoke_script(&self.open_invocation(&admission, ip)).ignore();
-        // Both scripts run again if Redis had lost them (`query_scripts`): the admission's
-        // ticket is the same, so its slot is taken once; only its rate count may repeat.
-        let scripts = [&self.scripts.admit, &self.scripts.start];
+        pipe.add_command(self.open_command(&admission, ip)).ignore();
+        // The pipeline runs again if Redis had lost the script (`query_scripts`): the
+        // admission's ticket is the same, so its slot is taken once and its SET is the same;
+        // only its rate count may repeat.
+        let scripts = [&self.scripts.admit];
         if !self.limited() {
             let () = crate::kv::query_scripts(&self.redis, &pipe, &scripts).await?;
             return Ok(self.started(&admission));
@@ -328,24 +331,25 @@ impl Views {
     /// read (the admission's post).
     pub async fn open(&self, admission: &Admission, ip: IpAddr) -> AppResult<StartedView> {
         let mut conn = self.redis.clone();
-        let _: i64 = self.open_invocation(admission, ip).invoke_async(&mut conn).await?;
+        let () = self.open_command(admission, ip).query_async(&mut conn).await?;
         Ok(self.started(admission))
     }
 
-    fn open_invocation(&self, admission: &Admission, ip: IpAddr) -> redis::ScriptInvocation<'_> {
+    /// The ticket's `SET`: `<user> <post> <ip> <validity ms> <life ms>` (what
+    /// `lua/view_complete.lua` reads), expiring after its life. The life is the validity plus
+    /// a grace, so a late completion still hears EXPIRED; the remaining time to live is the
+    /// completion's clock, so a start backdated (benchmarks and tests) lives that much less.
+    fn open_command(&self, admission: &Admission, ip: IpAddr) -> redis::Cmd {
         let Admission { user_id, post_id, ref uuid, backdate } = *admission;
-        let ttl_ms = self.config.ticket_ttl.as_millis() as u64;
-        // Keep the key a while past its validity, so a late completion hears EXPIRED.
-        let key_ms = ttl_ms + ttl_ms.max(60_000);
-        let mut invocation = self.scripts.start.key(self.keys.view_ticket(post_id, uuid));
-        invocation
-            .arg(user_id)
-            .arg(post_id)
-            .arg(ip.to_string())
-            .arg(ttl_ms)
-            .arg(key_ms)
-            .arg(backdate.as_millis() as u64);
-        invocation
+        let validity_ms = self.config.ticket_ttl.as_millis() as u64;
+        let life_ms = validity_ms + validity_ms.max(60_000);
+        let left_ms = life_ms.saturating_sub(backdate.as_millis() as u64).max(1);
+        let mut set = redis::cmd("SET");
+        set.arg(self.keys.view_ticket(post_id, uuid))
+            .arg(format!("{user_id} {post_id} {ip} {validity_ms} {life_ms}"))
+            .arg("PX")
+            .arg(left_ms);
+        set
     }
 
     fn started(&self, admission: &Admission) -> StartedView {
@@ -353,10 +357,15 @@ impl Views {
     }
 
     /// Completes a ticket for `user_id`. Unknown, malformed and foreign tickets are NOT_FOUND.
-    /// Unless it was `TOO_SHORT` (still usable), the ticket's open slot is freed.
+    /// Unless it was `TOO_SHORT` (still usable), the ticket's open slot is freed: a counted
+    /// view's in the same round trip as its count.
     pub async fn complete(&self, user_id: i64, ticket: &str, ip: IpAddr) -> AppResult<ViewOutcome> {
         let (post_id, uuid) = parse_ticket(ticket).ok_or_else(|| AppError::not_found("view ticket"))?;
         let outcome = self.decide(user_id, post_id, &uuid, ip).await;
+        if let Ok(ViewOutcome::Counted) = outcome {
+            self.count(user_id, post_id, &format!("{post_id}.{uuid}")).await?;
+            return outcome;
+        }
         let used_up = match &outcome {
             Ok(ViewOutcome::Refused(ViewRefusal::TooShort)) => false,
             Ok(_) => true,
@@ -370,7 +379,7 @@ impl Views {
         outcome
     }
 
-    /// `complete` without the slot: the completion script, then the counter of a counted view.
+    /// `complete`'s verdict: the completion script alone.
     async fn decide(&self, user_id: i64, post_id: i64, uuid: &str, ip: IpAddr) -> AppResult<ViewOutcome> {
         let mut conn = self.redis.clone();
         let (status, _detail): (i64, i64) = self
@@ -397,18 +406,28 @@ impl Views {
             5 => ViewOutcome::Refused(ViewRefusal::Capped),
             other => return Err(AppError::Internal(format!("view_complete.lua answered {other}"))),
         };
-        if outcome == ViewOutcome::Counted {
-            let shard = rand::random_range(0..self.config.shards);
-            let _: i64 = self
-                .scripts
+        Ok(outcome)
+    }
+
+    /// Counts a view the completion script counted, in one of the post's shards, and frees its
+    /// ticket's open slot, in one pipelined round trip (two slots: the shard's and the user's).
+    /// Sent again only if Redis had lost the script, which then had not run: no double count.
+    async fn count(&self, user_id: i64, post_id: i64, ticket: &str) -> AppResult<()> {
+        let shard = rand::random_range(0..self.config.shards);
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(
+            self.scripts
                 .count
                 .key(self.keys.view_counter(shard, post_id))
                 .key(self.keys.view_dirty(shard))
-                .arg(post_id)
-                .invoke_async(&mut conn)
-                .await?;
+                .arg(post_id),
+        )
+        .ignore();
+        if self.config.max_open_tickets > 0 {
+            pipe.cmd("ZREM").arg(self.keys.open_views(user_id)).arg(ticket).ignore();
         }
-        Ok(outcome)
+        let () = crate::kv::query_scripts(&self.redis, &pipe, &[&self.scripts.count]).await?;
+        Ok(())
     }
 
     /// Unflushed views and unique viewers of many posts in one pipelined round trip: one MGET

@@ -284,6 +284,41 @@ async fn an_expired_ticket_frees_its_slot() {
     assert_eq!(open_tickets(&app, w.alice).await, 1, "the expired ticket was trimmed");
 }
 
+/// The open-ticket set expires with its latest ticket, whichever order the tickets came in:
+/// a ticket that expires sooner than one already held never shortens the set's life.
+#[tokio::test]
+async fn the_open_tickets_live_as_long_as_their_latest_ticket() {
+    let (app, w) = spawn(|s| {
+        s.view_max_open_tickets = 5;
+        s.view_min_dwell = Duration::from_millis(50);
+        s.view_ticket_ttl = Duration::from_secs(10);
+    })
+    .await;
+    let alice = app.token(w.alice);
+    let target = post(&app, &alice, w.course, "read twice").await;
+    let ip: std::net::IpAddr = "127.0.0.1".parse().expect("ip");
+    let set_ttl_ms = || async {
+        let mut conn = app.state.redis.clone();
+        let ms: i64 =
+            redis::cmd("PTTL").arg(app.state.keys.open_views(w.alice)).query_async(&mut conn).await.expect("PTTL");
+        ms
+    };
+    // Started 8 s ago: it expires in 2 s, and so does the set it opened.
+    let views = &app.state.views;
+    views.start_backdated(w.alice, raw_id(&target), ip, Duration::from_secs(8)).await.expect("backdated start");
+    let first = set_ttl_ms().await;
+    assert!((1..=2_000).contains(&first), "the set lives as long as its one ticket: {first} ms");
+    // A fresh ticket lengthens it to its own 10 s.
+    start(&app, &alice, &target).await;
+    let second = set_ttl_ms().await;
+    assert!(second > 8_000, "the fresh ticket lengthened the set: {second} ms");
+    // One that expires in 1 s does not shorten it.
+    views.start_backdated(w.alice, raw_id(&target), ip, Duration::from_secs(9)).await.expect("backdated start");
+    let third = set_ttl_ms().await;
+    assert!(third > 8_000, "a sooner ticket left the set's life alone: {third} ms");
+    assert_eq!(open_tickets(&app, w.alice).await, 3);
+}
+
 #[tokio::test]
 async fn each_window_resets_when_its_counter_expires() {
     let (app, w) = spawn(|s| {
