@@ -19,7 +19,7 @@
 //! | `<p>:{u<user>}:rl:<kind>` | STRING | 60 s | the user's writes of one kind (`post`, `comment`, `edit`, `delete`, `view`) in the current rate-limit window |
 //! | `<p>:{u<user>}:views:open` | ZSET | until its last ticket expires (VIEW_TICKET_TTL) | the user's open view tickets, `<post>.<uuid>` scored by the ticket's expiry (ms, Redis clock); completing a ticket removes it, expired ones are trimmed by the next start |
 //! | `<p>:{live}:events` | Pub/Sub channel | — | committed like counts and course activity, to every instance |
-//! | `<p>:{v<post>}:ticket:<uuid>` | HASH | VIEW_TICKET_TTL + grace | a started view: user `u`, post `p`, ip, start `t` and expiry `exp` (ms, Redis clock), `used` |
+//! | `<p>:{v<post>}:vt:<uuid>` | STRING | VIEW_TICKET_TTL + grace (the life) | a started view: `<user> <post> <ip> <validity ms> <life ms>`, then ` used`; the time since its start is the life minus its `PTTL` |
 //! | `<p>:{v<post>}:cap:u:<user>` | STRING | VIEW_CAP_WINDOW | counted views of the user on the post in the current window |
 //! | `<p>:{v<post>}:cap:ip:<ip>` | STRING | VIEW_CAP_WINDOW | counted views from the IP on the post in the current window |
 //! | `<p>:{v<post>}:uniq` | HyperLogLog | none | unique viewers (user ids) of the post |
@@ -157,9 +157,11 @@ impl Keys {
         format!("{}:{{live}}:events", self.prefix)
     }
 
-    /// A started post view (ticket uuid in simple form).
+    /// A started post view (ticket uuid in simple form). `vt`, not the earlier HASH tickets'
+    /// `ticket`: across a rolling upgrade, an instance never reads a ticket of the other
+    /// format (it is NOT_FOUND there, and the client starts a new view).
     pub fn view_ticket(&self, post_id: i64, ticket: &str) -> String {
-        format!("{}:{{v{post_id}}}:ticket:{ticket}", self.prefix)
+        format!("{}:{{v{post_id}}}:vt:{ticket}", self.prefix)
     }
 
     pub fn view_cap_user(&self, post_id: i64, user_id: i64) -> String {
