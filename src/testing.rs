@@ -87,7 +87,7 @@ pub mod likes {
 
 /// The like worker, stepped by hand.
 pub mod worker {
-    pub use crate::worker::{BatchTimings, LikeWorker, WorkerConfig, is_transient, unapplied_events};
+    pub use crate::worker::{BatchTimings, LikeWorker, WorkerConfig, is_transient, retire_script, unapplied_events};
 }
 
 /// Live updates: messages and the publisher.

@@ -225,10 +225,7 @@ impl LikeWorker {
             stats: Arc::new(WorkerStats::default()),
             hooks: Arc::new(WorkerHooks::default()),
             epochs: Arc::new(Mutex::new(HashMap::new())),
-            done: Arc::new(crate::kv::script(&[
-                include_str!("../../lua/load_stamp.lua"),
-                include_str!("../../lua/like_batch_done.lua"),
-            ])),
+            done: Arc::new(retire_script()),
             read: Arc::new(Script::new(include_str!("../../lua/like_read.lua"))),
             forget_consumers: Arc::new(Script::new(include_str!("../../lua/like_consumers_forget.lua"))),
             carried: Arc::default(),
@@ -246,4 +243,10 @@ impl LikeWorker {
     pub fn hooks(&self) -> &WorkerHooks {
         &self.hooks
     }
+}
+
+/// The retire script (`lua/like_batch_done.lua` after its `load_stamp.lua` prelude), as the
+/// worker runs it after a batch's COMMIT.
+pub fn retire_script() -> Script {
+    crate::kv::script(&[include_str!("../../lua/load_stamp.lua"), include_str!("../../lua/like_batch_done.lua")])
 }

@@ -145,3 +145,65 @@ async fn a_retire_leaves_the_entries_after_its_batch_in_the_stream() {
     assert_eq!(users_in_stream().await, Vec::<i64>::new());
     assert_eq!(rows_and_counter(&app, Target::Post(post)).await, (4, 4));
 }
+
+/// The retire trims the stream below a batch only when the group had delivered every entry it
+/// names: when it acknowledges fewer (a retire sent again, or a group made anew that never
+/// delivered some of them), it deletes the named entries alone, and an entry the group never
+/// delivered, older than the batch, stays to be applied.
+#[tokio::test]
+async fn a_retire_that_acknowledges_fewer_than_it_names_deletes_only_those() {
+    let app = TestApp::spawn().await;
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let (stream, generations) = (format!("test:{{retire-{tag}}}:stream"), format!("test:{{retire-{tag}}}:gens"));
+    let mut conn = app.state.redis.clone();
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        let id: String =
+            redis::cmd("XADD").arg(&stream).arg("*").arg("n").arg(n).query_async(&mut conn).await.expect("XADD");
+        ids.push(id);
+    }
+    // A group made after the first two entries: it never delivers them.
+    let _: String = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&stream)
+        .arg("g")
+        .arg(&ids[1])
+        .query_async(&mut conn)
+        .await
+        .expect("XGROUP");
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("c")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .expect("XREADGROUP");
+    // Retire the delivered third entry and the undelivered fourth: one of the two is acknowledged.
+    let (ms, seq) = ids[3].split_once('-').expect("stream id");
+    let after = format!("{ms}-{}", seq.parse::<u64>().expect("sequence") + 1);
+    let removed: i64 = course_forum::testing::worker::retire_script()
+        .key(&stream)
+        .key(&generations)
+        .arg("g")
+        .arg(2)
+        .arg(0)
+        .arg(&ids[2])
+        .arg(&ids[3])
+        .arg("0")
+        .arg(&ids[3])
+        .arg(&after)
+        .invoke_async(&mut conn)
+        .await
+        .expect("retire");
+    assert_eq!(removed, 0, "no pending record was named");
+    let left: Vec<(String, Vec<(String, String)>)> =
+        redis::cmd("XRANGE").arg(&stream).arg("-").arg("+").query_async(&mut conn).await.expect("XRANGE");
+    let left: Vec<String> = left.into_iter().map(|(id, _)| id).collect();
+    assert_eq!(left, ids[..2].to_vec(), "the two named entries went, and only they");
+    let _: i64 = redis::cmd("DEL").arg(&stream).arg(&generations).query_async(&mut conn).await.expect("DEL");
+}
