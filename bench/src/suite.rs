@@ -67,8 +67,9 @@ pub struct SuiteConfig {
     /// Hot-post watchers opened per second during setup.
     #[arg(long, default_value_t = 2_000)]
     pub hot_open_rate: u32,
-    /// Distinct viewers of the viewed post.
-    #[arg(long, default_value_t = 10_000)]
+    /// Distinct viewers of the viewed post (as many as the storms' likers: the same course,
+    /// and starts enough for a second and more of measurement).
+    #[arg(long, default_value_t = 20_000)]
     pub viewers: usize,
     /// Likes the worker applies per batch-size run.
     #[arg(long, default_value_t = 50_000)]
