@@ -126,7 +126,7 @@ pub struct Settings {
     /// How much lower the OS priority of those threads is than the request handlers' (their
     /// nice value, 0 to 19): under load, likes and pages run first and the watchers' frames
     /// coalesce. 0 shares the CPU evenly.
-    #[arg(long, env = "LIVE_NICE", default_value_t = 5, global = true)]
+    #[arg(long, env = "LIVE_NICE", default_value_t = 12, global = true)]
     pub live_nice: i32,
 
     /// Notifications each user keeps: the newest this many (older ones are deleted as new

@@ -113,7 +113,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         live_coalesce: Duration::from_millis(100),
         // As served: connections on their own lower-priority runtime.
         live_threads: 2,
-        live_nice: 5,
+        live_nice: 12,
         notifications_per_user: 500,
         unread_exceptions_per_course: 1000,
         live_max_subscriptions: 50,
