@@ -43,22 +43,20 @@ pub(crate) struct Viewer {
 impl Viewer {
     /// The viewer of one HTTP request.
     pub(crate) fn new(user_id: i64, shared: Memberships) -> Self {
-        Self {
-            user_id,
-            shared,
-            memberships: OnceCell::new(),
-            read_every_time: false,
-            first_use_of_warmed: AtomicBool::new(false),
-        }
+        Self::reading(user_id, shared, false)
     }
 
     /// The viewer of a websocket connection, shared by all its operations.
     pub(crate) fn for_connection(user_id: i64, shared: Memberships) -> Self {
+        Self::reading(user_id, shared, true)
+    }
+
+    fn reading(user_id: i64, shared: Memberships, read_every_time: bool) -> Self {
         Self {
             user_id,
             shared,
             memberships: OnceCell::new(),
-            read_every_time: true,
+            read_every_time,
             first_use_of_warmed: AtomicBool::new(false),
         }
     }
@@ -66,10 +64,15 @@ impl Viewer {
     /// The viewer's role in every course they belong to: read once per request, or every time
     /// for a connection.
     pub(crate) async fn memberships(&self, db: &DatabaseConnection) -> AppResult<Roles> {
-        if self.read_every_time {
-            return self.shared.roles_of_user(db, self.user_id).await;
+        // Memory first through the one lookup that notes a warmed user's first use, so that
+        // no path of a request takes that mark without this viewer knowing.
+        if let Some(roles) = self.known_memberships() {
+            return Ok(roles);
         }
-        self.memberships.get_or_try_init(|| self.shared.roles_of_user(db, self.user_id)).await.cloned()
+        if self.read_every_time {
+            return self.shared.read_and_keep(db, self.user_id).await;
+        }
+        self.memberships.get_or_try_init(|| self.shared.read_and_keep(db, self.user_id)).await.cloned()
     }
 
     /// The memberships, if this request has them without a statement: read already, or in

@@ -128,6 +128,12 @@ impl Memberships {
         if let Some(roles) = self.cached(user_id) {
             return Ok(roles);
         }
+        self.read_and_keep(db, user_id).await
+    }
+
+    /// The user's roles from PostgreSQL, kept when nothing changed meanwhile: what
+    /// `roles_of_user` does once memory did not hold them.
+    pub(crate) async fn read_and_keep(&self, db: &impl ConnectionTrait, user_id: i64) -> AppResult<Roles> {
         let generation = self.generation();
         let roles = Arc::new(courses::roles_of_user(db, user_id).await?);
         self.keep(user_id, roles.clone(), generation);
