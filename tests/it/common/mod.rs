@@ -513,13 +513,13 @@ pub fn gid(kind: &str, id: i64) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{kind}:{id}"))
 }
 
-/// Decodes a global id back to its database id (panics on a malformed one).
 /// The value of one Prometheus sample line (`name{labels} value`) of a `/metrics` text, 0 when
 /// absent.
 pub fn sample(text: &str, series: &str) -> f64 {
     text.lines().find_map(|line| line.strip_prefix(series)?.trim().parse().ok()).unwrap_or(0.0)
 }
 
+/// Decodes a global id back to its database id (panics on a malformed one).
 pub fn raw_id(global: &str) -> i64 {
     use base64::Engine;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(global).expect("base64 id");
