@@ -367,14 +367,16 @@ pub async fn build_feed_fanout(state: &AppState) -> AppResult<FanoutJob> {
 /// Opens every client and assembles the shared state.
 pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let settings = Arc::new(settings);
-    // Two pools: requests (with STATEMENT_TIMEOUT) and background jobs, so neither can take
-    // the other's connections.
+    // Pools: requests (with STATEMENT_TIMEOUT), background jobs, searches and first touches,
+    // so none can take another's connections.
     let mut db = db::connect_api(&settings).await?;
     let mut jobs_db = db::connect_jobs(&settings).await?;
     let mut search_db = db::connect_search(&settings).await?;
+    let mut first_touch_db = db::connect_first_touch(&settings).await?;
     let sql_statements = db::StatementCounter::attach(&mut db, "api");
     sql_statements.attach_also(&mut jobs_db, "background");
     sql_statements.attach_also(&mut search_db, "api");
+    sql_statements.attach_also(&mut first_touch_db, "api");
     let redis = kv::connect_to(&settings.redis_target()?, settings.connect_timeout, "api").await?;
     if settings.like_mode == LikeMode::Buffered && !settings.allow_evicting_redis {
         kv::refuse_evicting_policy(&redis).await?;
@@ -401,7 +403,8 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
         keys.clone(),
         settings.liked_set_ttl,
         AfterCommit::new(post_cache.clone(), publisher.clone(), db.clone()),
-    );
+    )
+    .with_first_touch_pool(first_touch_db);
     let views = Views::new(redis.clone(), keys.clone(), ViewConfig::from_settings(&settings));
     let memberships = Memberships::with_budget(settings.membership_cache, &cache_budget);
     let trusted = match &settings.trusted_documents {

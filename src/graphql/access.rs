@@ -141,12 +141,12 @@ pub(crate) async fn post_to_like(ctx: &Context<'_>, id: i64) -> AppResult<(PostR
 
 /// A buffered like by a viewer whose memberships this instance does not hold (their first
 /// request here, typically with their liked-set cold too): reads the memberships AND the
-/// viewer's likes in the course in ONE statement (`likes::buffered::roles_and_members`), so the
-/// toggle can load the set without asking PostgreSQL again, in its one round trip. A
-/// non-member gets FORBIDDEN here, and nothing reaches Redis.
+/// viewer's likes in the course in ONE statement (`likes::first_touch`, shared with the first
+/// touches arriving beside it), so the toggle can load the set without asking PostgreSQL
+/// again, in its one round trip. A non-member gets FORBIDDEN here, and nothing reaches Redis.
 async fn first_touch(state: &AppState, viewer: &Viewer, course_id: i64) -> AppResult<(Role, Membership)> {
     let read_at = viewer.reading_starts();
-    let read = crate::likes::buffered::roles_and_members(&state.db, viewer.user_id, course_id).await?;
+    let read = state.likes.first_touch(viewer.user_id, course_id).await?;
     let roles =
         read.roles.into_iter().map(|(course, role)| Ok((course, Role::parse(&role)?))).collect::<AppResult<_>>()?;
     let memberships = viewer.remember_memberships(roles, read_at);

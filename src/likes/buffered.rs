@@ -2,7 +2,7 @@
 //! user's rate limit, appends to the shard's stream and records the event as pending beside
 //! the set (`lua/like_toggle.lua`), loading a set when it is not loaded (inside the toggle's
 //! second call, or its first when a first touch read the rows with the memberships,
-//! `roles_and_members`; `lua/liked_set_warm.lua` for reads), and `likedByMe` by SMISMEMBER.
+//! `first_touch::FirstTouches`; `lua/liked_set_warm.lua` for reads), and `likedByMe` by SMISMEMBER.
 //!
 //! A liked-set caches PostgreSQL's rows PLUS what the stream accepted and the worker has not
 //! applied yet. So a load, whatever dropped the set (TTL, eviction, `reset-like-cache`, a
@@ -37,7 +37,8 @@ const MEMBERS_SQL: &str = "SELECT 'p:' || l.post_id AS member FROM post_likes l 
      SELECT 'c:' || l.comment_id FROM comment_likes l JOIN comments c ON c.id = l.comment_id \
      JOIN posts p ON p.id = c.post_id WHERE l.user_id = $1 AND p.course_id = $2";
 
-/// What a first touch read in one statement: the user's memberships (course id and role, every
+/// What a first touch read in one statement (`first_touch::FirstTouches`, shared with the first
+/// touches beside it): the user's memberships (course id and role, every
 /// course), their likes in one course as set members, and the `xmin` of the statement's
 /// snapshot (the oldest transaction it may not see), which stands for the generation a load
 /// reads before its rows (`lua/load_stamp.lua`).
@@ -45,33 +46,6 @@ pub(crate) struct FirstTouch {
     pub roles: Vec<(i64, String)>,
     pub members: Vec<String>,
     pub xmin: String,
-}
-
-/// A user's first like on an instance needs the membership check, then the liked-set's rows:
-/// read together, in ONE statement. The members are returned whatever the memberships say:
-/// the caller sends them to Redis only for a member.
-pub(crate) async fn roles_and_members(db: &DatabaseConnection, user_id: i64, course_id: i64) -> AppResult<FirstTouch> {
-    #[derive(FromQueryResult)]
-    struct Row {
-        course_ids: Option<Vec<i64>>,
-        roles: Option<Vec<String>>,
-        members: Option<Vec<String>>,
-        xmin: String,
-    }
-    let row = Row::find_by_statement(stmt(
-        &format!(
-            "SELECT m.course_ids, m.roles, l.members, pg_snapshot_xmin(pg_current_snapshot())::text AS xmin \
-             FROM (SELECT array_agg(course_id) AS course_ids, array_agg(role) AS roles \
-                   FROM course_members WHERE user_id = $1) m, \
-                  (SELECT array_agg(member) AS members FROM ({MEMBERS_SQL}) x) l"
-        ),
-        [user_id.into(), course_id.into()],
-    ))
-    .one(db)
-    .await?
-    .ok_or_else(|| AppError::Internal("an aggregate returned no row".into()))?;
-    let roles = row.course_ids.unwrap_or_default().into_iter().zip(row.roles.unwrap_or_default()).collect();
-    Ok(FirstTouch { roles, members: row.members.unwrap_or_default(), xmin: row.xmin })
 }
 
 /// The sentinel member every loaded set holds.

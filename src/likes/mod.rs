@@ -15,6 +15,7 @@
 pub(crate) mod apply;
 pub(crate) mod buffered;
 pub(crate) mod committed;
+pub(crate) mod first_touch;
 pub(crate) mod recount;
 pub(crate) mod sync;
 
@@ -130,6 +131,8 @@ pub struct Likes {
     recount: recount::DirtyMarks,
     after_commit: AfterCommit,
     stats: Arc<LikeStats>,
+    /// Users' first buffered likes here, read together when they arrive together.
+    first_touches: Arc<first_touch::FirstTouches>,
 }
 
 impl Likes {
@@ -153,6 +156,7 @@ impl Likes {
                 stats.clone(),
             ),
             recount: recount::DirtyMarks::new(redis, keys.clone()),
+            first_touches: first_touch::FirstTouches::new(db.clone()),
             db,
             mode,
             limiter,
@@ -160,6 +164,24 @@ impl Likes {
             after_commit,
             stats,
         }
+    }
+
+    /// First touches read on `pool` (`db::connect_first_touch`, whose generic plans suit their
+    /// batches) instead of the requests' pool.
+    pub(crate) fn with_first_touch_pool(mut self, pool: DatabaseConnection) -> Self {
+        self.first_touches = first_touch::FirstTouches::new(pool);
+        self
+    }
+
+    /// A user's memberships and their likes in `course_id`, for their first buffered like on
+    /// this instance (`graphql::access`): one statement, shared with the first touches beside it.
+    pub(crate) async fn first_touch(&self, user_id: i64, course_id: i64) -> AppResult<buffered::FirstTouch> {
+        self.first_touches.read(user_id, course_id).await
+    }
+
+    /// The first-touch reads of this instance (their statements, the waiting, a test hook).
+    pub fn first_touches(&self) -> &first_touch::FirstTouches {
+        &self.first_touches
     }
 
     pub fn mode(&self) -> LikeMode {

@@ -250,3 +250,88 @@ async fn a_first_like_whose_rows_predate_a_sync_write_reads_them_again() {
     assert!(rows_read(&app) >= base + 2, "the toggle read the rows again");
     assert!(liked_by_me(&app, carol, other).await, "the set has the like written in sync mode");
 }
+
+/// First likes of new members that arrive while first-touch statements are running share the
+/// next one: held before their statements, two first likes take both slots, eleven more wait
+/// (one a stranger), and all eleven are read in ONE statement. Each gets exactly its own
+/// reading: its own earlier like in the course, none of its likes in another course, and the
+/// stranger FORBIDDEN with nothing in Redis.
+#[tokio::test]
+async fn first_likes_arriving_together_share_one_statement_and_keep_their_own_sets() {
+    let app = TestApp::spawn_in(LikeMode::Buffered).await;
+    let (world, post, _) = hot_post_and_new_member(&app).await;
+    let older = app.create_post_as(world.alice, world.course, "older").await;
+    let elsewhere = app.create_post_as(world.outsider, world.other_course, "elsewhere").await;
+    let mut members = Vec::new();
+    for i in 0..12 {
+        let user = app.create_user(&format!("new{i}")).await;
+        app.enroll(world.course, user, "student").await;
+        app.enroll(world.other_course, user, "student").await;
+        // Every one liked a post of the other course; the even ones also an older post here.
+        let liked = if i % 2 == 0 { vec![older, elsewhere] } else { vec![elsewhere] };
+        for p in liked {
+            app.scalar_i64(
+                "WITH l AS (INSERT INTO post_likes (post_id, user_id) VALUES ($1, $2) RETURNING 1) \
+                 SELECT count(*) AS v FROM l",
+                [p.into(), user.into()],
+            )
+            .await;
+        }
+        members.push(user);
+    }
+    // A stranger to the course (a member of the other one) who has sent no request yet.
+    let stranger = app.create_user("stranger").await;
+    app.enroll(world.other_course, stranger, "student").await;
+    let touches = app.state.likes.first_touches();
+    let (statements, reached) = (touches.statements(), touches.before_statement.reached());
+    let held = touches.before_statement.hold().await;
+    let like = |user: i64| {
+        tokio::spawn(send_alone(app.url("/graphql"), app.token(user), LIKE, json!({ "p": gid("Post", post) })))
+    };
+    let within = Duration::from_secs(30);
+    let mut likes: Vec<_> = members[..2].iter().map(|&u| like(u)).collect();
+    let started = async {
+        while touches.before_statement.reached() < reached + 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(within, started).await.expect("two first touches hold both slots");
+    likes.extend(members[2..].iter().map(|&u| like(u)));
+    let stranger_like = like(stranger);
+    let queued = async {
+        while touches.waiting() < 11 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(within, queued).await.expect("eleven first touches wait");
+    drop(held);
+    for (like, user) in likes.into_iter().zip(&members) {
+        let body = like.await.expect("like");
+        assert!(body.get("errors").is_none(), "user {user}: {body}");
+    }
+    let refused = stranger_like.await.expect("like");
+    assert_eq!(crate::common::error_code(&refused).as_deref(), Some("FORBIDDEN"), "{refused}");
+    assert_eq!(touches.statements() - statements, 3, "two alone, then the eleven waiting in one");
+
+    let mut redis = app.state.redis.clone();
+    for (i, &user) in members.iter().enumerate() {
+        let mut set: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(app.state.keys.liked_set(user, world.course))
+            .query_async(&mut redis)
+            .await
+            .expect("SMEMBERS");
+        set.sort();
+        let mut expected = vec!["_".to_owned(), format!("p:{post}")];
+        if i % 2 == 0 {
+            expected.push(format!("p:{older}"));
+        }
+        expected.sort();
+        assert_eq!(set, expected, "user {user}'s set in the course: its own rows, none of the other course");
+    }
+    let stranger_set: bool = redis::cmd("EXISTS")
+        .arg(app.state.keys.liked_set(stranger, world.course))
+        .query_async(&mut redis)
+        .await
+        .expect("EXISTS");
+    assert!(!stranger_set, "nothing loaded for the stranger");
+}
