@@ -187,12 +187,19 @@ pub(super) fn respond(media: MediaType, response: GqlResponse) -> Response {
         MediaType::GraphqlResponseJson if request_error => request_error_status(&response),
         _ => StatusCode::OK,
     };
-    let mut body = serde_json::to_value(&response).unwrap_or_else(|_| serde_json::json!({}));
-    if request_error && let Some(object) = body.as_object_mut() {
+    let body = if request_error {
         // Nothing executed: a well-formed response then has no `data` entry.
-        object.remove("data");
-    }
-    let mut answer = (status, body.to_string()).into_response();
+        let mut body = serde_json::to_value(&response).unwrap_or_else(|_| serde_json::json!({}));
+        if let Some(object) = body.as_object_mut() {
+            object.remove("data");
+        }
+        body.to_string().into_bytes()
+    } else {
+        // Straight to bytes: a page of 20 posts is some 180 values, each of which a detour
+        // through `serde_json::Value` would allocate again.
+        serde_json::to_vec(&response).unwrap_or_else(|_| b"{}".to_vec())
+    };
+    let mut answer = (status, body).into_response();
     answer.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(media.content_type()));
     answer
 }

@@ -247,3 +247,19 @@ async fn get_answers_say_who_may_cache_them() {
     assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(headers_of(&response).0, "private, no-store");
 }
+
+/// An object's fields come in the order the query asked for them (the GraphQL spec's ordered
+/// response map), in the raw body: `handle` before `id`, then `id` before `handle`, as written.
+#[tokio::test]
+async fn the_answer_keeps_the_order_of_the_selection() {
+    let app = TestApp::spawn().await;
+    let world = World::create(&app).await;
+    let token = app.token(world.alice);
+    for (query, first, second) in [("{ me { handle id } }", "handle", "id"), ("{ me { id handle } }", "id", "handle")] {
+        let answer = send(post(&app, None, Some(&token), json!({ "query": query }))).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        let at =
+            |key: &str| answer.body.find(&format!("\"{key}\"")).unwrap_or_else(|| panic!("{key} in {}", answer.body));
+        assert!(at(first) < at(second), "{query}: {}", answer.body);
+    }
+}
