@@ -372,7 +372,8 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let mut db = db::connect_api(&settings).await?;
     let mut jobs_db = db::connect_jobs(&settings).await?;
     let mut search_db = db::connect_search(&settings).await?;
-    let mut first_touch_db = db::connect_first_touch(&settings).await?;
+    let mut first_touch_db =
+        db::connect_first_touch(&settings, crate::likes::first_touch::MAX_IN_FLIGHT as u32).await?;
     let sql_statements = db::StatementCounter::attach(&mut db, "api");
     sql_statements.attach_also(&mut jobs_db, "background");
     sql_statements.attach_also(&mut search_db, "api");

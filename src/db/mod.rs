@@ -70,9 +70,9 @@ pub(crate) async fn connect_search(settings: &Settings) -> AppResult<DatabaseCon
     .await
 }
 
-/// The pool of first-touch reads (`likes::first_touch`): one connection per statement it lets
-/// run at once, under `STATEMENT_TIMEOUT`, and every statement on a generic plan
-/// (`plan_cache_mode = force_generic_plan`).
+/// The pool of first-touch reads (`likes::first_touch`): `connections`, one per statement
+/// those reads let run at once, under `STATEMENT_TIMEOUT`, and every statement on a generic
+/// plan (`plan_cache_mode = force_generic_plan`).
 ///
 /// The read takes arrays of (user, course) pairs. Planned for the parameters, each batch
 /// would be planned again (its arrays' lengths make each custom plan look cheaper than the
@@ -80,12 +80,12 @@ pub(crate) async fn connect_search(settings: &Settings) -> AppResult<DatabaseCon
 /// half of PostgreSQL's CPU. The one plan that suits every batch is a nested lookup per pair
 /// through the like tables' (user_id, target) indexes, which the statement's `OFFSET 0`
 /// fences keep whatever the arrays hold.
-pub(crate) async fn connect_first_touch(settings: &Settings) -> AppResult<DatabaseConnection> {
+pub(crate) async fn connect_first_touch(settings: &Settings, connections: u32) -> AppResult<DatabaseConnection> {
     let url = settings.database_url()?;
     connect_with_options(
         url,
         settings.connect_timeout,
-        crate::likes::first_touch::MAX_IN_FLIGHT as u32,
+        connections,
         Some(settings.statement_timeout),
         &[("plan_cache_mode", "force_generic_plan")],
     )
