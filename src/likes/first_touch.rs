@@ -21,7 +21,6 @@
 //! of their own, with generic plans (`db::connect_first_touch` says why).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sea_orm::{DatabaseConnection, DbErr, FromQueryResult};
@@ -75,25 +74,13 @@ struct Queue {
 pub struct FirstTouches {
     db: DatabaseConnection,
     queue: Mutex<Queue>,
-    /// Statements run so far.
-    statements: AtomicU64,
-    /// Test hook: passed by every batch before its statement.
+    /// Test hook: passed by every batch before its statement (its `reached` counts them).
     pub before_statement: Arc<Gate>,
 }
 
 impl FirstTouches {
     pub(crate) fn new(db: DatabaseConnection) -> Arc<Self> {
-        Arc::new(Self {
-            db,
-            queue: Mutex::default(),
-            statements: AtomicU64::new(0),
-            before_statement: Arc::new(Gate::default()),
-        })
-    }
-
-    /// Statements this process has run for first touches.
-    pub fn statements(&self) -> u64 {
-        self.statements.load(Ordering::Relaxed)
+        Arc::new(Self { db, queue: Mutex::default(), before_statement: Arc::new(Gate::default()) })
     }
 
     /// First touches waiting for a statement (all in flight are busy).
@@ -134,7 +121,6 @@ impl FirstTouches {
         let mut slot = Slot { touches: &self, released: false };
         loop {
             self.before_statement.pass().await;
-            self.statements.fetch_add(1, Ordering::Relaxed);
             answer(batch, &self.db).await;
             let mut queue = self.lock();
             if queue.waiting.is_empty() {

@@ -179,7 +179,7 @@ impl Likes {
         self.first_touches.read(user_id, course_id).await
     }
 
-    /// The first-touch reads of this instance (their statements, the waiting, a test hook).
+    /// The first-touch reads of this instance (the waiting, and a test hook that counts statements).
     pub fn first_touches(&self) -> &first_touch::FirstTouches {
         &self.first_touches
     }
