@@ -254,8 +254,8 @@ async fn write_content<C: ConnectionTrait + TransactionTrait>(txn: &C) -> AppRes
     .await?;
     notifications::announcements::announce(txn, writ, announcement.id, tran).await?;
     txn.execute_raw(stmt(
-        "WITH ins AS (INSERT INTO post_likes (post_id, user_id) \
-             SELECT $1, u.id FROM users u WHERE u.handle LIKE 'student%' AND (right(u.handle, 4)::int % 2) = 0 \
+        "WITH ins AS (INSERT INTO post_likes (post_id, user_id, course_id) \
+             SELECT $1, u.id, (SELECT course_id FROM posts WHERE id = $1) FROM users u WHERE u.handle LIKE 'student%' AND (right(u.handle, 4)::int % 2) = 0 \
              ON CONFLICT DO NOTHING RETURNING 1) \
          UPDATE posts SET like_count = like_count + (SELECT count(*) FROM ins) WHERE id = $1",
         [announcement.id.into()],

@@ -129,8 +129,9 @@ pub async fn prepare(fixture: &Fixture, readers: usize) -> AppResult<Vec<i64>> {
     fixture
         .db
         .execute_raw(stmt(
-            "INSERT INTO post_likes (post_id, user_id) \
-             SELECT p, u FROM unnest($1::bigint[]) p, generate_series(2, $2 + 1) u WHERE (p + u) % 4 = 0",
+            "INSERT INTO post_likes (post_id, user_id, course_id) \
+             SELECT p.id, u, p.course_id FROM posts p, generate_series(2, $2 + 1) u \
+             WHERE p.id = ANY($1::bigint[]) AND (p.id + u) % 4 = 0",
             [posts.clone().into(), (readers as i64).into()],
         ))
         .await?;

@@ -124,8 +124,8 @@ impl Kind {
                    JOIN posts p ON p.id = i.target_id AND p.course_id = i.course_id AND p.deleted_at IS NULL \
                    JOIN course_members m ON m.course_id = i.course_id AND m.user_id = i.user_id), \
                  inserted AS ( \
-                   INSERT INTO post_likes (post_id, user_id) \
-                   SELECT target_id, user_id FROM valid WHERE liked \
+                   INSERT INTO post_likes (post_id, user_id, course_id) \
+                   SELECT target_id, user_id, course_id FROM valid WHERE liked \
                    ON CONFLICT DO NOTHING RETURNING post_id AS target_id), \
                  deleted AS ( \
                    DELETE FROM post_likes l USING valid v \
@@ -155,8 +155,8 @@ impl Kind {
                    JOIN posts p ON p.id = c.post_id AND p.course_id = i.course_id AND p.deleted_at IS NULL \
                    JOIN course_members m ON m.course_id = i.course_id AND m.user_id = i.user_id), \
                  inserted AS ( \
-                   INSERT INTO comment_likes (comment_id, user_id) \
-                   SELECT target_id, user_id FROM valid WHERE liked \
+                   INSERT INTO comment_likes (comment_id, user_id, course_id) \
+                   SELECT target_id, user_id, course_id FROM valid WHERE liked \
                    ON CONFLICT DO NOTHING RETURNING comment_id AS target_id), \
                  deleted AS ( \
                    DELETE FROM comment_likes l USING valid v \

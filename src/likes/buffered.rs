@@ -29,13 +29,11 @@ use crate::hooks::Gate;
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
 
-/// The user's ($1) likes in the course ($2) as set members (`p:<id>`, `c:<id>`). Served by the
-/// (user_id, target) indexes of both like tables.
-const MEMBERS_SQL: &str = "SELECT 'p:' || l.post_id AS member FROM post_likes l JOIN posts p ON p.id = l.post_id \
-     WHERE l.user_id = $1 AND p.course_id = $2 \
+/// The user's ($1) likes in the course ($2) as set members (`p:<id>`, `c:<id>`), from the
+/// (user_id, course_id, target) indexes of both like tables alone (migration 0021).
+const MEMBERS_SQL: &str = "SELECT 'p:' || post_id AS member FROM post_likes WHERE user_id = $1 AND course_id = $2 \
      UNION ALL \
-     SELECT 'c:' || l.comment_id FROM comment_likes l JOIN comments c ON c.id = l.comment_id \
-     JOIN posts p ON p.id = c.post_id WHERE l.user_id = $1 AND p.course_id = $2";
+     SELECT 'c:' || comment_id FROM comment_likes WHERE user_id = $1 AND course_id = $2";
 
 /// What a first touch read in one statement (`first_touch::FirstTouches`, shared with the first
 /// touches beside it): the user's memberships (course id and role, every

@@ -40,9 +40,10 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// Memberships of the users in `$1`, and each (user `$1[i]`, course `$2[i]`) pair's likes in
 /// that course, with the snapshot's `xmin` in a row of its own. `part`: 0 the xmin (in
 /// `text`), 1 a membership (`text` the role), 2 a liked post, 3 a liked comment or reply (`id`
-/// the target, `course_id` the pair's course). The likes are read per pair, through the
-/// (user_id, target) indexes of the like tables (`OFFSET 0` keeps each lookup a nested one,
-/// whatever the arrays' sizes).
+/// the target, `course_id` the pair's course). The likes are read per pair, from the
+/// (user_id, course_id, target) indexes of the like tables alone (migration 0021: no post or
+/// comment row is visited; `OFFSET 0` keeps each lookup a nested one, whatever the arrays'
+/// sizes).
 const BATCH_SQL: &str = "\
     SELECT 0::int8 AS user_id, 0::int8 AS course_id, 0 AS part, NULL::int8 AS id, \
            pg_snapshot_xmin(pg_current_snapshot())::text AS text \
@@ -50,12 +51,10 @@ const BATCH_SQL: &str = "\
     SELECT m.user_id, m.course_id, 1, NULL, m.role FROM course_members m WHERE m.user_id = ANY($1) \
     UNION ALL \
     SELECT r.u, r.c, 2, x.post_id, NULL FROM unnest($1::int8[], $2::int8[]) r(u, c) CROSS JOIN LATERAL \
-      (SELECT l.post_id FROM post_likes l JOIN posts p ON p.id = l.post_id \
-       WHERE l.user_id = r.u AND p.course_id = r.c OFFSET 0) x \
+      (SELECT l.post_id FROM post_likes l WHERE l.user_id = r.u AND l.course_id = r.c OFFSET 0) x \
     UNION ALL \
     SELECT r.u, r.c, 3, x.comment_id, NULL FROM unnest($1::int8[], $2::int8[]) r(u, c) CROSS JOIN LATERAL \
-      (SELECT l.comment_id FROM comment_likes l JOIN comments c ON c.id = l.comment_id \
-       JOIN posts p ON p.id = c.post_id WHERE l.user_id = r.u AND p.course_id = r.c OFFSET 0) x";
+      (SELECT l.comment_id FROM comment_likes l WHERE l.user_id = r.u AND l.course_id = r.c OFFSET 0) x";
 
 /// One waiting first touch.
 struct Waiter {

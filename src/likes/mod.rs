@@ -53,16 +53,17 @@ impl LikeTables {
     pub(crate) const COMMENT: LikeTables =
         LikeTables { likes: "comment_likes", key: "comment_id", target: "comments", make: LikeTarget::Comment };
 
-    /// `SELECT id` of target `$1` when it is live and user `$2` is a member of its course: what
-    /// every synchronous like insert selects from, so a like row is written only for a member
-    /// (the like tables have no foreign key to users; see migration 0005).
+    /// `SELECT id, course_id` of target `$1` when it is live and user `$2` is a member of its
+    /// course: what every synchronous like insert selects from, so a like row is written only
+    /// for a member (the like tables have no foreign key to users; see migration 0005), and
+    /// names the course it was proved in (migration 0021).
     pub(crate) fn live_target_of_member_sql(&self) -> String {
         // A comment's post must be live too, as the worker's batch requires (`likes::apply`).
         let course =
             if self.target == "comments" { "JOIN posts p ON p.id = t.post_id AND p.deleted_at IS NULL" } else { "" };
         let course_id = if self.target == "comments" { "p.course_id" } else { "t.course_id" };
         format!(
-            "SELECT t.id FROM {target} t {course} \
+            "SELECT t.id, {course_id} AS course_id FROM {target} t {course} \
              JOIN course_members m ON m.course_id = {course_id} AND m.user_id = $2 \
              WHERE t.id = $1 AND t.deleted_at IS NULL",
             target = self.target

@@ -45,7 +45,8 @@ pub(crate) async fn set_in_transaction(
     let (t, id) = target.tables();
     let sql = if liked {
         format!(
-            "INSERT INTO {likes} ({key}, user_id) SELECT id, $2 FROM ({live}) live ON CONFLICT DO NOTHING \
+            "INSERT INTO {likes} ({key}, user_id, course_id) SELECT id, $2, course_id FROM ({live}) live \
+             ON CONFLICT DO NOTHING \
              RETURNING pg_current_xact_id()::text::bigint AS xid",
             live = t.live_target_of_member_sql(),
             likes = t.likes,

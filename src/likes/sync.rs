@@ -40,7 +40,7 @@ pub async fn set(
     let sql = if liked {
         format!(
             "WITH live AS ({live}), \
-             changed AS (INSERT INTO {likes} ({key}, user_id) SELECT id, $2 FROM live \
+             changed AS (INSERT INTO {likes} ({key}, user_id, course_id) SELECT id, $2, course_id FROM live \
                          ON CONFLICT DO NOTHING RETURNING {key}) \
              UPDATE {target} SET like_count = like_count + 1, like_version = like_version + 1 \
              WHERE id IN (SELECT {key} FROM changed) \

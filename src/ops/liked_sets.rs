@@ -153,11 +153,10 @@ async fn rows_of(db: &DatabaseConnection, pairs: &[Pair]) -> AppResult<BTreeMap<
     let rows = Row::find_by_statement(stmt(
         "WITH pairs AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS x(user_id, course_id)) \
          SELECT x.user_id, x.course_id, 'p:' || l.post_id AS member FROM pairs x \
-         JOIN post_likes l ON l.user_id = x.user_id JOIN posts p ON p.id = l.post_id AND p.course_id = x.course_id \
+         JOIN post_likes l ON l.user_id = x.user_id AND l.course_id = x.course_id \
          UNION ALL \
          SELECT x.user_id, x.course_id, 'c:' || l.comment_id FROM pairs x \
-         JOIN comment_likes l ON l.user_id = x.user_id JOIN comments c ON c.id = l.comment_id \
-         JOIN posts p ON p.id = c.post_id AND p.course_id = x.course_id",
+         JOIN comment_likes l ON l.user_id = x.user_id AND l.course_id = x.course_id",
         [users.into(), courses.into()],
     ))
     .all(db)

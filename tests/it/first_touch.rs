@@ -336,3 +336,79 @@ async fn first_likes_arriving_together_share_one_statement_and_keep_their_own_se
         .expect("EXISTS");
     assert!(!stranger_set, "nothing loaded for the stranger");
 }
+
+/// Like rows carry their course (migration 0021), so a liked-set loads from the like tables'
+/// indexes alone. The course is the one every writer proved, in each mode; a writer that names
+/// none (a server of an earlier version, an insert by hand) gets the target's; and a post moved
+/// to another course by hand, or a comment moved to another post, takes its likes along, so
+/// the first touch in the new course finds them.
+async fn like_rows_carry_their_course_wherever_their_target_goes(mode: LikeMode) {
+    const LIKE_COMMENT: &str = "mutation($c: ID!) { likeComment(commentId: $c) { likeCount } }";
+    let app = TestApp::spawn_in(mode).await;
+    let world = World::create(&app).await;
+    let moved = app.create_post_as(world.alice, world.course, "moved later").await;
+    let stays = app.create_post_as(world.alice, world.course, "stays").await;
+    let comment = app.create_comment(&app.token(world.alice), moved, "on the moved post").await;
+    let bob = app.token(world.bob);
+    app.gql_ok(Some(&bob), LIKE, json!({ "p": gid("Post", moved) })).await;
+    app.gql_ok(Some(&bob), LIKE_COMMENT, json!({ "c": gid("Comment", comment) })).await;
+    if mode == LikeMode::Buffered {
+        app.worker().await.drain().await.expect("drain");
+    }
+    // Alice's like, inserted as an earlier server would: without a course.
+    app.scalar_i64(
+        "WITH l AS (INSERT INTO comment_likes (comment_id, user_id) VALUES ($1, $2) RETURNING 1) SELECT count(*) AS v FROM l",
+        [comment.into(), world.alice.into()],
+    )
+    .await;
+    let courses_of_likes = async |course: i64| {
+        app.scalar_i64(
+            "SELECT ((SELECT count(*) FROM post_likes WHERE course_id = $1) * 10 \
+                   + (SELECT count(*) FROM comment_likes WHERE course_id = $1)) AS v",
+            [course.into()],
+        )
+        .await
+    };
+    assert_eq!(courses_of_likes(world.course).await, 12, "Bob's post like, both comment likes: in the course");
+
+    // Moved by hand: the post (with its comment) to the other course, where Bob is enrolled too.
+    app.enroll(world.other_course, world.bob, "student").await;
+    app.scalar_i64(
+        "WITH m AS (UPDATE posts SET course_id = $2 WHERE id = $1 RETURNING 1) SELECT count(*) AS v FROM m",
+        [moved.into(), world.other_course.into()],
+    )
+    .await;
+    assert_eq!(courses_of_likes(world.course).await, 0, "nothing left behind");
+    assert_eq!(courses_of_likes(world.other_course).await, 12, "the likes moved with their post");
+
+    // On an instance that never saw the post (so it reads its new course), Bob's first like in
+    // the other course loads his set there: it holds the moved post's like and his comment like.
+    let peer = app.spawn_peer(|_| {}).await;
+    let there = app.create_post_as(world.outsider, world.other_course, "there").await;
+    let ask = async |query: &str, variables: Json| {
+        let body = app.gql_at(peer.addr, Some(&bob), query, variables).await;
+        assert!(body.get("errors").is_none(), "{body}");
+        body["data"].clone()
+    };
+    ask(LIKE, json!({ "p": gid("Post", there) })).await;
+    let liked = ask(
+        "query($p: ID!, $c: ID!) { post(id: $p) { likedByMe } node(id: $c) { ... on Comment { likedByMe } } }",
+        json!({ "p": gid("Post", moved), "c": gid("Comment", comment) }),
+    )
+    .await;
+    assert_eq!(
+        (&liked["post"]["likedByMe"], &liked["node"]["likedByMe"]),
+        (&json!(true), &json!(true)),
+        "the moved post's likes are found in its new course: {liked}"
+    );
+
+    // The comment alone moved back, under a post of the first course: its likes follow it.
+    app.scalar_i64(
+        "WITH m AS (UPDATE comments SET post_id = $2 WHERE id = $1 RETURNING 1) SELECT count(*) AS v FROM m",
+        [comment.into(), stays.into()],
+    )
+    .await;
+    assert_eq!(courses_of_likes(world.course).await, 2, "both comment likes, back in the first course");
+    assert_eq!(courses_of_likes(world.other_course).await, 20, "the two post likes stay");
+}
+in_each_like_mode!(like_rows_carry_their_course_wherever_their_target_goes);
