@@ -256,6 +256,13 @@ pub struct Settings {
     #[arg(long, env = "SEARCH_DB_MAX_CONNECTIONS", default_value_t = 4, global = true)]
     pub search_db_max_connections: u32,
 
+    /// Search candidates kept in each instance's memory (`cache::search`): how long a first
+    /// page's candidates for one query, course and kind of reader serve its searches, each of
+    /// which still reads what changed since they were found (answers are never stale). Past
+    /// it they are found again, so the changes re-read stay few. 0s turns this memory off.
+    #[arg(long, env = "SEARCH_CACHE_TTL", default_value = "60s", value_parser = parse_duration, global = true)]
+    pub search_cache_ttl: Duration,
+
     /// Longest one SQL statement of a request may run before PostgreSQL cancels it (its
     /// transaction rolls back and the request fails with TIMEOUT). Jobs and commands have none.
     #[arg(long, env = "STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]
@@ -674,6 +681,9 @@ impl Settings {
         }
         if self.search_db_max_connections == 0 {
             return Err(AppError::Config("SEARCH_DB_MAX_CONNECTIONS must be at least 1".into()));
+        }
+        if self.search_cache_ttl > Duration::from_secs(3600) {
+            return Err(AppError::Config("SEARCH_CACHE_TTL must be at most 1h (0s turns it off)".into()));
         }
         if self.statement_timeout < Duration::from_millis(10) {
             return Err(AppError::Config("STATEMENT_TIMEOUT must be at least 10ms".into()));

@@ -61,8 +61,9 @@
 //! - `cache` — the stampede-proof post cache (logical expiration, lock + brief wait, TTL jitter,
 //!   "missing" markers, invalidation by generation) behind `post(id)`, access checks and feed
 //!   hydration; the in-process caches under one byte budget (`cache::budget`): course pages
-//!   (`cache::pages`), users, and each course's titles for similar posts, kept exact by a
-//!   catch-up read in every lookup (`cache::titles`).
+//!   (`cache::pages`), users, each course's titles for similar posts, kept exact by a
+//!   catch-up read in every lookup (`cache::titles`), and the candidates of recent searches,
+//!   read again with what changed since at every search (`cache::search`).
 //! - `kv` — Redis, one node or a Redis Cluster (`kv::cluster`: pipelines split per slot, SCAN per
 //!   master): connection, Pub/Sub (`kv::pubsub`), key layout (`kv::keys`, the key table),
 //!   owner-token locks (`kv::lock`), per-user rate limits of likes and writes (`kv::ratelimit`).

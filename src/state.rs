@@ -57,6 +57,8 @@ pub struct AppState {
     pub course_pages: CoursePages,
     /// Each course's titles, for similar posts, in this process (`cache::titles`).
     pub course_titles: crate::cache::titles::CourseTitles,
+    /// The candidates of recent first pages of course searches (`cache::search`).
+    pub search_candidates: crate::cache::search::SearchCandidates,
     /// Users read lately, in this process (they never change).
     pub users: UserRows,
     /// Home feed pages (timelines, celebrity lists, PostgreSQL below them).

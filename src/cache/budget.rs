@@ -2,7 +2,7 @@
 //!
 //! `CACHE_BUDGET_BYTES` (256 MiB by default) caps the sum of what the process keeps in memory
 //! on its own behalf: course pages and the index beside them, single posts, users,
-//! memberships and parsed GraphQL documents. Each cache gets a fixed share of it
+//! memberships, parsed GraphQL documents and search candidates. Each cache gets a fixed share of it
 //! (`CacheName::per_mille`), so no cache can crowd out another and a flood aimed at one of
 //! them costs at most its share:
 //!
@@ -11,10 +11,11 @@
 //! | `course_pages` | 35 % |
 //! | `course_pages_index` | 5 % (which post is on which page, counts heard since; `cache::pages`) |
 //! | `posts` | 15 % |
-//! | `parsed_documents` | 20 % |
+//! | `parsed_documents` | 17 % |
 //! | `course_titles` | 10 % (each course's title index for similar posts; `cache::titles`) |
 //! | `users` | 8 % |
 //! | `memberships` | 7 % |
+//! | `search_candidates` | 3 % (first pages' candidates of recent searches; `cache::search`) |
 //!
 //! `CacheBudget::weighed` builds a moka cache of `Arc<V>` values bounded by its share in bytes:
 //! every entry weighs its approximate heap size (the caller's `weigh`) plus a fixed overhead
@@ -53,10 +54,11 @@ pub enum CacheName {
     Users,
     Memberships,
     CourseTitles,
+    SearchCandidates,
 }
 
 impl CacheName {
-    pub const ALL: [CacheName; 7] = [
+    pub const ALL: [CacheName; 8] = [
         CacheName::CoursePages,
         CacheName::CoursePagesIndex,
         CacheName::Posts,
@@ -64,6 +66,7 @@ impl CacheName {
         CacheName::Users,
         CacheName::Memberships,
         CacheName::CourseTitles,
+        CacheName::SearchCandidates,
     ];
 
     /// The `cache` label of its metrics.
@@ -76,6 +79,7 @@ impl CacheName {
             CacheName::Users => "users",
             CacheName::Memberships => "memberships",
             CacheName::CourseTitles => "course_titles",
+            CacheName::SearchCandidates => "search_candidates",
         }
     }
 
@@ -85,10 +89,11 @@ impl CacheName {
             CacheName::CoursePages => 350,
             CacheName::CoursePagesIndex => 50,
             CacheName::Posts => 150,
-            CacheName::ParsedDocuments => 200,
+            CacheName::ParsedDocuments => 170,
             CacheName::Users => 80,
             CacheName::Memberships => 70,
             CacheName::CourseTitles => 100,
+            CacheName::SearchCandidates => 30,
         }
     }
 }

@@ -33,6 +33,7 @@
 
 pub(crate) mod budget;
 pub(crate) mod pages;
+pub(crate) mod search;
 pub(crate) mod titles;
 pub(crate) mod users;
 

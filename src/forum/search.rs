@@ -389,7 +389,234 @@ const RECENCY_SQL: &str = "((extract(epoch FROM {t}) - 1577836800) / (86400.0 * 
 const HEADLINE_OPTIONS: &str =
     "StartSel=\u{1}, StopSel=\u{2}, MaxFragments=2, MaxWords=30, MinWords=12, FragmentDelimiter=\" … \"";
 
-/// One page of hits for `query` in `scope`, after `after`, at most `limit`.
+/// Whose reading the candidates of a cached search are (`cache::search`): the course's
+/// students together (every live post that is not private, and its comments), or its staff
+/// (every live post). A student's own private posts are added to the students' candidates by
+/// each of their searches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Readers {
+    Students,
+    Staff,
+}
+
+impl Readers {
+    /// The readers a member with `role` searches with.
+    pub(crate) fn of(role: Role) -> Self {
+        if role == Role::Instructor { Readers::Staff } else { Readers::Students }
+    }
+}
+
+/// What a search may find, as SQL on the post (aliased `p`).
+enum Access {
+    /// One viewer in the scope's courses: what they may read (private posts of their own, and
+    /// all of a course they teach).
+    Viewer,
+    /// What `Readers` of one course read together.
+    Readers(Readers),
+}
+
+/// The parts of one search's statement that every way of finding its candidates shares: the
+/// parameters so far, the conditions a candidate of each kind satisfies, and their scores.
+struct Conditions {
+    p: Params,
+    /// The `$n` of the query text, the searched courses and the viewer.
+    q: String,
+    courses: String,
+    viewer: String,
+    in_use: Vec<Language>,
+    post_where: String,
+    comment_where: String,
+}
+
+impl Conditions {
+    fn new(scope: &Scope<'_>, query: &str, filter: &SearchFilter, access: Access, in_use: Vec<Language>) -> Self {
+        let course_ids: Vec<i64> = scope.courses.iter().map(|(id, _)| *id).collect();
+        let staff: Vec<i64> = scope.courses.iter().filter(|(_, r)| *r == Role::Instructor).map(|(id, _)| *id).collect();
+        let mut p = Params(Vec::new());
+        let q = p.push(query);
+        let courses = p.push(course_ids);
+        let viewer = p.push(scope.viewer);
+        let staff = p.push(staff);
+        // The post's conditions (aliased `p`): course, live, readable, the filter's post part.
+        let mut post_conditions = vec![format!("p.course_id = ANY({courses})"), "p.deleted_at IS NULL".to_owned()];
+        match access {
+            Access::Viewer => {
+                post_conditions.push(format!("(NOT p.private OR p.user_id = {viewer} OR p.course_id = ANY({staff}))"))
+            }
+            Access::Readers(Readers::Students) => post_conditions.push("NOT p.private".to_owned()),
+            Access::Readers(Readers::Staff) => {}
+        }
+        if let Some(kind) = filter.kind {
+            post_conditions.push(format!("p.kind = {}", p.push(kind.as_str())));
+        }
+        if let Some(wanted) = filter.unresolved {
+            let unresolved = "(p.kind = 'question' AND p.accepted_comment_id IS NULL AND p.resolved_at IS NULL)";
+            post_conditions.push(if wanted { unresolved.to_owned() } else { format!("NOT {unresolved}") });
+        }
+        // The author filter: the row's author, when the viewer may see who it is.
+        let author = |alias: &str, course: &str, p: &mut Params| -> Option<String> {
+            filter.author_id.map(|author| {
+                let author = p.push(author);
+                format!(
+                    "{alias}.user_id = {author} AND ({alias}.anonymous_to IS NULL OR {alias}.user_id = {viewer} \
+                     OR ({alias}.anonymous_to = 'classmates' AND {course} = ANY({staff})))"
+                )
+            })
+        };
+        let mut post_where = post_conditions.clone();
+        post_where.push(match_sql("p", &in_use, &q));
+        if let Some(cond) = author("p", "p.course_id", &mut p) {
+            post_where.push(cond);
+        }
+        let mut comment_where = post_conditions;
+        comment_where.push("c.deleted_at IS NULL".to_owned());
+        comment_where.push(match_sql("c", &in_use, &q));
+        if let Some(cond) = author("c", "p.course_id", &mut p) {
+            comment_where.push(cond);
+        }
+        Conditions {
+            p,
+            q,
+            courses,
+            viewer,
+            in_use,
+            post_where: post_where.join(" AND "),
+            comment_where: comment_where.join(" AND "),
+        }
+    }
+
+    /// The windowed searches of both kinds (`WindowedSearch`) over the bounds' windows down to
+    /// the floors: (the CTEs of posts, their candidates, the CTEs of comments, theirs).
+    fn windowed(&mut self, bounds: &SearchBounds, floors: (i64, i64), candidates: &str) -> [String; 4] {
+        let post_search = WindowedSearch {
+            name: "post",
+            from: "SELECT p.* FROM posts p",
+            conditions: self.post_where.clone(),
+            id: "p.id",
+            candidates,
+        };
+        let (post_ctes, post_candidates) =
+            post_search.sql(&windows(bounds.post_hi, POST_WINDOW, floors.0), &mut self.p);
+        let comment_search = WindowedSearch {
+            name: "comment",
+            from: "SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id",
+            conditions: self.comment_where.clone(),
+            id: "c.id",
+            candidates,
+        };
+        let (comment_ctes, comment_candidates) =
+            comment_search.sql(&windows(bounds.comment_hi, COMMENT_WINDOW, floors.1), &mut self.p);
+        [post_ctes, post_candidates, comment_ctes, comment_candidates]
+    }
+
+    /// The statement of one page from the candidates `sources` gives (`[post CTEs, post
+    /// candidates, comment CTEs, comment candidates]`, as `windowed`): scores, the keyset, the
+    /// page, its rows and snippets, in the page's order. With `stale` (a condition), its
+    /// value comes first in a column of its own (`hit_stale`) on a row that is there even when
+    /// nothing was found (its hit columns NULL).
+    fn page_sql(
+        &mut self,
+        sources: [String; 4],
+        after: Option<Position>,
+        floors: (i64, i64),
+        candidates: &str,
+        limit: i64,
+        stale: Option<&str>,
+    ) -> String {
+        let [post_ctes, post_candidates, comment_ctes, comment_candidates] = sources;
+        let (q, in_use) = (self.q.clone(), self.in_use.clone());
+        let p = &mut self.p;
+        let post_floor_p = p.push(floors.0);
+        let comment_floor_p = p.push(floors.1);
+        let recency = |t: &str| RECENCY_SQL.replace("{t}", t);
+        let post_score = format!(
+            "({rank})::float8 + CASE WHEN p.endorsed_by IS NOT NULL THEN {ENDORSED_BOOST} ELSE 0 END \
+             + CASE WHEN p.accepted_comment_id IS NOT NULL OR p.resolved_at IS NOT NULL THEN {RESOLVED_BOOST} ELSE 0 END \
+             + {recency}",
+            rank = rank_sql("p", &in_use, &q),
+            recency = recency("p.created_at"),
+        );
+        let comment_score = format!(
+            "({rank})::float8 + CASE WHEN c.endorsed_by IS NOT NULL THEN {ENDORSED_BOOST} ELSE 0 END \
+             + CASE WHEN c.p_accepted = c.id THEN {RESOLVED_BOOST} ELSE 0 END + {recency}",
+            rank = rank_sql("c", &in_use, &q),
+            recency = recency("c.created_at"),
+        );
+        let keyset = match after {
+            None => "TRUE".to_owned(),
+            Some(at) => {
+                let (s, k, i) = (p.push(at.score), p.push(at.kind), p.push(at.id));
+                format!("(score < {s} OR (score = {s} AND (kind > {k} OR (kind = {k} AND id < {i}))))")
+            }
+        };
+        let limit_p = p.push(limit + 1);
+        let post_columns: String =
+            POST_COLUMNS.split(", ").map(|c| format!("p.{c} AS p_{c}")).collect::<Vec<_>>().join(", ");
+        let comment_columns: String = COMMENT_COLUMNS
+            .split(", ")
+            .map(|c| format!("c.{c} AS c_{c}"))
+            .chain(std::iter::once("p.course_id AS c_course_id".to_owned()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // The marks removed from the text; `<` and `>` hidden from the parser (which would drop
+        // what looks like an HTML tag from the headline), given back by `snippet_html`.
+        let strip = |text: &str| format!("translate({text}, E'<>\\x01\\x02\\x03\\x04', E'\\x03\\x04')");
+        let options = p.push(HEADLINE_OPTIONS);
+        let hits = format!(
+            "SELECT page.kind AS hit_kind, page.score AS hit_score, page.id AS hit_id, \
+               (SELECT CASE WHEN count(*) >= {candidates} THEN min(id) ELSE {post_floor_p} END FROM post_hits) AS hit_post_floor, \
+               (SELECT CASE WHEN count(*) >= {candidates} THEN min(id) ELSE {comment_floor_p} END FROM comment_hits) AS hit_comment_floor, \
+               {post_columns}, {comment_columns}, \
+               CASE WHEN page.comment_id IS NULL \
+                 THEN ts_headline(p.search_config, {post_text}, {post_query}, {options}) \
+                 ELSE ts_headline(c.search_config, {comment_text}, {comment_query}, {options}) END AS hit_headline \
+             FROM page JOIN posts p ON p.id = page.post_id LEFT JOIN comments c ON c.id = page.comment_id",
+            post_text = strip("p.title || E'\\n' || p.body"),
+            comment_text = strip("c.body"),
+            post_query = row_query_sql("p", &in_use, &q),
+            comment_query = row_query_sql("c", &in_use, &q),
+        );
+        let order = "ORDER BY hit_score DESC, hit_kind, hit_id DESC";
+        let select = match stale {
+            None => format!("{hits} {order}"),
+            Some(stale) => format!(
+                "SELECT flags.hit_stale, h.* FROM (SELECT ({stale}) AS hit_stale) flags \
+                 LEFT JOIN LATERAL ({hits}) h ON TRUE {order}"
+            ),
+        };
+        format!(
+            "WITH {post_ctes}, post_hits AS ( \
+               SELECT p.id, p.id AS post_id, NULL::bigint AS comment_id, 0::smallint AS kind, ({post_score})::float8 AS score \
+               FROM ({post_candidates}) p \
+             ), {comment_ctes}, comment_hits AS ( \
+               SELECT c.id, c.post_id, c.id AS comment_id, \
+                      (CASE WHEN c.parent_id IS NULL THEN 1 ELSE 2 END)::smallint AS kind, ({comment_score})::float8 AS score \
+               FROM ({comment_candidates}) c \
+             ), page AS ( \
+               SELECT * FROM (SELECT * FROM post_hits UNION ALL SELECT * FROM comment_hits) hits \
+               WHERE {keyset} ORDER BY score DESC, kind, id DESC LIMIT {limit_p} \
+             ) {select}"
+        )
+    }
+}
+
+/// A page of hits from the rows of a page statement (`Conditions::page_sql`): a row whose
+/// `hit_kind` is NULL (the flags' row when nothing was found) is no hit.
+fn hit_page(rows: &[QueryResult], limit: i64) -> AppResult<HitPage> {
+    let mut hits = Vec::with_capacity(rows.len());
+    for row in rows {
+        if row.try_get::<Option<i16>>("", "hit_kind")?.is_some() {
+            hits.push(hit(row)?);
+        }
+    }
+    let has_next = hits.len() as i64 > limit;
+    hits.truncate(limit.max(0) as usize);
+    Ok(HitPage { hits, has_next })
+}
+
+/// One page of hits for `query` in `scope`, after `after`, at most `limit`: every candidate
+/// looked for afresh, in windows (the way of later pages, of searches over several courses or
+/// by author, and of every search when the candidate cache is off).
 pub(crate) async fn search(
     db: &impl ConnectionTrait,
     scope: &Scope<'_>,
@@ -402,144 +629,166 @@ pub(crate) async fn search(
         return Ok(HitPage { hits: Vec::new(), has_next: false });
     }
     let course_ids: Vec<i64> = scope.courses.iter().map(|(id, _)| *id).collect();
-    let staff: Vec<i64> = scope.courses.iter().filter(|(_, r)| *r == Role::Instructor).map(|(id, _)| *id).collect();
     let bounds = search_bounds(db, &course_ids).await?;
-    let in_use = bounds.languages;
-    if in_use.is_empty() {
+    if bounds.languages.is_empty() {
         return Ok(HitPage { hits: Vec::new(), has_next: false });
     }
+    let mut sql = Conditions::new(scope, query, filter, Access::Viewer, bounds.languages.clone());
+    let (floors, candidates) = match after {
+        None => ((0, 0), CANDIDATES),
+        Some(at) => ((at.post_floor, at.comment_floor), LATER_CANDIDATES),
+    };
+    let candidates_p = sql.p.push(candidates);
+    let sources = sql.windowed(&bounds, floors, &candidates_p);
+    let statement = sql.page_sql(sources, after, floors, &candidates_p, limit, None);
+    let rows = db.query_all_raw(stmt(&statement, sql.p.0)).await?;
+    hit_page(&rows, limit)
+}
 
-    let mut p = Params(Vec::new());
-    let q = p.push(query);
-    let courses = p.push(course_ids);
-    let viewer = p.push(scope.viewer);
-    let staff = p.push(staff);
-    // The post's conditions (aliased `p`): course, live, readable, the filter's post part.
-    let mut post_conditions = vec![
-        format!("p.course_id = ANY({courses})"),
-        "p.deleted_at IS NULL".to_owned(),
-        format!("(NOT p.private OR p.user_id = {viewer} OR p.course_id = ANY({staff}))"),
-    ];
-    if let Some(kind) = filter.kind {
-        post_conditions.push(format!("p.kind = {}", p.push(kind.as_str())));
-    }
-    if let Some(wanted) = filter.unresolved {
-        let unresolved = "(p.kind = 'question' AND p.accepted_comment_id IS NULL AND p.resolved_at IS NULL)";
-        post_conditions.push(if wanted { unresolved.to_owned() } else { format!("NOT {unresolved}") });
-    }
-    // The author filter: the row's author, when the viewer may see who it is.
-    let author = |alias: &str, course: &str, p: &mut Params| -> Option<String> {
-        filter.author_id.map(|author| {
-            let author = p.push(author);
-            format!(
-                "{alias}.user_id = {author} AND ({alias}.anonymous_to IS NULL OR {alias}.user_id = {viewer} \
-                 OR ({alias}.anonymous_to = 'classmates' AND {course} = ANY({staff})))"
-            )
-        })
-    };
-    let (post_floor, comment_floor, candidates) = match after {
-        None => (0, 0, CANDIDATES),
-        Some(at) => (at.post_floor, at.comment_floor, LATER_CANDIDATES),
-    };
-    let post_floor_p = p.push(post_floor);
-    let comment_floor_p = p.push(comment_floor);
-    let candidates_p = p.push(candidates);
+/// The newest `CANDIDATES` matches of each kind that `readers` of one course may read, as of
+/// one snapshot, with that snapshot's xmin: what `cache::search` keeps, so that a first page
+/// needs only what changed since (`search_from_candidates`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Candidates {
+    /// `pg_snapshot_xmin` of the statement that found them (an xid8, as text): every row
+    /// version written by an older transaction was seen.
+    pub xmin: String,
+    pub posts: Vec<i64>,
+    pub comments: Vec<i64>,
+}
 
-    let post_windows = windows(bounds.post_hi, POST_WINDOW, post_floor);
-    let comment_windows = windows(bounds.comment_hi, COMMENT_WINDOW, comment_floor);
-    let mut post_where = post_conditions.clone();
-    post_where.push(match_sql("p", &in_use, &q));
-    if let Some(cond) = author("p", "p.course_id", &mut p) {
-        post_where.push(cond);
-    }
-    let mut comment_where = post_conditions;
-    comment_where.push("c.deleted_at IS NULL".to_owned());
-    comment_where.push(match_sql("c", &in_use, &q));
-    if let Some(cond) = author("c", "p.course_id", &mut p) {
-        comment_where.push(cond);
-    }
+/// Most rows of each kind a search from cached candidates re-reads as changed since their
+/// snapshot: past it the candidates are found afresh (a course re-indexed, a storm of writes).
+pub(crate) const MAX_CHANGED: i64 = 1_000;
 
-    let recency = |t: &str| RECENCY_SQL.replace("{t}", t);
-    let post_score = format!(
-        "({rank})::float8 + CASE WHEN p.endorsed_by IS NOT NULL THEN {ENDORSED_BOOST} ELSE 0 END \
-         + CASE WHEN p.accepted_comment_id IS NOT NULL OR p.resolved_at IS NOT NULL THEN {RESOLVED_BOOST} ELSE 0 END \
-         + {recency}",
-        rank = rank_sql("p", &in_use, &q),
-        recency = recency("p.created_at"),
+/// The candidates of a first page of `query` in `course` for `readers` (`Candidates`), found
+/// in windows as `search` finds them; `None` when nothing can match (a query that excludes
+/// itself, an unknown course).
+pub(crate) async fn candidates(
+    db: &impl ConnectionTrait,
+    course: i64,
+    readers: Readers,
+    query: &str,
+    filter: &SearchFilter,
+) -> AppResult<Option<Candidates>> {
+    if excludes_itself(query) || filter.author_id.is_some() {
+        return Ok(None);
+    }
+    let bounds = search_bounds(db, &[course]).await?;
+    if bounds.languages.is_empty() {
+        return Ok(None);
+    }
+    let role = if readers == Readers::Staff { Role::Instructor } else { Role::Student };
+    let scope = Scope { viewer: 0, courses: &[(course, role)] };
+    let mut sql = Conditions::new(&scope, query, filter, Access::Readers(readers), bounds.languages.clone());
+    let candidates_p = sql.p.push(CANDIDATES);
+    let [post_ctes, post_candidates, comment_ctes, comment_candidates] = sql.windowed(&bounds, (0, 0), &candidates_p);
+    let statement = format!(
+        "WITH snap AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin), \
+           {post_ctes}, {comment_ctes} \
+         SELECT snap.xmin, ARRAY(SELECT id FROM ({post_candidates}) x) AS post_ids, \
+                ARRAY(SELECT id FROM ({comment_candidates}) y) AS comment_ids FROM snap"
     );
-    let comment_score = format!(
-        "({rank})::float8 + CASE WHEN c.endorsed_by IS NOT NULL THEN {ENDORSED_BOOST} ELSE 0 END \
-         + CASE WHEN c.p_accepted = c.id THEN {RESOLVED_BOOST} ELSE 0 END + {recency}",
-        rank = rank_sql("c", &in_use, &q),
-        recency = recency("c.created_at"),
+    let row = db
+        .query_one_raw(stmt(&statement, sql.p.0))
+        .await?
+        .ok_or_else(|| AppError::Internal("the candidates' statement returned no row".into()))?;
+    Ok(Some(Candidates {
+        xmin: row.try_get("", "xmin")?,
+        posts: row.try_get("", "post_ids")?,
+        comments: row.try_get("", "comment_ids")?,
+    }))
+}
+
+/// A first page of `query` in one course for a member with `role`, from `cached` candidates
+/// (for `Readers::of(role)`) and what changed since their snapshot: the rows of the course
+/// stamped since its xmin (`search_xid`, migration 0022), the comments of posts stamped so, and a
+/// student's own private posts with their comments. Every candidate is read again, so what was
+/// deleted, hidden or edited away since is not found, and every score is computed afresh.
+/// The answer is the one `search` gives (`search::cached_searches_answer_as_fresh_ones`), or
+/// `None` when the cached candidates can no longer give it: more than `MAX_CHANGED` changed
+/// rows of a kind, or a full set of candidates (`CANDIDATES`) one of which no longer matches
+/// (an older match would take its place).
+pub(crate) async fn search_from_candidates(
+    db: &impl ConnectionTrait,
+    viewer: i64,
+    (course, role): (i64, Role),
+    query: &str,
+    filter: &SearchFilter,
+    limit: i64,
+    cached: &Candidates,
+) -> AppResult<Option<HitPage>> {
+    let bounds = search_bounds(db, &[course]).await?;
+    if bounds.languages.is_empty() {
+        return Ok(Some(HitPage { hits: Vec::new(), has_next: false }));
+    }
+    let courses = [(course, role)];
+    let scope = Scope { viewer, courses: &courses };
+    let mut sql = Conditions::new(&scope, query, filter, Access::Viewer, bounds.languages.clone());
+    let candidates_p = sql.p.push(CANDIDATES);
+    let since = sql.p.push(cached.xmin.clone());
+    let cached_posts = sql.p.push(cached.posts.clone());
+    let cached_comments = sql.p.push(cached.comments.clone());
+    let max = sql.p.push(MAX_CHANGED);
+    let (courses_p, viewer_p) = (sql.courses.clone(), sql.viewer.clone());
+    // A student's own private posts: the students' candidates leave every private post out.
+    let own = Readers::of(role) == Readers::Students;
+    let own_cte = if own {
+        format!(
+            ", own_posts AS MATERIALIZED (SELECT id FROM posts WHERE course_id = ANY({courses_p}) \
+               AND user_id = {viewer_p} AND private AND deleted_at IS NULL)"
+        )
+    } else {
+        String::new()
+    };
+    let own_posts = if own { " UNION ALL SELECT id FROM own_posts" } else { "" };
+    let own_comments = if own {
+        " UNION ALL SELECT c2.id FROM comments c2 WHERE c2.post_id IN (SELECT id FROM own_posts) AND c2.deleted_at IS NULL"
+    } else {
+        ""
+    };
+    let post_ctes = format!(
+        "post_changed AS MATERIALIZED (SELECT id FROM posts WHERE course_id = ANY({courses_p}) \
+           AND search_xid >= {since}::text::xid8 LIMIT {max} + 1), \
+         comment_changed AS MATERIALIZED (SELECT id FROM comments WHERE search_xid >= {since}::text::xid8 LIMIT {max} + 1), \
+         comment_of_changed AS MATERIALIZED (SELECT c1.id FROM comments c1 \
+           WHERE c1.post_id IN (SELECT id FROM post_changed) AND c1.deleted_at IS NULL LIMIT {max} + 1){own_cte}, \
+         post_pool AS MATERIALIZED (SELECT p.*, p.id = ANY({cached_posts}) AS was_cached FROM posts p \
+           WHERE p.id IN (SELECT unnest({cached_posts}::bigint[]) UNION ALL SELECT id FROM post_changed{own_posts}) \
+             AND {post_where})",
+        post_where = sql.post_where,
     );
-    let keyset = match after {
-        None => "TRUE".to_owned(),
-        Some(at) => {
-            let (s, k, i) = (p.push(at.score), p.push(at.kind), p.push(at.id));
-            format!("(score < {s} OR (score = {s} AND (kind > {k} OR (kind = {k} AND id < {i}))))")
-        }
-    };
-    let limit_p = p.push(limit + 1);
-    let post_columns: String =
-        POST_COLUMNS.split(", ").map(|c| format!("p.{c} AS p_{c}")).collect::<Vec<_>>().join(", ");
-    let comment_columns: String = COMMENT_COLUMNS
-        .split(", ")
-        .map(|c| format!("c.{c} AS c_{c}"))
-        .chain(std::iter::once("p.course_id AS c_course_id".to_owned()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    // The marks removed from the text; `<` and `>` hidden from the parser (which would drop
-    // what looks like an HTML tag from the headline), given back by `snippet_html`.
-    let strip = |text: &str| format!("translate({text}, E'<>\\x01\\x02\\x03\\x04', E'\\x03\\x04')");
-    let options = p.push(HEADLINE_OPTIONS);
-    let post_search = WindowedSearch {
-        name: "post",
-        from: "SELECT p.* FROM posts p",
-        conditions: post_where.join(" AND "),
-        id: "p.id",
-        candidates: &candidates_p,
-    };
-    let (post_ctes, post_candidates) = post_search.sql(&post_windows, &mut p);
-    let comment_search = WindowedSearch {
-        name: "comment",
-        from: "SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id",
-        conditions: comment_where.join(" AND "),
-        id: "c.id",
-        candidates: &candidates_p,
-    };
-    let (comment_ctes, comment_candidates) = comment_search.sql(&comment_windows, &mut p);
-    let sql = format!(
-        "WITH {post_ctes}, post_hits AS ( \
-           SELECT p.id, p.id AS post_id, NULL::bigint AS comment_id, 0::smallint AS kind, ({post_score})::float8 AS score \
-           FROM ({post_candidates}) p \
-         ), {comment_ctes}, comment_hits AS ( \
-           SELECT c.id, c.post_id, c.id AS comment_id, \
-                  (CASE WHEN c.parent_id IS NULL THEN 1 ELSE 2 END)::smallint AS kind, ({comment_score})::float8 AS score \
-           FROM ({comment_candidates}) c \
-         ), page AS ( \
-           SELECT * FROM (SELECT * FROM post_hits UNION ALL SELECT * FROM comment_hits) hits \
-           WHERE {keyset} ORDER BY score DESC, kind, id DESC LIMIT {limit_p} \
-         ) \
-         SELECT page.kind AS hit_kind, page.score AS hit_score, \
-           (SELECT CASE WHEN count(*) >= {candidates_p} THEN min(id) ELSE {post_floor_p} END FROM post_hits) AS hit_post_floor, \
-           (SELECT CASE WHEN count(*) >= {candidates_p} THEN min(id) ELSE {comment_floor_p} END FROM comment_hits) AS hit_comment_floor, \
-           {post_columns}, {comment_columns}, \
-           CASE WHEN page.comment_id IS NULL \
-             THEN ts_headline(p.search_config, {post_text}, {post_query}, {options}) \
-             ELSE ts_headline(c.search_config, {comment_text}, {comment_query}, {options}) END AS hit_headline \
-         FROM page JOIN posts p ON p.id = page.post_id LEFT JOIN comments c ON c.id = page.comment_id \
-         ORDER BY page.score DESC, page.kind, page.id DESC",
-        post_text = strip("p.title || E'\\n' || p.body"),
-        comment_text = strip("c.body"),
-        post_query = row_query_sql("p", &in_use, &q),
-        comment_query = row_query_sql("c", &in_use, &q),
+    let comment_ctes = format!(
+        "comment_pool AS MATERIALIZED (SELECT c.*, p.accepted_comment_id AS p_accepted, c.id = ANY({cached_comments}) AS was_cached \
+           FROM comments c JOIN posts p ON p.id = c.post_id \
+           WHERE c.id IN (SELECT unnest({cached_comments}::bigint[]) UNION ALL SELECT id FROM comment_changed \
+                          UNION ALL SELECT id FROM comment_of_changed{own_comments}) \
+             AND {comment_where})",
+        comment_where = sql.comment_where,
     );
-    let rows = db.query_all_raw(stmt(&sql, p.0)).await?;
-    let mut hits = rows.iter().map(hit).collect::<AppResult<Vec<Hit>>>()?;
-    let has_next = hits.len() as i64 > limit;
-    hits.truncate(limit.max(0) as usize);
-    Ok(HitPage { hits, has_next })
+    let post_candidates = format!("SELECT * FROM post_pool ORDER BY id DESC LIMIT {candidates_p}");
+    let comment_candidates = format!("SELECT * FROM comment_pool ORDER BY id DESC LIMIT {candidates_p}");
+    let stale = format!(
+        "(SELECT count(*) FROM post_changed) > {max} OR (SELECT count(*) FROM comment_changed) > {max} \
+         OR (SELECT count(*) FROM comment_of_changed) > {max} \
+         OR (cardinality({cached_posts}::bigint[]) >= {candidates_p} \
+             AND (SELECT count(*) FROM post_pool WHERE was_cached) < cardinality({cached_posts}::bigint[])) \
+         OR (cardinality({cached_comments}::bigint[]) >= {candidates_p} \
+             AND (SELECT count(*) FROM comment_pool WHERE was_cached) < cardinality({cached_comments}::bigint[]))"
+    );
+    let statement = sql.page_sql(
+        [post_ctes, post_candidates, comment_ctes, comment_candidates],
+        None,
+        (0, 0),
+        &candidates_p,
+        limit,
+        Some(&stale),
+    );
+    let rows = db.query_all_raw(stmt(&statement, sql.p.0)).await?;
+    if rows.first().map(|row| row.try_get::<bool>("", "hit_stale")).transpose()?.unwrap_or(true) {
+        return Ok(None);
+    }
+    hit_page(&rows, limit).map(Some)
 }
 
 /// The id ranges one kind's candidates are looked for in, newest first, each `(lo, top)`:

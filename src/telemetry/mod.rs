@@ -122,6 +122,7 @@ pub(crate) mod names {
     pub(crate) const CACHE_ENTRIES: &str = "cache_entries";
     pub(crate) const CACHE_CAPACITY_BYTES: &str = "cache_capacity_bytes";
     pub(crate) const CACHE_EVICTIONS: &str = "cache_evictions_total";
+    pub(crate) const SEARCH_CANDIDATES: &str = "search_candidates_total";
     pub(crate) const PROCESS_OPEN_FDS: &str = "process_open_fds";
     pub(crate) const PROCESS_MAX_FDS: &str = "process_max_fds";
     pub(crate) const PROCESS_RESERVED_FDS: &str = "process_reserved_fds";
@@ -272,7 +273,7 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             CACHE_USED_BYTES,
             Gauge,
             "cache",
-            "approximate bytes an in-process cache holds (course_pages, course_pages_index, posts, parsed_documents, users, memberships, course_titles; read at scrape)",
+            "approximate bytes an in-process cache holds (course_pages, course_pages_index, posts, parsed_documents, users, memberships, course_titles, search_candidates; read at scrape)",
         ),
         (CACHE_ENTRIES, Gauge, "cache", "entries an in-process cache holds (read at scrape)"),
         (CACHE_CAPACITY_BYTES, Gauge, "cache", "an in-process cache's share of CACHE_BUDGET_BYTES"),
@@ -281,6 +282,12 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             Counter,
             "cache, cause",
             "entries an in-process cache dropped: size (over its share) or expired",
+        ),
+        (
+            SEARCH_CANDIDATES,
+            Counter,
+            "outcome",
+            "first pages of a course search by where their candidates came from: hit (kept, plus what changed since), miss (found afresh and kept), stale (kept ones that no longer serve, found again), uncached (a later page, several courses, an author filter, or the cache off)",
         ),
         (
             PROCESS_OPEN_FDS,

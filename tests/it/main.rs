@@ -65,6 +65,7 @@ mod roster_cli;
 mod schema_descriptions;
 mod schema_sdl;
 mod search;
+mod search_candidates;
 mod shared_live;
 mod shutdown;
 mod similar_titles;

@@ -241,8 +241,19 @@ pub(crate) async fn search_in(
     let walk = walk_digest(scope_name, &query, &filter);
     let keys = &state.cursor_keys;
     let after = after.map(|raw| SearchCursor::open(keys, &raw, &walk)).transpose()?;
-    let scope = Scope { viewer: viewer.user_id, courses };
-    let page = search::search(&state.search_db, &scope, &query, &filter, after, i64::from(first)).await?;
+    let page = match courses {
+        // One course: through the kept candidates of its first pages (`cache::search`).
+        [course] => {
+            state
+                .search_candidates
+                .search(&state.search_db, viewer.user_id, *course, &query, &filter, after, i64::from(first))
+                .await?
+        }
+        _ => {
+            let scope = Scope { viewer: viewer.user_id, courses };
+            search::search(&state.search_db, &scope, &query, &filter, after, i64::from(first)).await?
+        }
+    };
     let mut conn = Connection::new(after.is_some(), page.has_next);
     conn.edges.extend(page.hits.into_iter().map(|hit| {
         let cursor = SearchCursor { walk, at: hit.position, keys: keys.clone() };

@@ -143,6 +143,7 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         db_max_connections: 30,
         jobs_db_max_connections: 4,
         search_db_max_connections: 2,
+        search_cache_ttl: Duration::from_secs(60),
         statement_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(30),
         request_statement_budget: 200,

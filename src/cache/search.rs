@@ -1,0 +1,179 @@
+//! Search candidates kept in memory: a first page of a course search ranks the newest
+//! `CANDIDATES` matches of each kind (`forum::search`), and finding them in windows of ids is
+//! most of a search's cost. Each process keeps, per (course, query, filter, `Readers`), the ids
+//! it found and the xmin of the snapshot it found them in (`forum::search::Candidates`); a
+//! later first page of the same search reads those rows again by primary key, together with
+//! every row of the course stamped since that xmin (`search_xid`, migration 0022) and a
+//! student's own private posts, and ranks them afresh (`forum::search::search_from_candidates`).
+//!
+//! - **Never stale.** The answer is the one a search without the cache gives: a row written by
+//!   a transaction that had not ended when the candidates were found carries a stamp at or
+//!   after their xmin and is read again; a candidate deleted, hidden or edited away is dropped
+//!   by the re-read, and when that leaves a full set short (an older match would take its
+//!   place) the candidates are found again. Scores (endorsements, resolutions, the query's
+//!   rank) are computed on the rows as they are now.
+//! - **Bounded.** Entries share the `search_candidates` part of `CACHE_BUDGET_BYTES` (3 %),
+//!   weighed in bytes (about 1.8 KB for 100 + 100 ids and the query); each lives at most
+//!   `SEARCH_CACHE_TTL` (60 s), after which it is found again, so the rows re-read as changed
+//!   stay few; past `MAX_CHANGED` changed rows of a kind it is found again at once.
+//! - **Only for members.** Callers reach it after the membership check, so a stranger's
+//!   searches build nothing; what is kept is shared by every member of the same `Readers`.
+//! - **No stampede.** Concurrent first pages of one search that find no entry wait for the
+//!   one that finds the candidates, then use what it kept.
+//! - **Where it is not used:** later pages (they rank below the first page's floor), searches
+//!   over several courses (`Query.search`), an author filter (whose rows depend on who may see
+//!   which author), and every search while `SEARCH_CACHE_TTL` is 0.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sea_orm::ConnectionTrait;
+
+use super::budget::{CacheBudget, CacheName, WeighedCache, string_bytes};
+use crate::error::AppResult;
+use crate::forum::courses::Role;
+use crate::forum::search::{self, Candidates, HitPage, Readers, Scope, SearchFilter};
+use crate::telemetry::names;
+
+/// Which search a set of candidates serves.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct CandidateKey {
+    course: i64,
+    readers: Readers,
+    query: String,
+    filter: String,
+}
+
+/// Tries of a first page from kept candidates before it is searched without them (each stale
+/// set is found again once).
+const TRIES: usize = 2;
+
+/// The per-process cache of search candidates (one per `AppState`). Cheap to clone (shared).
+#[derive(Clone)]
+pub struct SearchCandidates {
+    entries: Option<WeighedCache<CandidateKey, Candidates>>,
+    /// The searches whose candidates are being found now, each with the lock its other first
+    /// pages wait on.
+    finding: Arc<Mutex<HashMap<CandidateKey, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+impl SearchCandidates {
+    /// Entries living `ttl` in the budget's share (no cache at all for a zero `ttl`).
+    pub(crate) fn with_budget(ttl: Duration, budget: &CacheBudget) -> Self {
+        let entries = (!ttl.is_zero()).then(|| {
+            budget.weighed(CacheName::SearchCandidates, Some(ttl), |key: &CandidateKey, value: &Candidates| {
+                string_bytes(&key.query)
+                    + string_bytes(&key.filter)
+                    + string_bytes(&value.xmin)
+                    + 8 * (value.posts.capacity() + value.comments.capacity()) as u64
+            })
+        });
+        Self { entries, finding: Arc::default() }
+    }
+
+    /// Entries held now (tests).
+    pub fn entry_count(&self) -> usize {
+        self.entries.as_ref().map(|e| e.iter().count()).unwrap_or(0)
+    }
+
+    /// Applies the cache's pending bookkeeping (tests: the figures are exact after it).
+    pub fn settle(&self) {
+        if let Some(entries) = &self.entries {
+            entries.settle();
+        }
+    }
+
+    /// A page of hits of `query` in one course, for a member of it with `role` (the caller
+    /// has checked the membership): from kept candidates when this is a first page without an
+    /// author filter, else as `forum::search::search` finds it.
+    // Each argument is one part of the search, as the resolver has it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn search(
+        &self,
+        db: &impl ConnectionTrait,
+        viewer: i64,
+        (course, role): (i64, Role),
+        query: &str,
+        filter: &SearchFilter,
+        after: Option<search::Position>,
+        limit: i64,
+    ) -> AppResult<HitPage> {
+        let courses = [(course, role)];
+        let scope = Scope { viewer, courses: &courses };
+        let Some(entries) = self.entries.as_ref().filter(|_| after.is_none() && filter.author_id.is_none()) else {
+            metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "uncached").increment(1);
+            return search::search(db, &scope, query, filter, after, limit).await;
+        };
+        let key = CandidateKey { course, readers: Readers::of(role), query: query.to_owned(), filter: filter.key() };
+        for _ in 0..TRIES {
+            let (candidates, outcome) = match entries.get(&key) {
+                Some(kept) => (kept, "hit"),
+                None => match self.find(entries, db, &key, filter).await? {
+                    Some(found) => found,
+                    // Nothing can match (a query that excludes itself, no such course).
+                    None => return Ok(HitPage { hits: Vec::new(), has_next: false }),
+                },
+            };
+            match search::search_from_candidates(db, viewer, (course, role), query, filter, limit, &candidates).await? {
+                Some(page) => {
+                    metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => outcome).increment(1);
+                    return Ok(page);
+                }
+                None => {
+                    metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "stale").increment(1);
+                    // Dropped only if no one has kept newer candidates meanwhile.
+                    if entries.get(&key).is_some_and(|now| Arc::ptr_eq(&now, &candidates)) {
+                        entries.invalidate(&key);
+                    }
+                }
+            }
+        }
+        metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "uncached").increment(1);
+        search::search(db, &scope, query, filter, None, limit).await
+    }
+
+    /// The candidates of `key`, found by this call (and kept) or by a concurrent one it waited
+    /// for; with the outcome to count. `None` when nothing can match.
+    async fn find(
+        &self,
+        entries: &WeighedCache<CandidateKey, Candidates>,
+        db: &impl ConnectionTrait,
+        key: &CandidateKey,
+        filter: &SearchFilter,
+    ) -> AppResult<Option<(Arc<Candidates>, &'static str)>> {
+        let lock = {
+            let mut finding = self.finding.lock().unwrap_or_else(|p| p.into_inner());
+            finding.entry(key.clone()).or_default().clone()
+        };
+        let finding = Finding { map: &self.finding, key, lock };
+        let _turn = finding.lock.lock().await;
+        if let Some(kept) = entries.get(key) {
+            return Ok(Some((kept, "hit")));
+        }
+        let found = search::candidates(db, key.course, key.readers, &key.query, filter).await?;
+        Ok(found.map(|found| {
+            let found = Arc::new(found);
+            entries.insert(key.clone(), found.clone());
+            (found, "miss")
+        }))
+    }
+}
+
+/// One caller's part in finding a search's candidates: the last one to leave, however it
+/// leaves (done, failed, or dropped with its request), takes the search out of `finding`.
+struct Finding<'a> {
+    map: &'a Mutex<HashMap<CandidateKey, Arc<tokio::sync::Mutex<()>>>>,
+    key: &'a CandidateKey,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for Finding<'_> {
+    fn drop(&mut self) {
+        let mut finding = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        // The map's reference and this one: nobody else waits.
+        if finding.get(self.key).is_some_and(|held| Arc::ptr_eq(held, &self.lock) && Arc::strong_count(held) <= 2) {
+            finding.remove(self.key);
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! The kept candidates of course searches (`cache::search`), against real PostgreSQL: a first
+//! page served from kept candidates is the page a server without them gives (a peer with
+//! `SEARCH_CACHE_TTL=0s` on the same database), whatever was written, edited, hidden, resolved,
+//! endorsed or deleted since, and whatever order transactions commit in; concurrent first
+//! pages find the candidates once; a stranger's search keeps nothing.
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
+use serde_json::{Value as Json, json};
+
+use crate::common::{TestApp, World, error_code, gid, sample};
+
+const SEARCH: &str = "query($c: ID!, $q: String!, $n: Int, $a: String, $f: SearchFilter) { course(id: $c) { \
+    search(query: $q, first: $n, after: $a, filter: $f) { pageInfo { hasNextPage endCursor } \
+    edges { node { matched score snippet post { id } comment { id } reply { id } } } } } }";
+
+/// Words of the generated posts and comments: the first ones frequent enough to fill a full
+/// set of candidates (100), the last ones rare.
+const WORDS: [&str; 8] = ["apple", "banana", "cherry", "delta", "echo", "falcon", "granite", "harbor"];
+
+/// The raw answer of a course search at `addr`.
+async fn search_at(
+    app: &TestApp,
+    addr: std::net::SocketAddr,
+    user: i64,
+    course: i64,
+    query: &str,
+    filter: &Json,
+    after: Option<&str>,
+) -> Json {
+    app.gql_at(
+        addr,
+        Some(&app.token(user)),
+        SEARCH,
+        json!({ "c": gid("Course", course), "q": query, "n": 10, "a": after, "f": filter }),
+    )
+    .await
+}
+
+/// What a reader sees of a page: every hit in order and whether more follow (cursors are
+/// sealed per request, so they are compared by the pages they lead to).
+fn seen(response: &Json) -> Json {
+    assert!(response.get("errors").is_none(), "search failed: {response}");
+    let search = &response["data"]["course"]["search"];
+    json!({ "hits": search["edges"], "more": search["pageInfo"]["hasNextPage"] })
+}
+
+fn end_cursor(response: &Json) -> Option<String> {
+    response["data"]["course"]["search"]["pageInfo"]["endCursor"].as_str().map(str::to_owned)
+}
+
+/// A text of `n` words drawn by `rng`, the first words more often.
+fn text(rng: &mut StdRng, n: usize) -> String {
+    (0..n)
+        .map(|_| WORDS[rng.random_range(0..WORDS.len()).min(rng.random_range(0..WORDS.len()))])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn exec(app: &TestApp, sql: &str, values: Vec<sea_orm::Value>) {
+    app.db
+        .execute_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, values))
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+async fn ids(app: &TestApp, sql: &str, values: Vec<sea_orm::Value>) -> Vec<i64> {
+    let rows = app
+        .db
+        .query_all_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, values))
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rows.iter().map(|row| row.try_get::<i64>("", "id").expect("id")).collect()
+}
+
+async fn metrics(app: &TestApp) -> String {
+    app.http.get(app.url("/metrics")).send().await.expect("metrics").text().await.expect("metrics text")
+}
+
+/// Random writes of every kind a search reads, each followed by searches of random readers,
+/// queries and filters, answered by the caching server and by the peer without the cache:
+/// the same hits, scores, snippets and next pages, step by step (one fixed seed).
+#[tokio::test]
+async fn cached_searches_answer_as_fresh_ones() {
+    let app = TestApp::spawn().await;
+    let fresh = app.spawn_peer(|s| s.search_cache_ttl = Duration::ZERO).await;
+    let w = World::create(&app).await;
+    let mut rng = StdRng::seed_from_u64(30);
+    // 240 posts and 600 comments and replies: "apple" alone is in more than 100 of each.
+    for n in 0..240 {
+        let (title, body) = (text(&mut rng, 3), text(&mut rng, 8));
+        let author = [w.alice, w.bob, w.instructor][n % 3];
+        exec(
+            &app,
+            "INSERT INTO posts (course_id, user_id, title, body, kind, private) VALUES ($1, $2, $3, $4, $5, $6)",
+            vec![
+                w.course.into(),
+                author.into(),
+                title.into(),
+                body.into(),
+                (if n % 3 == 0 { "question" } else { "discussion" }).into(),
+                (n % 9 == 0).into(),
+            ],
+        )
+        .await;
+    }
+    let posts = ids(&app, "SELECT id FROM posts WHERE course_id = $1 ORDER BY id", vec![w.course.into()]).await;
+    for n in 0..600 {
+        let post = posts[rng.random_range(0..posts.len())];
+        let author = [w.alice, w.bob, w.instructor][n % 3];
+        exec(
+            &app,
+            "INSERT INTO comments (post_id, user_id, body) VALUES ($1, $2, $3)",
+            vec![post.into(), author.into(), text(&mut rng, 6).into()],
+        )
+        .await;
+    }
+    exec(
+        &app,
+        "INSERT INTO comments (post_id, parent_id, reply_to_user_id, user_id, body) \
+         SELECT post_id, id, user_id, $1, body || ' reply' FROM comments WHERE id % 4 = 0",
+        vec![w.bob.into()],
+    )
+    .await;
+
+    let queries = ["apple", "banana cherry", "\"apple banana\"", "apple -cherry", "delta or granite", "harbor"];
+    let filters = [json!(null), json!({ "kind": "QUESTION" }), json!({ "unresolved": true })];
+    let readers = [w.alice, w.bob, w.instructor];
+    for step in 0..60 {
+        let post_ids = ids(&app, "SELECT id FROM posts WHERE course_id = $1 ORDER BY id", vec![w.course.into()]).await;
+        let comment_ids = ids(
+            &app,
+            "SELECT c.id FROM comments c JOIN posts p ON p.id = c.post_id WHERE p.course_id = $1 ORDER BY c.id",
+            vec![w.course.into()],
+        )
+        .await;
+        let post = post_ids[rng.random_range(0..post_ids.len())];
+        let comment = comment_ids[rng.random_range(0..comment_ids.len())];
+        let author = readers[rng.random_range(0..readers.len())];
+        let write = rng.random_range(0..9);
+        match write {
+            0 => {
+                let (title, body, private) = (text(&mut rng, 3), text(&mut rng, 6), rng.random_bool(0.3));
+                exec(
+                    &app,
+                    "INSERT INTO posts (course_id, user_id, title, body, kind, private) VALUES ($1, $2, $3, $4, 'question', $5)",
+                    vec![w.course.into(), author.into(), title.into(), body.into(), private.into()],
+                )
+                .await;
+            }
+            1 => {
+                let body = text(&mut rng, 5);
+                exec(
+                    &app,
+                    "INSERT INTO comments (post_id, user_id, body) VALUES ($1, $2, $3)",
+                    vec![post.into(), author.into(), body.into()],
+                )
+                .await;
+            }
+            2 => {
+                let (title, body) = (text(&mut rng, 3), text(&mut rng, 6));
+                exec(
+                    &app,
+                    "UPDATE posts SET title = $2, body = $3 WHERE id = $1",
+                    vec![post.into(), title.into(), body.into()],
+                )
+                .await;
+            }
+            3 => exec(&app, "UPDATE posts SET deleted_at = now() WHERE id = $1", vec![post.into()]).await,
+            4 => {
+                exec(
+                    &app,
+                    "UPDATE posts SET private = NOT private WHERE id = $1 AND kind = 'question'",
+                    vec![post.into()],
+                )
+                .await
+            }
+            5 => {
+                exec(
+                    &app,
+                    "UPDATE posts SET resolved_at = CASE WHEN resolved_at IS NULL THEN now() END WHERE id = $1",
+                    vec![post.into()],
+                )
+                .await
+            }
+            6 => exec(&app, "UPDATE comments SET deleted_at = now() WHERE id = $1", vec![comment.into()]).await,
+            7 => {
+                exec(
+                    &app,
+                    "UPDATE comments SET endorsed_by = $2, endorsed_at = now() WHERE id = $1",
+                    vec![comment.into(), w.instructor.into()],
+                )
+                .await
+            }
+            _ => {
+                let body = text(&mut rng, 4);
+                exec(&app, "UPDATE comments SET body = $2 WHERE id = $1", vec![comment.into(), body.into()]).await
+            }
+        }
+        // Every query after every write, so kept candidates meet each kind of change.
+        for query in queries {
+            let reader = readers[rng.random_range(0..readers.len())];
+            let filter = &filters[rng.random_range(0..filters.len())];
+            let cached = search_at(&app, app.addr, reader, w.course, query, filter, None).await;
+            let expected = search_at(&app, fresh.addr, reader, w.course, query, filter, None).await;
+            let context = format!("step {step} (write {write}): {query} {filter} for user {reader}");
+            assert_eq!(seen(&cached), seen(&expected), "{context}");
+            // The second pages, each after its own server's cursor.
+            if let (Some(a), Some(b)) = (end_cursor(&cached), end_cursor(&expected)) {
+                let next = search_at(&app, app.addr, reader, w.course, query, filter, Some(&a)).await;
+                let expected_next = search_at(&app, fresh.addr, reader, w.course, query, filter, Some(&b)).await;
+                assert_eq!(seen(&next), seen(&expected_next), "{context}, second page");
+            }
+        }
+    }
+    // The caching server answered from kept candidates, found some again after a removal, and
+    // the peer kept none.
+    let figures = metrics(&app).await;
+    let hits = sample(&figures, "search_candidates_total{outcome=\"hit\"}");
+    let misses = sample(&figures, "search_candidates_total{outcome=\"miss\"}");
+    assert!(hits > 250.0, "kept candidates served {hits} first pages (misses {misses})");
+    assert!(sample(&figures, "search_candidates_total{outcome=\"stale\"}") > 0.0, "{figures}");
+    assert!(app.state.search_candidates.entry_count() > 0);
+    assert_eq!(fresh.state.search_candidates.entry_count(), 0);
+}
+
+/// A comment whose transaction took its id before a newer comment's and commits after the
+/// candidates were kept (with the newer one among them) is found by the next search, on the
+/// caching server as on one without the cache. (Comments: posts of one course are written one
+/// transaction at a time, under the lock of the course's title words.)
+#[tokio::test]
+async fn a_comment_committed_after_the_candidates_were_kept_is_found() {
+    let app = TestApp::spawn().await;
+    let fresh = app.spawn_peer(|s| s.search_cache_ttl = Duration::ZERO).await;
+    let w = World::create(&app).await;
+    let no_filter = json!(null);
+    exec(
+        &app,
+        "INSERT INTO posts (course_id, user_id, title, body) VALUES ($1, $2, 'Quasar lensing', 'first')",
+        vec![w.course.into(), w.alice.into()],
+    )
+    .await;
+    let post = ids(&app, "SELECT id FROM posts WHERE course_id = $1", vec![w.course.into()]).await[0];
+
+    // The slow transaction inserts first (the lower id) and stays open.
+    let slow = app.db.begin().await.expect("begin");
+    slow.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "INSERT INTO comments (post_id, user_id, body) VALUES ($1, $2, 'quasar late')",
+        [post.into(), w.alice.into()],
+    ))
+    .await
+    .expect("insert in the slow transaction");
+    exec(
+        &app,
+        "INSERT INTO comments (post_id, user_id, body) VALUES ($1, $2, 'quasar quick')",
+        vec![post.into(), w.bob.into()],
+    )
+    .await;
+    let kept = search_at(&app, app.addr, w.bob, w.course, "quasar", &no_filter, None).await;
+    assert_eq!(seen(&kept)["hits"].as_array().map(Vec::len), Some(2), "{kept}");
+    let again = search_at(&app, app.addr, w.bob, w.course, "quasar", &no_filter, None).await;
+    assert_eq!(seen(&again), seen(&kept));
+    let figures = metrics(&app).await;
+    assert_eq!(sample(&figures, "search_candidates_total{outcome=\"miss\"}"), 1.0, "kept once");
+    assert_eq!(sample(&figures, "search_candidates_total{outcome=\"hit\"}"), 1.0, "then served");
+
+    slow.commit().await.expect("commit");
+    let after = search_at(&app, app.addr, w.bob, w.course, "quasar", &no_filter, None).await;
+    assert_eq!(seen(&after)["hits"].as_array().map(Vec::len), Some(3), "the late commit: {after}");
+    let expected = search_at(&app, fresh.addr, w.bob, w.course, "quasar", &no_filter, None).await;
+    assert_eq!(seen(&after), seen(&expected));
+    let figures = metrics(&app).await;
+    assert_eq!(sample(&figures, "search_candidates_total{outcome=\"hit\"}"), 2.0, "from the kept candidates");
+}
+
+/// Eight first pages of one search at once find its candidates with one statement: the others
+/// wait for it and use what it kept.
+#[tokio::test]
+async fn concurrent_first_pages_find_the_candidates_once() {
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    exec(
+        &app,
+        "INSERT INTO posts (course_id, user_id, title, body) \
+         SELECT $1, $2, 'nebula ' || n, 'text' FROM generate_series(1, 300) n",
+        vec![w.course.into(), w.alice.into()],
+    )
+    .await;
+    let no_filter = json!(null);
+    let pages = futures_util::future::join_all(
+        (0..8).map(|_| search_at(&app, app.addr, w.bob, w.course, "nebula", &no_filter, None)),
+    )
+    .await;
+    for page in &pages {
+        assert_eq!(seen(page), seen(&pages[0]));
+    }
+    let figures = metrics(&app).await;
+    assert_eq!(sample(&figures, "search_candidates_total{outcome=\"miss\"}"), 1.0, "{figures}");
+    assert_eq!(sample(&figures, "search_candidates_total{outcome=\"hit\"}"), 7.0, "{figures}");
+    assert_eq!(app.state.search_candidates.entry_count(), 1);
+}
+
+/// Nothing is kept for a search that is refused (no token, not a member) or cannot match
+/// (a query that excludes itself); a student's and a teacher's candidates are kept apart, and
+/// a private post is found by its author and the staff only, from kept candidates too.
+#[tokio::test]
+async fn only_members_searches_are_kept_and_each_kind_of_reader_apart() {
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    exec(
+        &app,
+        "INSERT INTO posts (course_id, user_id, title, body, kind, private) VALUES \
+           ($1, $2, 'Walrus open', 'x', 'question', false), ($1, $2, 'Walrus private', 'x', 'question', true)",
+        vec![w.course.into(), w.alice.into()],
+    )
+    .await;
+    let no_filter = json!(null);
+    let anonymous = app
+        .gql(None, SEARCH, json!({ "c": gid("Course", w.course), "q": "walrus", "n": 10, "a": null, "f": null }))
+        .await;
+    assert!(anonymous.get("errors").is_some(), "{anonymous}");
+    let outsider = search_at(&app, app.addr, w.outsider, w.course, "walrus", &no_filter, None).await;
+    assert!(error_code(&outsider).is_some(), "{outsider}");
+    let nothing = search_at(&app, app.addr, w.bob, w.course, "walrus -walrus", &no_filter, None).await;
+    assert_eq!(seen(&nothing)["hits"], json!([]));
+    app.state.search_candidates.settle();
+    assert_eq!(app.state.search_candidates.entry_count(), 0, "nothing kept for them");
+
+    let count = |r: &Json| seen(r)["hits"].as_array().map(Vec::len);
+    for _ in 0..2 {
+        assert_eq!(count(&search_at(&app, app.addr, w.bob, w.course, "walrus", &no_filter, None).await), Some(1));
+        assert_eq!(count(&search_at(&app, app.addr, w.alice, w.course, "walrus", &no_filter, None).await), Some(2));
+        assert_eq!(
+            count(&search_at(&app, app.addr, w.instructor, w.course, "walrus", &no_filter, None).await),
+            Some(2)
+        );
+    }
+    app.state.search_candidates.settle();
+    assert_eq!(app.state.search_candidates.entry_count(), 2, "the students' and the staff's");
+    let figures = metrics(&app).await;
+    assert_eq!(sample(&figures, "search_candidates_total{outcome=\"miss\"}"), 2.0, "{figures}");
+    assert_eq!(sample(&figures, "search_candidates_total{outcome=\"hit\"}"), 4.0, "{figures}");
+}
