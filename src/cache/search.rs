@@ -1,19 +1,20 @@
 //! Search candidates kept in memory: a first page of a course search ranks the newest
 //! `CANDIDATES` matches of each kind (`forum::search`), and finding them in windows of ids is
-//! most of a search's cost. Each process keeps, per (course, query, filter, `Readers`), the ids
-//! it found and the xmin of the snapshot it found them in (`forum::search::Candidates`); a
-//! later first page of the same search reads those rows again by primary key, together with
-//! every row of the course stamped since that xmin (`search_xid`, migration 0022) and a
-//! student's own private posts, and ranks them afresh (`forum::search::search_from_candidates`).
+//! most of a search's cost. Each process keeps, per (course, query, filter, `Readers`), the
+//! candidates it found, scored, and the xmin of the snapshot it found them in
+//! (`forum::search::Candidates`); a later first page of the same search reads only the rows of
+//! the course stamped since that xmin (`search_xid`, migration 0022) and a student's own
+//! private posts, checks and scores those as they are now, and takes the rest as kept
+//! (`forum::search::search_from_candidates`): one statement.
 //!
 //! - **Never stale.** The answer is the one a search without the cache gives: a row written by
 //!   a transaction that had not ended when the candidates were found carries a stamp at or
 //!   after their xmin and is read again; a candidate deleted, hidden or edited away is dropped
 //!   by the re-read, and when that leaves a full set short (an older match would take its
-//!   place) the candidates are found again. Scores (endorsements, resolutions, the query's
-//!   rank) are computed on the rows as they are now.
+//!   place) the candidates are found again. A kept score stands only while its row carries no
+//!   newer stamp, and endorsements, resolutions and edits restamp it.
 //! - **Bounded.** Entries share the `search_candidates` part of `CACHE_BUDGET_BYTES` (3 %),
-//!   weighed in bytes (about 1.8 KB for 100 + 100 ids and the query); each lives at most
+//!   weighed in bytes (about 3.5 KB for 100 + 100 scored candidates and the query); each lives at most
 //!   `SEARCH_CACHE_TTL` (60 s), after which it is found again, so the rows re-read as changed
 //!   stay few; past `MAX_CHANGED` changed rows of a kind it is found again at once.
 //! - **Only for members.** Callers reach it after the membership check, so a stranger's
@@ -63,10 +64,7 @@ impl SearchCandidates {
     pub(crate) fn with_budget(ttl: Duration, budget: &CacheBudget) -> Self {
         let entries = (!ttl.is_zero()).then(|| {
             budget.weighed(CacheName::SearchCandidates, Some(ttl), |key: &CandidateKey, value: &Candidates| {
-                string_bytes(&key.query)
-                    + string_bytes(&key.filter)
-                    + string_bytes(&value.xmin)
-                    + 8 * (value.posts.capacity() + value.comments.capacity()) as u64
+                string_bytes(&key.query) + string_bytes(&key.filter) + value.heap_bytes()
             })
         });
         Self { entries, finding: Arc::default() }

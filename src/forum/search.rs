@@ -342,8 +342,13 @@ fn tsquery(language: Language, q: &str) -> String {
 }
 
 /// A condition true when `alias.search_doc` matches the query in the row's configuration,
-/// one disjunct per configuration in use (each served by the GIN index).
+/// one disjunct per configuration in use (each served by the GIN index). With no
+/// configurations named, the query is parsed in each row's own (for the few rows a search from
+/// kept candidates reads, which no index serves).
 fn match_sql(alias: &str, languages: &[Language], q: &str) -> String {
+    if languages.is_empty() {
+        return format!("({alias}.search_doc @@ websearch_to_tsquery({alias}.search_config, {q}))");
+    }
     let parts: Vec<String> = languages
         .iter()
         .map(|l| {
@@ -357,29 +362,35 @@ fn match_sql(alias: &str, languages: &[Language], q: &str) -> String {
     format!("({})", parts.join(" OR "))
 }
 
-/// `expr` of the row's own configuration: itself when one configuration is in use, else a
-/// CASE on `alias.search_config` with one arm per configuration (`otherwise` for none).
-fn per_language(alias: &str, languages: &[Language], otherwise: &str, expr: impl Fn(Language) -> String) -> String {
+/// The query of the row's own configuration: the one configuration in use, else a CASE on
+/// `alias.search_config` with one arm per configuration (`otherwise` for none), or, with none
+/// named, parsed in the row's configuration.
+fn row_tsquery(alias: &str, languages: &[Language], q: &str) -> String {
     match languages {
-        [only] => expr(*only),
+        [] => format!("websearch_to_tsquery({alias}.search_config, {q})"),
+        [only] => tsquery(*only, q),
         _ => {
-            let arms: String =
-                languages.iter().map(|l| format!(" WHEN '{}'::regconfig THEN {}", l.config(), expr(*l))).collect();
-            format!("(CASE {alias}.search_config{arms}{otherwise} END)")
+            let arms: String = languages
+                .iter()
+                .map(|l| format!(" WHEN '{}'::regconfig THEN {}", l.config(), tsquery(*l, q)))
+                .collect();
+            format!("(CASE {alias}.search_config{arms} END)")
         }
     }
 }
 
-/// The normalized text rank of `alias.search_doc` under its own configuration's query.
+/// The normalized text rank of `alias.search_doc` under its own configuration's query (0 for
+/// a row of no configuration in use).
 fn rank_sql(alias: &str, languages: &[Language], q: &str) -> String {
-    per_language(alias, languages, " ELSE 0", |l| {
-        format!("ts_rank_cd('{{0.1, 0.2, 0.4, 1.0}}', {alias}.search_doc, {}, 32)", tsquery(l, q))
-    })
+    format!(
+        "coalesce(ts_rank_cd('{{0.1, 0.2, 0.4, 1.0}}', {alias}.search_doc, {}, 32), 0)",
+        row_tsquery(alias, languages, q)
+    )
 }
 
 /// The query of the row's configuration, for `ts_headline`.
 fn row_query_sql(alias: &str, languages: &[Language], q: &str) -> String {
-    per_language(alias, languages, "", |l| tsquery(l, q))
+    row_tsquery(alias, languages, q)
 }
 
 /// Recency: 0.1 per 30 days since 2020-01-01.
@@ -486,8 +497,8 @@ impl Conditions {
     }
 
     /// The windowed searches of both kinds (`WindowedSearch`) over the bounds' windows down to
-    /// the floors: (the CTEs of posts, their candidates, the CTEs of comments, theirs).
-    fn windowed(&mut self, bounds: &SearchBounds, floors: (i64, i64), candidates: &str) -> [String; 4] {
+    /// the floors, scored: the CTEs up to `post_hits` and `comment_hits` (to follow `WITH`).
+    fn windowed_hits(&mut self, bounds: &SearchBounds, floors: (i64, i64), candidates: &str) -> String {
         let post_search = WindowedSearch {
             name: "post",
             from: "SELECT p.* FROM posts p",
@@ -506,42 +517,52 @@ impl Conditions {
         };
         let (comment_ctes, comment_candidates) =
             comment_search.sql(&windows(bounds.comment_hi, COMMENT_WINDOW, floors.1), &mut self.p);
-        [post_ctes, post_candidates, comment_ctes, comment_candidates]
+        format!(
+            "{post_ctes}, post_hits AS ({posts}), {comment_ctes}, comment_hits AS ({comments})",
+            posts = self.scored_posts(&post_candidates),
+            comments = self.scored_comments(&comment_candidates),
+        )
     }
 
-    /// The statement of one page from the candidates `sources` gives (`[post CTEs, post
-    /// candidates, comment CTEs, comment candidates]`, as `windowed`): scores, the keyset, the
-    /// page, its rows and snippets, in the page's order. With `stale` (a condition), its
-    /// value comes first in a column of its own (`hit_stale`) on a row that is there even when
-    /// nothing was found (its hit columns NULL).
+    /// The hits of the post rows `rows` selects (aliased `p` inside): id, post_id, comment_id,
+    /// kind, score. The score, of the row and the query alone: the normalized text rank, the
+    /// endorsement and resolution boosts, recency.
+    fn scored_posts(&self, rows: &str) -> String {
+        let recency = RECENCY_SQL.replace("{t}", "p.created_at");
+        format!(
+            "SELECT p.id, p.id AS post_id, NULL::bigint AS comment_id, 0::smallint AS kind,                (({rank})::float8 + CASE WHEN p.endorsed_by IS NOT NULL THEN {ENDORSED_BOOST} ELSE 0 END                 + CASE WHEN p.accepted_comment_id IS NOT NULL OR p.resolved_at IS NOT NULL THEN {RESOLVED_BOOST} ELSE 0 END                 + {recency})::float8 AS score              FROM ({rows}) p",
+            rank = rank_sql("p", &self.in_use, &self.q),
+        )
+    }
+
+    /// The hits of the comment rows `rows` selects (aliased `c` inside, with their post's
+    /// `p_accepted`), as `scored_posts`.
+    fn scored_comments(&self, rows: &str) -> String {
+        let recency = RECENCY_SQL.replace("{t}", "c.created_at");
+        format!(
+            "SELECT c.id, c.post_id, c.id AS comment_id, (CASE WHEN c.parent_id IS NULL THEN 1 ELSE 2 END)::smallint AS kind,                (({rank})::float8 + CASE WHEN c.endorsed_by IS NOT NULL THEN {ENDORSED_BOOST} ELSE 0 END                 + CASE WHEN c.p_accepted = c.id THEN {RESOLVED_BOOST} ELSE 0 END + {recency})::float8 AS score              FROM ({rows}) c",
+            rank = rank_sql("c", &self.in_use, &self.q),
+        )
+    }
+
+    /// The statement of one page from `hits_ctes` (CTEs, to follow `WITH`, that end with
+    /// `post_hits` and `comment_hits`, as `windowed_hits` builds): the keyset, the page, its
+    /// rows and snippets, in the page's order. With `stale` (a condition), its value comes
+    /// first in a column of its own (`hit_stale`) on a row that is there even when nothing was
+    /// found (its hit columns NULL).
     fn page_sql(
         &mut self,
-        sources: [String; 4],
+        hits_ctes: &str,
         after: Option<Position>,
         floors: (i64, i64),
         candidates: &str,
         limit: i64,
         stale: Option<&str>,
     ) -> String {
-        let [post_ctes, post_candidates, comment_ctes, comment_candidates] = sources;
         let (q, in_use) = (self.q.clone(), self.in_use.clone());
         let p = &mut self.p;
         let post_floor_p = p.push(floors.0);
         let comment_floor_p = p.push(floors.1);
-        let recency = |t: &str| RECENCY_SQL.replace("{t}", t);
-        let post_score = format!(
-            "({rank})::float8 + CASE WHEN p.endorsed_by IS NOT NULL THEN {ENDORSED_BOOST} ELSE 0 END \
-             + CASE WHEN p.accepted_comment_id IS NOT NULL OR p.resolved_at IS NOT NULL THEN {RESOLVED_BOOST} ELSE 0 END \
-             + {recency}",
-            rank = rank_sql("p", &in_use, &q),
-            recency = recency("p.created_at"),
-        );
-        let comment_score = format!(
-            "({rank})::float8 + CASE WHEN c.endorsed_by IS NOT NULL THEN {ENDORSED_BOOST} ELSE 0 END \
-             + CASE WHEN c.p_accepted = c.id THEN {RESOLVED_BOOST} ELSE 0 END + {recency}",
-            rank = rank_sql("c", &in_use, &q),
-            recency = recency("c.created_at"),
-        );
         let keyset = match after {
             None => "TRUE".to_owned(),
             Some(at) => {
@@ -562,15 +583,18 @@ impl Conditions {
         // what looks like an HTML tag from the headline), given back by `snippet_html`.
         let strip = |text: &str| format!("translate({text}, E'<>\\x01\\x02\\x03\\x04', E'\\x03\\x04')");
         let options = p.push(HEADLINE_OPTIONS);
+        // A row gone for good since its candidates were kept (deleted by hand) has no post or
+        // comment to join: `hit_gone`.
         let hits = format!(
             "SELECT page.kind AS hit_kind, page.score AS hit_score, page.id AS hit_id, \
+               (p.id IS NULL OR (page.comment_id IS NOT NULL AND c.id IS NULL)) AS hit_gone, \
                (SELECT CASE WHEN count(*) >= {candidates} THEN min(id) ELSE {post_floor_p} END FROM post_hits) AS hit_post_floor, \
                (SELECT CASE WHEN count(*) >= {candidates} THEN min(id) ELSE {comment_floor_p} END FROM comment_hits) AS hit_comment_floor, \
                {post_columns}, {comment_columns}, \
                CASE WHEN page.comment_id IS NULL \
                  THEN ts_headline(p.search_config, {post_text}, {post_query}, {options}) \
                  ELSE ts_headline(c.search_config, {comment_text}, {comment_query}, {options}) END AS hit_headline \
-             FROM page JOIN posts p ON p.id = page.post_id LEFT JOIN comments c ON c.id = page.comment_id",
+             FROM page LEFT JOIN posts p ON p.id = page.post_id LEFT JOIN comments c ON c.id = page.comment_id",
             post_text = strip("p.title || E'\\n' || p.body"),
             comment_text = strip("c.body"),
             post_query = row_query_sql("p", &in_use, &q),
@@ -585,14 +609,7 @@ impl Conditions {
             ),
         };
         format!(
-            "WITH {post_ctes}, post_hits AS ( \
-               SELECT p.id, p.id AS post_id, NULL::bigint AS comment_id, 0::smallint AS kind, ({post_score})::float8 AS score \
-               FROM ({post_candidates}) p \
-             ), {comment_ctes}, comment_hits AS ( \
-               SELECT c.id, c.post_id, c.id AS comment_id, \
-                      (CASE WHEN c.parent_id IS NULL THEN 1 ELSE 2 END)::smallint AS kind, ({comment_score})::float8 AS score \
-               FROM ({comment_candidates}) c \
-             ), page AS ( \
+            "WITH {hits_ctes}, page AS ( \
                SELECT * FROM (SELECT * FROM post_hits UNION ALL SELECT * FROM comment_hits) hits \
                WHERE {keyset} ORDER BY score DESC, kind, id DESC LIMIT {limit_p} \
              ) {select}"
@@ -601,17 +618,21 @@ impl Conditions {
 }
 
 /// A page of hits from the rows of a page statement (`Conditions::page_sql`): a row whose
-/// `hit_kind` is NULL (the flags' row when nothing was found) is no hit.
-fn hit_page(rows: &[QueryResult], limit: i64) -> AppResult<HitPage> {
+/// `hit_kind` is NULL (the flags' row when nothing was found) is no hit; `None` when a hit's
+/// row is gone (`hit_gone`).
+fn hit_page(rows: &[QueryResult], limit: i64) -> AppResult<Option<HitPage>> {
     let mut hits = Vec::with_capacity(rows.len());
     for row in rows {
         if row.try_get::<Option<i16>>("", "hit_kind")?.is_some() {
+            if row.try_get::<bool>("", "hit_gone")? {
+                return Ok(None);
+            }
             hits.push(hit(row)?);
         }
     }
     let has_next = hits.len() as i64 > limit;
     hits.truncate(limit.max(0) as usize);
-    Ok(HitPage { hits, has_next })
+    Ok(Some(HitPage { hits, has_next }))
 }
 
 /// One page of hits for `query` in `scope`, after `after`, at most `limit`: every candidate
@@ -625,13 +646,14 @@ pub(crate) async fn search(
     after: Option<Position>,
     limit: i64,
 ) -> AppResult<HitPage> {
+    let nothing = || HitPage { hits: Vec::new(), has_next: false };
     if excludes_itself(query) {
-        return Ok(HitPage { hits: Vec::new(), has_next: false });
+        return Ok(nothing());
     }
     let course_ids: Vec<i64> = scope.courses.iter().map(|(id, _)| *id).collect();
     let bounds = search_bounds(db, &course_ids).await?;
     if bounds.languages.is_empty() {
-        return Ok(HitPage { hits: Vec::new(), has_next: false });
+        return Ok(nothing());
     }
     let mut sql = Conditions::new(scope, query, filter, Access::Viewer, bounds.languages.clone());
     let (floors, candidates) = match after {
@@ -639,31 +661,51 @@ pub(crate) async fn search(
         Some(at) => ((at.post_floor, at.comment_floor), LATER_CANDIDATES),
     };
     let candidates_p = sql.p.push(candidates);
-    let sources = sql.windowed(&bounds, floors, &candidates_p);
-    let statement = sql.page_sql(sources, after, floors, &candidates_p, limit, None);
+    let hits = sql.windowed_hits(&bounds, floors, &candidates_p);
+    let statement = sql.page_sql(&hits, after, floors, &candidates_p, limit, None);
     let rows = db.query_all_raw(stmt(&statement, sql.p.0)).await?;
-    hit_page(&rows, limit)
+    // Every hit row was read in this statement: none can be gone.
+    Ok(hit_page(&rows, limit)?.unwrap_or_else(nothing))
 }
 
-/// The newest `CANDIDATES` matches of each kind that `readers` of one course may read, as of
-/// one snapshot, with that snapshot's xmin: what `cache::search` keeps, so that a first page
-/// needs only what changed since (`search_from_candidates`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The newest `CANDIDATES` matches of each kind that `readers` of one course may read, scored,
+/// as of one snapshot, with that snapshot's xmin: what `cache::search` keeps, so that a first
+/// page needs only the rows written since (`search_from_candidates`). Each kind's vectors are
+/// in step, newest first.
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Candidates {
     /// `pg_snapshot_xmin` of the statement that found them (an xid8, as text): every row
     /// version written by an older transaction was seen.
     pub xmin: String,
-    pub posts: Vec<i64>,
-    pub comments: Vec<i64>,
+    pub post_ids: Vec<i64>,
+    pub post_scores: Vec<f64>,
+    pub comment_ids: Vec<i64>,
+    pub comment_posts: Vec<i64>,
+    /// 1 for a comment, 2 for a reply (the keyset's kinds).
+    pub comment_kinds: Vec<i16>,
+    pub comment_scores: Vec<f64>,
 }
 
-/// Most rows of each kind a search from cached candidates re-reads as changed since their
+impl Candidates {
+    /// The heap bytes the vectors and the xmin own.
+    pub(crate) fn heap_bytes(&self) -> u64 {
+        (self.xmin.capacity()
+            + 8 * (self.post_ids.capacity()
+                + self.post_scores.capacity()
+                + self.comment_ids.capacity()
+                + self.comment_posts.capacity()
+                + self.comment_scores.capacity())
+            + 2 * self.comment_kinds.capacity()) as u64
+    }
+}
+
+/// Most rows of each kind a search from kept candidates reads as written since their
 /// snapshot: past it the candidates are found afresh (a course re-indexed, a storm of writes).
 pub(crate) const MAX_CHANGED: i64 = 1_000;
 
 /// The candidates of a first page of `query` in `course` for `readers` (`Candidates`), found
 /// in windows as `search` finds them; `None` when nothing can match (a query that excludes
-/// itself, an unknown course).
+/// itself, an unknown course) or the filter names an author.
 pub(crate) async fn candidates(
     db: &impl ConnectionTrait,
     course: i64,
@@ -682,12 +724,21 @@ pub(crate) async fn candidates(
     let scope = Scope { viewer: 0, courses: &[(course, role)] };
     let mut sql = Conditions::new(&scope, query, filter, Access::Readers(readers), bounds.languages.clone());
     let candidates_p = sql.p.push(CANDIDATES);
-    let [post_ctes, post_candidates, comment_ctes, comment_candidates] = sql.windowed(&bounds, (0, 0), &candidates_p);
+    let hits = sql.windowed_hits(&bounds, (0, 0), &candidates_p);
+    let agg = |table: &str, column: &str, empty: &str| {
+        format!("(SELECT coalesce(array_agg({column} ORDER BY id DESC), '{{}}'::{empty}[]) FROM {table})")
+    };
     let statement = format!(
-        "WITH snap AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin), \
-           {post_ctes}, {comment_ctes} \
-         SELECT snap.xmin, ARRAY(SELECT id FROM ({post_candidates}) x) AS post_ids, \
-                ARRAY(SELECT id FROM ({comment_candidates}) y) AS comment_ids FROM snap"
+        "WITH snap AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin), {hits} \
+         SELECT snap.xmin, {post_ids} AS post_ids, {post_scores} AS post_scores, {comment_ids} AS comment_ids, \
+                {comment_posts} AS comment_posts, {comment_kinds} AS comment_kinds, {comment_scores} AS comment_scores \
+         FROM snap",
+        post_ids = agg("post_hits", "id", "bigint"),
+        post_scores = agg("post_hits", "score", "float8"),
+        comment_ids = agg("comment_hits", "id", "bigint"),
+        comment_posts = agg("comment_hits", "post_id", "bigint"),
+        comment_kinds = agg("comment_hits", "kind", "smallint"),
+        comment_scores = agg("comment_hits", "score", "float8"),
     );
     let row = db
         .query_one_raw(stmt(&statement, sql.p.0))
@@ -695,20 +746,26 @@ pub(crate) async fn candidates(
         .ok_or_else(|| AppError::Internal("the candidates' statement returned no row".into()))?;
     Ok(Some(Candidates {
         xmin: row.try_get("", "xmin")?,
-        posts: row.try_get("", "post_ids")?,
-        comments: row.try_get("", "comment_ids")?,
+        post_ids: row.try_get("", "post_ids")?,
+        post_scores: row.try_get("", "post_scores")?,
+        comment_ids: row.try_get("", "comment_ids")?,
+        comment_posts: row.try_get("", "comment_posts")?,
+        comment_kinds: row.try_get("", "comment_kinds")?,
+        comment_scores: row.try_get("", "comment_scores")?,
     }))
 }
 
-/// A first page of `query` in one course for a member with `role`, from `cached` candidates
-/// (for `Readers::of(role)`) and what changed since their snapshot: the rows of the course
-/// stamped since its xmin (`search_xid`, migration 0022), the comments of posts stamped so, and a
-/// student's own private posts with their comments. Every candidate is read again, so what was
-/// deleted, hidden or edited away since is not found, and every score is computed afresh.
-/// The answer is the one `search` gives (`search::cached_searches_answer_as_fresh_ones`), or
-/// `None` when the cached candidates can no longer give it: more than `MAX_CHANGED` changed
-/// rows of a kind, or a full set of candidates (`CANDIDATES`) one of which no longer matches
-/// (an older match would take its place).
+/// A first page of `query` in one course for a member with `role`, from `kept` candidates
+/// (for `Readers::of(role)`) and the rows written since their snapshot, in one statement: the
+/// course's posts stamped since its xmin (`search_xid`, migration 0022), every comment so
+/// stamped, the comments of those posts, and a student's own private posts with their
+/// comments. Those rows are checked and scored as they are now; a kept candidate among them
+/// gives way to its row as it is now, and every other kept candidate is as it was (nothing a
+/// search reads of it changed: it would carry a newer stamp). The answer is the one `search`
+/// gives (`search_candidates::cached_searches_answer_as_fresh_ones`), or `None` when the kept
+/// candidates can no longer give it: more than `MAX_CHANGED` rows of a kind written since, a
+/// full set of candidates (`CANDIDATES`) one of which no longer matches (an older match would
+/// take its place), or a hit whose row is gone.
 pub(crate) async fn search_from_candidates(
     db: &impl ConnectionTrait,
     viewer: i64,
@@ -716,27 +773,28 @@ pub(crate) async fn search_from_candidates(
     query: &str,
     filter: &SearchFilter,
     limit: i64,
-    cached: &Candidates,
+    kept: &Candidates,
 ) -> AppResult<Option<HitPage>> {
-    let bounds = search_bounds(db, &[course]).await?;
-    if bounds.languages.is_empty() {
-        return Ok(Some(HitPage { hits: Vec::new(), has_next: false }));
-    }
     let courses = [(course, role)];
     let scope = Scope { viewer, courses: &courses };
-    let mut sql = Conditions::new(&scope, query, filter, Access::Viewer, bounds.languages.clone());
-    let candidates_p = sql.p.push(CANDIDATES);
-    let since = sql.p.push(cached.xmin.clone());
-    let cached_posts = sql.p.push(cached.posts.clone());
-    let cached_comments = sql.p.push(cached.comments.clone());
-    let max = sql.p.push(MAX_CHANGED);
+    // No configuration named: the few rows read are matched in their own.
+    let mut sql = Conditions::new(&scope, query, filter, Access::Viewer, Vec::new());
+    let p = &mut sql.p;
+    let candidates_p = p.push(CANDIDATES);
+    let since = p.push(kept.xmin.clone());
+    let (post_ids, post_scores) = (p.push(kept.post_ids.clone()), p.push(kept.post_scores.clone()));
+    let comment_ids = p.push(kept.comment_ids.clone());
+    let comment_posts = p.push(kept.comment_posts.clone());
+    let comment_kinds = p.push(kept.comment_kinds.clone());
+    let comment_scores = p.push(kept.comment_scores.clone());
+    let max = p.push(MAX_CHANGED);
     let (courses_p, viewer_p) = (sql.courses.clone(), sql.viewer.clone());
     // A student's own private posts: the students' candidates leave every private post out.
     let own = Readers::of(role) == Readers::Students;
     let own_cte = if own {
         format!(
-            ", own_posts AS MATERIALIZED (SELECT id FROM posts WHERE course_id = ANY({courses_p}) \
-               AND user_id = {viewer_p} AND private AND deleted_at IS NULL)"
+            "own_posts AS MATERIALIZED (SELECT id FROM posts WHERE course_id = ANY({courses_p}) \
+               AND user_id = {viewer_p} AND private AND deleted_at IS NULL), "
         )
     } else {
         String::new()
@@ -747,48 +805,53 @@ pub(crate) async fn search_from_candidates(
     } else {
         ""
     };
-    let post_ctes = format!(
+    let fresh_posts = sql.scored_posts(&format!(
+        "SELECT p.* FROM posts p WHERE p.id IN (SELECT id FROM post_changed{own_posts}) AND {}",
+        sql.post_where
+    ));
+    let fresh_comments = sql.scored_comments(&format!(
+        "SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id \
+         WHERE c.id IN (SELECT id FROM comment_changed UNION ALL SELECT id FROM comment_of_changed{own_comments}) \
+           AND {}",
+        sql.comment_where
+    ));
+    let hits = format!(
         "post_changed AS MATERIALIZED (SELECT id FROM posts WHERE course_id = ANY({courses_p}) \
            AND search_xid >= {since}::text::xid8 LIMIT {max} + 1), \
          comment_changed AS MATERIALIZED (SELECT id FROM comments WHERE search_xid >= {since}::text::xid8 LIMIT {max} + 1), \
          comment_of_changed AS MATERIALIZED (SELECT c1.id FROM comments c1 \
-           WHERE c1.post_id IN (SELECT id FROM post_changed) AND c1.deleted_at IS NULL LIMIT {max} + 1){own_cte}, \
-         post_pool AS MATERIALIZED (SELECT p.*, p.id = ANY({cached_posts}) AS was_cached FROM posts p \
-           WHERE p.id IN (SELECT unnest({cached_posts}::bigint[]) UNION ALL SELECT id FROM post_changed{own_posts}) \
-             AND {post_where})",
-        post_where = sql.post_where,
+           WHERE c1.post_id IN (SELECT id FROM post_changed) AND c1.deleted_at IS NULL LIMIT {max} + 1), {own_cte}\
+         post_fresh AS MATERIALIZED ({fresh_posts}), \
+         comment_fresh AS MATERIALIZED ({fresh_comments}), \
+         post_kept AS MATERIALIZED (SELECT k.id, k.id AS post_id, NULL::bigint AS comment_id, 0::smallint AS kind, k.score \
+           FROM unnest({post_ids}::bigint[], {post_scores}::float8[]) k(id, score) \
+           WHERE k.id NOT IN (SELECT id FROM post_changed)), \
+         comment_kept AS MATERIALIZED (SELECT k.id, k.post_id, k.id AS comment_id, k.kind, k.score \
+           FROM unnest({comment_ids}::bigint[], {comment_posts}::bigint[], {comment_kinds}::smallint[], \
+                       {comment_scores}::float8[]) k(id, post_id, kind, score) \
+           WHERE k.id NOT IN (SELECT id FROM comment_changed) AND k.id NOT IN (SELECT id FROM comment_of_changed)), \
+         post_hits AS (SELECT * FROM (SELECT * FROM post_kept UNION ALL SELECT * FROM post_fresh) u \
+           ORDER BY id DESC LIMIT {candidates_p}), \
+         comment_hits AS (SELECT * FROM (SELECT * FROM comment_kept UNION ALL SELECT * FROM comment_fresh) u \
+           ORDER BY id DESC LIMIT {candidates_p})"
     );
-    let comment_ctes = format!(
-        "comment_pool AS MATERIALIZED (SELECT c.*, p.accepted_comment_id AS p_accepted, c.id = ANY({cached_comments}) AS was_cached \
-           FROM comments c JOIN posts p ON p.id = c.post_id \
-           WHERE c.id IN (SELECT unnest({cached_comments}::bigint[]) UNION ALL SELECT id FROM comment_changed \
-                          UNION ALL SELECT id FROM comment_of_changed{own_comments}) \
-             AND {comment_where})",
-        comment_where = sql.comment_where,
-    );
-    let post_candidates = format!("SELECT * FROM post_pool ORDER BY id DESC LIMIT {candidates_p}");
-    let comment_candidates = format!("SELECT * FROM comment_pool ORDER BY id DESC LIMIT {candidates_p}");
+    // A kept candidate that no longer qualifies is neither kept (it changed) nor fresh.
     let stale = format!(
         "(SELECT count(*) FROM post_changed) > {max} OR (SELECT count(*) FROM comment_changed) > {max} \
          OR (SELECT count(*) FROM comment_of_changed) > {max} \
-         OR (cardinality({cached_posts}::bigint[]) >= {candidates_p} \
-             AND (SELECT count(*) FROM post_pool WHERE was_cached) < cardinality({cached_posts}::bigint[])) \
-         OR (cardinality({cached_comments}::bigint[]) >= {candidates_p} \
-             AND (SELECT count(*) FROM comment_pool WHERE was_cached) < cardinality({cached_comments}::bigint[]))"
+         OR (cardinality({post_ids}::bigint[]) >= {candidates_p} \
+             AND (SELECT count(*) FROM post_kept) + (SELECT count(*) FROM post_fresh WHERE id = ANY({post_ids})) \
+                 < cardinality({post_ids}::bigint[])) \
+         OR (cardinality({comment_ids}::bigint[]) >= {candidates_p} \
+             AND (SELECT count(*) FROM comment_kept) + (SELECT count(*) FROM comment_fresh WHERE id = ANY({comment_ids})) \
+                 < cardinality({comment_ids}::bigint[]))"
     );
-    let statement = sql.page_sql(
-        [post_ctes, post_candidates, comment_ctes, comment_candidates],
-        None,
-        (0, 0),
-        &candidates_p,
-        limit,
-        Some(&stale),
-    );
+    let statement = sql.page_sql(&hits, None, (0, 0), &candidates_p, limit, Some(&stale));
     let rows = db.query_all_raw(stmt(&statement, sql.p.0)).await?;
     if rows.first().map(|row| row.try_get::<bool>("", "hit_stale")).transpose()?.unwrap_or(true) {
         return Ok(None);
     }
-    hit_page(&rows, limit).map(Some)
+    hit_page(&rows, limit)
 }
 
 /// The id ranges one kind's candidates are looked for in, newest first, each `(lo, top)`:
