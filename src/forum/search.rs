@@ -672,7 +672,7 @@ pub(crate) async fn search(
 /// as of one snapshot, with that snapshot's xmin: what `cache::search` keeps, so that a first
 /// page needs only the rows written since (`search_from_candidates`). Each kind's vectors are
 /// in step, newest first.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, FromQueryResult)]
 pub(crate) struct Candidates {
     /// `pg_snapshot_xmin` of the statement that found them (an xid8, as text): every row
     /// version written by an older transaction was seen.
@@ -740,19 +740,11 @@ pub(crate) async fn candidates(
         comment_kinds = agg("comment_hits", "kind", "smallint"),
         comment_scores = agg("comment_hits", "score", "float8"),
     );
-    let row = db
-        .query_one_raw(stmt(&statement, sql.p.0))
+    let found = Candidates::find_by_statement(stmt(&statement, sql.p.0))
+        .one(db)
         .await?
         .ok_or_else(|| AppError::Internal("the candidates' statement returned no row".into()))?;
-    Ok(Some(Candidates {
-        xmin: row.try_get("", "xmin")?,
-        post_ids: row.try_get("", "post_ids")?,
-        post_scores: row.try_get("", "post_scores")?,
-        comment_ids: row.try_get("", "comment_ids")?,
-        comment_posts: row.try_get("", "comment_posts")?,
-        comment_kinds: row.try_get("", "comment_kinds")?,
-        comment_scores: row.try_get("", "comment_scores")?,
-    }))
+    Ok(Some(found))
 }
 
 /// A first page of `query` in one course for a member with `role`, from `kept` candidates
