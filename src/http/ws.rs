@@ -691,6 +691,84 @@ fn connection_data(app: &crate::state::AppState, user_id: i64) -> Data {
 
 #[cfg(test)]
 mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use axum::extract::ws::Message;
+    use futures_util::{FutureExt, Sink, StreamExt, stream};
+
+    use super::{FRAMES_PER_WRITE, Written, write_ready};
+
+    /// A socket that records what it was fed and how many times it was flushed.
+    #[derive(Default)]
+    struct RecordingSink {
+        fed: Vec<Message>,
+        flushes: usize,
+    }
+
+    impl Sink<Message> for RecordingSink {
+        type Error = axum::Error;
+        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn start_send(mut self: Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
+            self.fed.push(item);
+            Ok(())
+        }
+        fn poll_flush(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.flushes += 1;
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn text(n: usize) -> Message {
+        Message::Text(format!("frame {n}").into())
+    }
+
+    /// One write, run to its end without a runtime: it must never wait for a frame.
+    fn write(
+        sink: &mut RecordingSink,
+        first: Message,
+        outgoing: &mut (impl futures_util::Stream<Item = Message> + Unpin),
+    ) -> Written {
+        write_ready(sink, first, outgoing).now_or_never().expect("a write never waits for frames").expect("written")
+    }
+
+    #[test]
+    fn frames_ready_together_leave_in_one_flush_and_a_pending_one_is_not_waited_for() {
+        let mut sink = RecordingSink::default();
+        // Four more ready behind the first, then nothing ready yet (the stream stays open).
+        let mut outgoing = stream::iter((1..5).map(text)).chain(stream::pending());
+        assert!(matches!(write(&mut sink, text(0), &mut outgoing), Written::Open));
+        assert_eq!((sink.fed.len(), sink.flushes), (5, 1), "five ready frames, one flush");
+    }
+
+    #[test]
+    fn a_write_takes_at_most_its_share_of_frames_and_leaves_the_rest_ready() {
+        let mut sink = RecordingSink::default();
+        let mut outgoing = stream::iter((1..FRAMES_PER_WRITE + 10).map(text)).chain(stream::pending());
+        write(&mut sink, text(0), &mut outgoing);
+        assert_eq!((sink.fed.len(), sink.flushes), (FRAMES_PER_WRITE, 1));
+        let next = outgoing.next().now_or_never().flatten().expect("the rest stay queued");
+        write(&mut sink, next, &mut outgoing);
+        assert_eq!((sink.fed.len(), sink.flushes), (FRAMES_PER_WRITE + 10, 2));
+    }
+
+    #[test]
+    fn a_close_frame_or_the_end_of_the_stream_ends_the_socket_after_the_flush() {
+        let mut sink = RecordingSink::default();
+        let mut outgoing = stream::iter([text(1), Message::Close(None), text(2)]);
+        assert!(matches!(write(&mut sink, text(0), &mut outgoing), Written::Done));
+        assert_eq!((sink.fed.len(), sink.flushes), (3, 1), "nothing is fed after the close frame");
+        let mut ended = stream::iter([text(1)]);
+        let mut sink = RecordingSink::default();
+        assert!(matches!(write(&mut sink, text(0), &mut ended), Written::Done));
+        assert_eq!((sink.fed.len(), sink.flushes), (2, 1));
+    }
+
     #[test]
     fn a_close_reason_fits_a_control_frame() {
         assert_eq!(super::close_reason("short"), "short");
