@@ -372,11 +372,13 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let mut db = db::connect_api(&settings).await?;
     let mut jobs_db = db::connect_jobs(&settings).await?;
     let mut search_db = db::connect_search(&settings).await?;
+    let mut search_kept_db = db::connect_search_kept(&settings).await?;
     let mut first_touch_db =
         db::connect_first_touch(&settings, crate::likes::first_touch::MAX_IN_FLIGHT as u32).await?;
     let sql_statements = db::StatementCounter::attach(&mut db, "api");
     sql_statements.attach_also(&mut jobs_db, "background");
     sql_statements.attach_also(&mut search_db, "api");
+    sql_statements.attach_also(&mut search_kept_db, "api");
     sql_statements.attach_also(&mut first_touch_db, "api");
     let redis = kv::connect_to(&settings.redis_target()?, settings.connect_timeout, "api").await?;
     if settings.like_mode == LikeMode::Buffered && !settings.allow_evicting_redis {
@@ -431,6 +433,7 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
         db,
         jobs_db,
         search_db,
+        search_kept_db,
         sql_statements,
         redis,
         keys,

@@ -31,6 +31,9 @@ pub struct AppState {
     /// Searches' own pool (`db::connect_search`: planned per query, apart from the other
     /// requests'); its statements count as `role="api"`.
     pub search_db: DatabaseConnection,
+    /// Searches from kept candidates (`db::connect_search_kept`: one generic plan, apart from
+    /// `search_db`'s planned-per-query windows); its statements count as `role="api"`.
+    pub search_kept_db: DatabaseConnection,
     /// How many SQL statements `db` and `jobs_db` have run, for statements-per-request
     /// measurements.
     pub sql_statements: StatementCounter,

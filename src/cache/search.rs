@@ -84,12 +84,15 @@ impl SearchCandidates {
 
     /// A page of hits of `query` in one course, for a member of it with `role` (the caller
     /// has checked the membership): from kept candidates when this is a first page without an
-    /// author filter, else as `forum::search::search` finds it.
+    /// author filter, else as `forum::search::search` finds it. Candidates are found, and
+    /// other pages searched, on `db` (planned per query); a page from kept candidates is read
+    /// on `kept_db` (one generic plan, `db::connect_search_kept`).
     // Each argument is one part of the search, as the resolver has it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn search(
         &self,
         db: &impl ConnectionTrait,
+        kept_db: &impl ConnectionTrait,
         viewer: i64,
         (course, role): (i64, Role),
         query: &str,
@@ -113,7 +116,9 @@ impl SearchCandidates {
                     None => return Ok(HitPage { hits: Vec::new(), has_next: false }),
                 },
             };
-            match search::search_from_candidates(db, viewer, (course, role), query, filter, limit, &candidates).await? {
+            match search::search_from_candidates(kept_db, viewer, (course, role), query, filter, limit, &candidates)
+                .await?
+            {
                 Some(page) => {
                     metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => outcome).increment(1);
                     return Ok(page);

@@ -246,7 +246,16 @@ pub(crate) async fn search_in(
         [course] => {
             state
                 .search_candidates
-                .search(&state.search_db, viewer.user_id, *course, &query, &filter, after, i64::from(first))
+                .search(
+                    &state.search_db,
+                    &state.search_kept_db,
+                    viewer.user_id,
+                    *course,
+                    &query,
+                    &filter,
+                    after,
+                    i64::from(first),
+                )
                 .await?
         }
         _ => {
