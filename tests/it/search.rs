@@ -627,6 +627,10 @@ async fn searches_run_on_their_own_pool_planned_for_their_words() {
     assert_eq!(setting(&app.state.db, "plan_cache_mode").await, "auto");
     assert_eq!(setting(&app.state.search_db, "max_parallel_workers_per_gather").await, "0");
     assert_eq!(setting(&app.state.search_db, "random_page_cost").await, "1.1");
+    // First pages from kept candidates: the same pool settings, on one generic plan.
+    assert_eq!(setting(&app.state.search_kept_db, "plan_cache_mode").await, "force_generic_plan");
+    assert_eq!(setting(&app.state.search_kept_db, "max_parallel_workers_per_gather").await, "0");
+    assert_eq!(setting(&app.state.search_kept_db, "random_page_cost").await, "1.1");
 
     let w = World::create(&app).await;
     post(&app, w.alice, w.course, "Zebra crossing", "stripes", json!({})).await;
@@ -640,4 +644,80 @@ async fn searches_run_on_their_own_pool_planned_for_their_words() {
     let before = app.state.sql_statements.get();
     search(&app, w.bob, w.course, "zebra", json!(null)).await;
     assert!(app.state.sql_statements.get() - before > membership_reads, "the plain search ran more statements");
+}
+
+/// The write stamps of posts and comments (`title_xid`, `title_version`, `search_xid`, which
+/// the similar-titles index and the kept search candidates catch up by) move with every write
+/// of what they cover and with nothing else, and no BEFORE UPDATE row trigger sets them: with
+/// one, PostgreSQL recomputes the generated `search_doc` (a `to_tsvector` of the text) on every
+/// like, comment and view count written to the row (migration 0023).
+#[tokio::test]
+async fn stamps_leave_counter_updates_alone() {
+    let app = TestApp::spawn().await;
+    let before_update_row_triggers = app
+        .scalar_i64(
+            "SELECT count(*) AS v FROM pg_trigger WHERE tgrelid IN ('posts'::regclass, 'comments'::regclass) \
+             AND NOT tgisinternal AND tgtype & 1 = 1 AND tgtype & 2 = 2 AND tgtype & 16 = 16",
+            [],
+        )
+        .await;
+    assert_eq!(before_update_row_triggers, 0, "a BEFORE UPDATE row trigger on posts or comments");
+
+    let w = World::create(&app).await;
+    let post_id = post(&app, w.alice, w.course, "Stamped title", "stamped body", json!({})).await;
+    let comment_id = app
+        .scalar_i64(
+            "INSERT INTO comments (post_id, user_id, body) VALUES ($1, $2, 'a stamped comment') RETURNING id AS v",
+            [post_id.into(), w.bob.into()],
+        )
+        .await;
+    // (title_xid, title_version, search_xid) of the post; search_xid of the comment.
+    let stamps = || async {
+        let post = |column: &str| format!("SELECT {column}::text::bigint AS v FROM posts WHERE id = $1");
+        (
+            app.scalar_i64(&post("title_xid"), [post_id.into()]).await,
+            app.scalar_i64("SELECT title_version AS v FROM posts WHERE id = $1", [post_id.into()]).await,
+            app.scalar_i64(&post("search_xid"), [post_id.into()]).await,
+            app.scalar_i64("SELECT search_xid::text::bigint AS v FROM comments WHERE id = $1", [comment_id.into()])
+                .await,
+        )
+    };
+    // Each write in a transaction of its own, whose id it reports.
+    let write = |sql: &'static str, id: i64| {
+        let app = &app;
+        async move {
+            app.scalar_i64(
+                &format!("WITH w AS ({sql} RETURNING 1) SELECT pg_current_xact_id()::text::bigint AS v FROM w"),
+                [id.into()],
+            )
+            .await
+        }
+    };
+    let start = stamps().await;
+
+    write("UPDATE posts SET like_count = like_count + 1, comment_count = comment_count + 1, view_count = view_count + 5, pinned_at = now() WHERE id = $1", post_id).await;
+    write("UPDATE comments SET like_count = like_count + 1 WHERE id = $1", comment_id).await;
+    assert_eq!(stamps().await, start, "counters and pins move no stamp");
+
+    let body_edit = write("UPDATE posts SET body = 'another body' WHERE id = $1", post_id).await;
+    let after_body = stamps().await;
+    assert_eq!((after_body.0, after_body.1, after_body.3), (start.0, start.1, start.3), "a body is not a title");
+    assert_eq!(after_body.2, body_edit, "a body edit restamps the post for search");
+
+    let title_edit = write("UPDATE posts SET title = 'Another title' WHERE id = $1", post_id).await;
+    assert_eq!(stamps().await, (title_edit, start.1 + 1, title_edit, start.3), "one more title version");
+    let resolved = write("UPDATE posts SET resolved_at = now() WHERE id = $1", post_id).await;
+    assert_eq!(stamps().await, (resolved, start.1 + 2, resolved, start.3));
+
+    write("UPDATE comments SET endorsed_by = endorsed_by, body = body WHERE id = $1", comment_id).await;
+    assert_eq!(stamps().await.3, start.3, "a write that changes nothing it covers restamps nothing");
+    let edited = write("UPDATE comments SET body = 'an edited comment' WHERE id = $1", comment_id).await;
+    assert_eq!(stamps().await.3, edited, "a comment edit restamps the comment");
+    let matching = app
+        .scalar_i64(
+            "SELECT count(*) AS v FROM comments WHERE id = $1 AND search_doc @@ to_tsquery('english', 'edited')",
+            [comment_id.into()],
+        )
+        .await;
+    assert_eq!(matching, 1, "the comment's vector holds the edited text");
 }
