@@ -59,7 +59,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0021_like_rows_know_their_course"),
             sql_migration!("0022_search_stamps"),
             sql_migration!("0023_stamps_after_update"),
-            sql_migration!("0024_post_moves"),
+            sql_migration!("0024_search_departures"),
         ]
     }
 }

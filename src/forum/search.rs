@@ -757,8 +757,8 @@ pub(crate) async fn candidates(
 /// gives (`search_candidates::cached_searches_answer_as_fresh_ones`), or `None` when the kept
 /// candidates can no longer give it: more than `MAX_CHANGED` rows of a kind written since, a
 /// full set of candidates (`CANDIDATES`) one of which no longer matches (an older match would
-/// take its place), a post moved out of the course since (`post_moves`), or a hit whose row is
-/// gone.
+/// take its place), or a post moved out of the course or a row of it deleted for good since
+/// (`search_departures`).
 pub(crate) async fn search_from_candidates(
     db: &impl ConnectionTrait,
     viewer: i64,
@@ -830,11 +830,12 @@ pub(crate) async fn search_from_candidates(
     );
     // A kept candidate that no longer qualifies is neither kept (it changed) nor fresh.
     // A post moved out of the course since is stamped in its new course, where `post_changed`
-    // does not look: any move out finds the candidates again (migration 0024).
+    // does not look, and a row deleted for good is stamped nowhere: either finds the
+    // candidates again (migration 0024).
     let stale = format!(
         "(SELECT count(*) FROM post_changed) > {max} OR (SELECT count(*) FROM comment_changed) > {max} \
          OR (SELECT count(*) FROM comment_of_changed) > {max} \
-         OR EXISTS (SELECT 1 FROM post_moves WHERE from_course = ANY({courses_p}) AND moved_xid >= {since}::text::xid8) \
+         OR EXISTS (SELECT 1 FROM search_departures WHERE course_id = ANY({courses_p}) AND departed_xid >= {since}::text::xid8) \
          OR (cardinality({post_ids}::bigint[]) >= {candidates_p} \
              AND (SELECT count(*) FROM post_kept) + (SELECT count(*) FROM post_fresh WHERE id = ANY({post_ids})) \
                  < cardinality({post_ids}::bigint[])) \

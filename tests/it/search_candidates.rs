@@ -324,6 +324,48 @@ async fn a_post_moved_to_another_course_leaves_the_kept_candidates_of_the_old_on
     assert_eq!(hit_posts(&there).len(), 2, "the moved post and its comment in the new course: {there}");
 }
 
+/// A candidate deleted for good (by hand: the API deletes softly) from a full set, off the
+/// page, leaves no stamp; the kept set must still make room for the older match a fresh search
+/// takes in its place, here an endorsed, resolved question that outranks every other.
+#[tokio::test]
+async fn a_candidate_deleted_for_good_makes_room_for_the_next_older_match() {
+    let app = TestApp::spawn().await;
+    let fresh = app.spawn_peer(|s| s.search_cache_ttl = Duration::ZERO).await;
+    let w = World::create(&app).await;
+    let no_filter = json!(null);
+    // The oldest match, endorsed and resolved: the 101st newest, so no candidate at first.
+    exec(
+        &app,
+        "INSERT INTO posts (course_id, user_id, title, body, kind, resolved_at, endorsed_by, endorsed_at) \
+         VALUES ($1, $2, 'Comet tails', 'why do comet tails point away', 'question', now(), $3, now())",
+        vec![w.course.into(), w.alice.into(), w.instructor.into()],
+    )
+    .await;
+    let oldest = ids(&app, "SELECT id FROM posts WHERE course_id = $1", vec![w.course.into()]).await[0];
+    exec(
+        &app,
+        "INSERT INTO posts (course_id, user_id, title, body) \
+         SELECT $1, $2, 'Comet sighting ' || n, 'notes' FROM generate_series(1, 100) n",
+        vec![w.course.into(), w.bob.into()],
+    )
+    .await;
+    let first_post = |response: &Json| seen(response)["hits"][0]["node"]["post"]["id"].clone();
+    let kept = search_at(&app, app.addr, w.bob, w.course, "comet", &no_filter, None).await;
+    assert_ne!(first_post(&kept), json!(gid("Post", oldest)), "the oldest match is past the candidates: {kept}");
+
+    // The page holds the ten best of the hundred; the 51st newest is a candidate off it.
+    exec(
+        &app,
+        "DELETE FROM posts WHERE id = (SELECT id FROM posts WHERE course_id = $1 ORDER BY id DESC OFFSET 50 LIMIT 1)",
+        vec![w.course.into()],
+    )
+    .await;
+    let after = search_at(&app, app.addr, w.bob, w.course, "comet", &no_filter, None).await;
+    assert_eq!(first_post(&after), json!(gid("Post", oldest)), "the next older match ranks first: {after}");
+    let expected = search_at(&app, fresh.addr, w.bob, w.course, "comet", &no_filter, None).await;
+    assert_eq!(seen(&after), seen(&expected));
+}
+
 /// Eight first pages of one search at once find its candidates with one statement: the others
 /// wait for it and use what it kept.
 #[tokio::test]
