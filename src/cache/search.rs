@@ -21,13 +21,17 @@
 //!   searches build nothing; what is kept is shared by every member of the same `Readers`.
 //! - **No stampede.** Concurrent first pages of one search that find no entry wait for the
 //!   one that finds the candidates, then use what it kept.
+//! - **No futile tries.** Candidates stale as soon as they were found (a transaction held open
+//!   somewhere keeps every snapshot's xmin back while more than `MAX_CHANGED` rows are
+//!   written) are not found again: the page is searched without them, and so is every first
+//!   page for `STALE_AT_ONCE_BYPASS` (5 s), instead of paying the windows twice per search.
 //! - **Where it is not used:** later pages (they rank below the first page's floor), searches
 //!   over several courses (`Query.search`), an author filter (whose rows depend on who may see
 //!   which author), and every search while `SEARCH_CACHE_TTL` is 0.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sea_orm::ConnectionTrait;
 
@@ -50,6 +54,10 @@ struct CandidateKey {
 /// set is found again once).
 const TRIES: usize = 2;
 
+/// How long first pages are searched without kept candidates after a set found by this
+/// process was stale as soon as it was read (`SearchCandidates::search`).
+const STALE_AT_ONCE_BYPASS: Duration = Duration::from_secs(5);
+
 /// The per-process cache of search candidates (one per `AppState`). Cheap to clone (shared).
 #[derive(Clone)]
 pub struct SearchCandidates {
@@ -57,6 +65,12 @@ pub struct SearchCandidates {
     /// The searches whose candidates are being found now, each with the lock its other first
     /// pages wait on.
     finding: Arc<Mutex<HashMap<CandidateKey, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Until when first pages skip the kept candidates: candidates stale as soon as they are
+    /// found mean that something outside any one search holds them stale (a transaction held
+    /// open somewhere keeps the snapshots' xmin back while more than `MAX_CHANGED` rows are
+    /// written, or a row left a course since that xmin), and each try would cost a search's
+    /// windows twice over for nothing.
+    bypass_until: Arc<Mutex<Option<Instant>>>,
 }
 
 impl SearchCandidates {
@@ -67,7 +81,7 @@ impl SearchCandidates {
                 string_bytes(&key.query) + string_bytes(&key.filter) + value.heap_bytes()
             })
         });
-        Self { entries, finding: Arc::default() }
+        Self { entries, finding: Arc::default(), bypass_until: Arc::default() }
     }
 
     /// Entries held now (tests).
@@ -106,6 +120,10 @@ impl SearchCandidates {
             metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "uncached").increment(1);
             return search::search(db, &scope, query, filter, after, limit).await;
         };
+        if self.bypassed() {
+            metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "bypassed").increment(1);
+            return search::search(db, &scope, query, filter, None, limit).await;
+        }
         let key = CandidateKey { course, readers: Readers::of(role), query: query.to_owned(), filter: filter.key() };
         for _ in 0..TRIES {
             let (candidates, outcome) = match entries.get(&key) {
@@ -129,11 +147,26 @@ impl SearchCandidates {
                     if entries.get(&key).is_some_and(|now| Arc::ptr_eq(&now, &candidates)) {
                         entries.invalidate(&key);
                     }
+                    if outcome == "miss" {
+                        // Found by this call and stale already: finding them again would be.
+                        self.bypass_for(STALE_AT_ONCE_BYPASS);
+                        break;
+                    }
                 }
             }
         }
         metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "uncached").increment(1);
         search::search(db, &scope, query, filter, None, limit).await
+    }
+
+    /// Whether first pages skip the kept candidates now (`bypass_until`).
+    fn bypassed(&self) -> bool {
+        let until = self.bypass_until.lock().unwrap_or_else(|p| p.into_inner());
+        until.is_some_and(|until| Instant::now() < until)
+    }
+
+    fn bypass_for(&self, span: Duration) {
+        *self.bypass_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + span);
     }
 
     /// The candidates of `key`, found by this call (and kept) or by a concurrent one it waited
