@@ -58,6 +58,25 @@ const TRIES: usize = 2;
 /// process was stale as soon as it was read (`SearchCandidates::search`).
 const STALE_AT_ONCE_BYPASS: Duration = Duration::from_secs(5);
 
+/// Where the candidates a first page reads came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Kept (by an earlier search, or by a concurrent one this one waited for).
+    Kept,
+    /// Found by this search, and kept.
+    FoundHere,
+}
+
+impl Source {
+    /// The `outcome` of `search_candidates_total` for a page served from them.
+    fn outcome(self) -> &'static str {
+        match self {
+            Source::Kept => "hit",
+            Source::FoundHere => "miss",
+        }
+    }
+}
+
 /// The per-process cache of search candidates (one per `AppState`). Cheap to clone (shared).
 #[derive(Clone)]
 pub struct SearchCandidates {
@@ -126,8 +145,8 @@ impl SearchCandidates {
         }
         let key = CandidateKey { course, readers: Readers::of(role), query: query.to_owned(), filter: filter.key() };
         for _ in 0..TRIES {
-            let (candidates, outcome) = match entries.get(&key) {
-                Some(kept) => (kept, "hit"),
+            let (candidates, source) = match entries.get(&key) {
+                Some(kept) => (kept, Source::Kept),
                 None => match self.find(entries, db, &key, filter).await? {
                     Some(found) => found,
                     // Nothing can match (a query that excludes itself, no such course).
@@ -138,7 +157,7 @@ impl SearchCandidates {
                 .await?
             {
                 Some(page) => {
-                    metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => outcome).increment(1);
+                    metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => source.outcome()).increment(1);
                     return Ok(page);
                 }
                 None => {
@@ -147,7 +166,7 @@ impl SearchCandidates {
                     if entries.get(&key).is_some_and(|now| Arc::ptr_eq(&now, &candidates)) {
                         entries.invalidate(&key);
                     }
-                    if outcome == "miss" {
+                    if source == Source::FoundHere {
                         // Found by this call and stale already: finding them again would be.
                         self.bypass_for(STALE_AT_ONCE_BYPASS);
                         break;
@@ -170,14 +189,14 @@ impl SearchCandidates {
     }
 
     /// The candidates of `key`, found by this call (and kept) or by a concurrent one it waited
-    /// for; with the outcome to count. `None` when nothing can match.
+    /// for; with where they came from. `None` when nothing can match.
     async fn find(
         &self,
         entries: &WeighedCache<CandidateKey, Candidates>,
         db: &impl ConnectionTrait,
         key: &CandidateKey,
         filter: &SearchFilter,
-    ) -> AppResult<Option<(Arc<Candidates>, &'static str)>> {
+    ) -> AppResult<Option<(Arc<Candidates>, Source)>> {
         let lock = {
             let mut finding = self.finding.lock().unwrap_or_else(|p| p.into_inner());
             finding.entry(key.clone()).or_default().clone()
@@ -185,13 +204,13 @@ impl SearchCandidates {
         let finding = Finding { map: &self.finding, key, lock };
         let _turn = finding.lock.lock().await;
         if let Some(kept) = entries.get(key) {
-            return Ok(Some((kept, "hit")));
+            return Ok(Some((kept, Source::Kept)));
         }
         let found = search::candidates(db, key.course, key.readers, &key.query, filter).await?;
         Ok(found.map(|found| {
             let found = Arc::new(found);
             entries.insert(key.clone(), found.clone());
-            (found, "miss")
+            (found, Source::FoundHere)
         }))
     }
 }

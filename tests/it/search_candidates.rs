@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use serde_json::{Value as Json, json};
 
-use crate::common::{TestApp, World, error_code, gid, sample};
+use crate::common::{Peer, TestApp, World, error_code, gid, sample};
 
 const SEARCH: &str = "query($c: ID!, $q: String!, $n: Int, $a: String, $f: SearchFilter) { course(id: $c) { \
     search(query: $q, first: $n, after: $a, filter: $f) { pageInfo { hasNextPage endCursor } \
@@ -60,6 +60,15 @@ fn text(rng: &mut StdRng, n: usize) -> String {
         .join(" ")
 }
 
+/// A caching server, a peer on the same database without the cache (`SEARCH_CACHE_TTL=0s`)
+/// whose answers the caching one must give, and the small world.
+async fn caching_and_fresh() -> (TestApp, Peer, World) {
+    let app = TestApp::spawn().await;
+    let fresh = app.spawn_peer(|s| s.search_cache_ttl = Duration::ZERO).await;
+    let w = World::create(&app).await;
+    (app, fresh, w)
+}
+
 async fn exec(app: &TestApp, sql: &str, values: Vec<sea_orm::Value>) {
     app.db
         .execute_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, values))
@@ -85,9 +94,7 @@ async fn metrics(app: &TestApp) -> String {
 /// the same hits, scores, snippets and next pages, step by step (one fixed seed).
 #[tokio::test]
 async fn cached_searches_answer_as_fresh_ones() {
-    let app = TestApp::spawn().await;
-    let fresh = app.spawn_peer(|s| s.search_cache_ttl = Duration::ZERO).await;
-    let w = World::create(&app).await;
+    let (app, fresh, w) = caching_and_fresh().await;
     let mut rng = StdRng::seed_from_u64(30);
     // 240 posts and 600 comments and replies: "apple" alone is in more than 100 of each.
     for n in 0..240 {
@@ -233,9 +240,7 @@ async fn cached_searches_answer_as_fresh_ones() {
 /// transaction at a time, under the lock of the course's title words.)
 #[tokio::test]
 async fn a_comment_committed_after_the_candidates_were_kept_is_found() {
-    let app = TestApp::spawn().await;
-    let fresh = app.spawn_peer(|s| s.search_cache_ttl = Duration::ZERO).await;
-    let w = World::create(&app).await;
+    let (app, fresh, w) = caching_and_fresh().await;
     let no_filter = json!(null);
     exec(
         &app,
@@ -282,9 +287,7 @@ async fn a_comment_committed_after_the_candidates_were_kept_is_found() {
 /// read: the old course's members never see it again, the new course's see it at once.
 #[tokio::test]
 async fn a_post_moved_to_another_course_leaves_the_kept_candidates_of_the_old_one() {
-    let app = TestApp::spawn().await;
-    let fresh = app.spawn_peer(|s| s.search_cache_ttl = Duration::ZERO).await;
-    let w = World::create(&app).await;
+    let (app, fresh, w) = caching_and_fresh().await;
     let no_filter = json!(null);
     for title in ["Nebula spectra", "Nebula dust", "Pulsar timing"] {
         exec(
@@ -329,9 +332,7 @@ async fn a_post_moved_to_another_course_leaves_the_kept_candidates_of_the_old_on
 /// takes in its place, here an endorsed, resolved question that outranks every other.
 #[tokio::test]
 async fn a_candidate_deleted_for_good_makes_room_for_the_next_older_match() {
-    let app = TestApp::spawn().await;
-    let fresh = app.spawn_peer(|s| s.search_cache_ttl = Duration::ZERO).await;
-    let w = World::create(&app).await;
+    let (app, fresh, w) = caching_and_fresh().await;
     let no_filter = json!(null);
     // The oldest match, endorsed and resolved: the 101st newest, so no candidate at first.
     exec(
@@ -372,9 +373,7 @@ async fn a_candidate_deleted_for_good_makes_room_for_the_next_older_match() {
 /// first pages are searched without them; once the transaction ends they serve again.
 #[tokio::test]
 async fn candidates_stale_as_soon_as_found_are_not_found_again_and_again() {
-    let app = TestApp::spawn().await;
-    let fresh = app.spawn_peer(|s| s.search_cache_ttl = Duration::ZERO).await;
-    let w = World::create(&app).await;
+    let (app, fresh, w) = caching_and_fresh().await;
     let no_filter = json!(null);
     let held = app.db.begin().await.expect("begin");
     held.execute_raw(Statement::from_string(DbBackend::Postgres, "SELECT pg_current_xact_id()"))
