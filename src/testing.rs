@@ -85,6 +85,11 @@ pub mod likes {
     }
 }
 
+/// Search's constants that a migration repeats.
+pub mod search {
+    pub use crate::forum::search::COMMENT_BUCKET;
+}
+
 /// The like worker, stepped by hand.
 pub mod worker {
     pub use crate::worker::{BatchTimings, LikeWorker, WorkerConfig, is_transient, retire_script, unapplied_events};

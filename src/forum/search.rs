@@ -7,7 +7,7 @@
 //! built with its course's text search configuration (`courses.search_config`). A query is
 //! parsed by `websearch_to_tsquery` once per configuration of the courses searched, and each
 //! row is matched against the query of its own configuration, so the GIN indexes
-//! (`posts_search_idx`, `comments_search_idx`) serve every course.
+//! (`posts_search_idx`, `comments_search_bucket_idx`) serve every course.
 //!
 //! **Bounded work.** A frequent word can match most of a course. The ranking (reading every
 //! match's vector for `ts_rank_cd`) is therefore run on CANDIDATES only: the newest
@@ -19,7 +19,9 @@
 //! found by a backward scan of its rows that stops at `CANDIDATES` matches, a rarer one by its
 //! GIN matches ANDed with the window's ids (a range of the primary key for posts, of the BRIN
 //! index for comments, migrations 0016 and 0018), so a word of middling frequency visits the
-//! rows of its newest matches, not of all its matches, before the sort by id. Each statement
+//! rows of its newest matches, not of all its matches, before the sort by id. The recent
+//! windows of comments are whole id buckets instead (`COMMENT_BUCKET`, migration 0025), each
+//! looked up with the words in the bucketed GIN index, which reads only that bucket's matches. Each statement
 //! is planned for its own words (`db::connect_search`), so the planner sees how frequent they
 //! are.
 //! The first page fixes the walk's window: when a kind had more matches than candidates, the
@@ -73,6 +75,12 @@ pub(crate) const COMMENT_WINDOW: i64 = 12_500;
 pub(crate) const WINDOW_GROWTH: i64 = 4;
 /// Windows tried before the last one, which takes everything older.
 const GROWN_WINDOWS: u32 = 4;
+/// The id bucket width of `comments_search_bucket_idx` (`id / 4096`, migration 0025).
+pub const COMMENT_BUCKET: i64 = 4096;
+/// Most buckets a window is looked up by, one GIN scan each (about 0.1 ms for two frequent
+/// words); a wider window is a range of ids (by then the words are rare: too few matches in the
+/// newer windows).
+const MAX_WINDOW_BUCKETS: i64 = 16;
 /// Added to the score of what staff endorsed.
 pub(crate) const ENDORSED_BOOST: f64 = 0.3;
 /// Added to the score of a resolved question and of an accepted answer.
@@ -504,19 +512,21 @@ impl Conditions {
             from: "SELECT p.* FROM posts p",
             conditions: self.post_where.clone(),
             id: "p.id",
+            bucket: None,
             candidates,
         };
         let (post_ctes, post_candidates) =
-            post_search.sql(&windows(bounds.post_hi, POST_WINDOW, floors.0), &mut self.p);
+            post_search.sql(&windows(bounds.post_hi, POST_WINDOW, floors.0, None), &mut self.p);
         let comment_search = WindowedSearch {
             name: "comment",
             from: "SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id",
             conditions: self.comment_where.clone(),
             id: "c.id",
+            bucket: Some(COMMENT_BUCKET),
             candidates,
         };
-        let (comment_ctes, comment_candidates) =
-            comment_search.sql(&windows(bounds.comment_hi, COMMENT_WINDOW, floors.1), &mut self.p);
+        let (comment_ctes, comment_candidates) = comment_search
+            .sql(&windows(bounds.comment_hi, COMMENT_WINDOW, floors.1, Some(COMMENT_BUCKET)), &mut self.p);
         format!(
             "{post_ctes}, post_hits AS ({posts}), {comment_ctes}, comment_hits AS ({comments})",
             posts = self.scored_posts(&post_candidates),
@@ -851,35 +861,66 @@ pub(crate) async fn search_from_candidates(
     hit_page(&rows, limit)
 }
 
-/// The id ranges one kind's candidates are looked for in, newest first, each `(lo, top)`:
-/// ids at least `lo` and below `top` (`None`: no bound, so rows written since the newest id
-/// was read are in the first). The first is the newest `first` ids up to `newest`, each next
-/// `WINDOW_GROWTH` times as wide, and the last takes everything down to `floor` (the walk's
-/// floor, 0 on a first page).
-fn windows(newest: i64, first: i64, floor: i64) -> Vec<(i64, Option<i64>)> {
+/// One window of ids a kind's candidates are looked for in: ids at least `lo` and below `top`
+/// (`None`: no bound). `buckets`, for a window of whole id buckets of a bucketed kind: the
+/// first and last bucket (`id / bucket width`), looked up with the words in its GIN index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Window {
+    lo: i64,
+    top: Option<i64>,
+    buckets: Option<(i64, i64)>,
+}
+
+/// The windows one kind's candidates are looked for in, newest first, each id from `floor` up
+/// in exactly one (`floor`: the walk's floor, 0 on a first page). `newest` is the newest id
+/// read, `first` the width of the first window; each next one reaches `WINDOW_GROWTH` times
+/// as far back, and the last takes everything down to the floor.
+/// With `bucket` (the kind's id bucket width, `COMMENT_BUCKET`), the windows are whole buckets
+/// while they are at most `MAX_WINDOW_BUCKETS` of them: first the ids past the newest id's
+/// bucket (rows written after `newest` was read, which no bucket list names: almost always
+/// none, one primary-key probe), then the newest buckets covering at least `first` ids, and so
+/// on; the wider windows are ranges of ids, as without buckets.
+fn windows(newest: i64, first: i64, floor: i64, bucket: Option<i64>) -> Vec<Window> {
+    let newest = newest.max(0);
     let mut windows = Vec::new();
     let mut top = None;
-    let mut width = first;
+    // How far back from `start` the next window reaches.
+    let (start, mut reach) = match bucket {
+        Some(bucket) => {
+            let past = (newest / bucket + 1) * bucket;
+            if floor >= past {
+                return vec![Window { lo: floor, top: None, buckets: None }];
+            }
+            windows.push(Window { lo: past, top: None, buckets: None });
+            top = Some(past);
+            (past, (first + bucket - 1) / bucket * bucket)
+        }
+        None => (newest, first),
+    };
     for _ in 0..GROWN_WINDOWS {
-        let lo = newest.saturating_sub(width);
+        let lo = start.saturating_sub(reach);
         if lo <= floor {
             break;
         }
-        windows.push((lo, top));
+        let buckets = bucket.and_then(|bucket| {
+            let (first, last) = (lo / bucket, top.unwrap_or(start) / bucket - 1);
+            (last - first < MAX_WINDOW_BUCKETS).then_some((first, last))
+        });
+        windows.push(Window { lo, top, buckets });
         top = Some(lo);
-        width = width.saturating_mul(WINDOW_GROWTH);
+        reach = reach.saturating_mul(WINDOW_GROWTH);
     }
-    windows.push((floor, top));
+    windows.push(Window { lo: floor, top, buckets: None });
     windows
 }
 
 /// The newest `candidates` matches of one kind, window by window (`windows`): a window is
 /// searched only while the windows above it held fewer than the candidates (a one-time filter
-/// on their counts, so its scan does not start otherwise). The windows end at the walk's
-/// floor, so no window condition repeats it. In each, the planner takes the word's GIN bitmap
-/// ANDed with the window's ids (a range of the primary key for posts, the BRIN index for
-/// comments), so only the window's matches are read, or, for a word in most rows, a backward
-/// scan of the window that stops at the candidates.
+/// on their counts, so its scan does not start otherwise). A window of buckets is the word's
+/// matches in each of its buckets, from the bucketed GIN index (migration 0025): only the
+/// window's matches are read. A wider one (reached only when the word is rare in the newer
+/// ones) is a range of ids: the planner takes the word's GIN bitmap ANDed with the window's ids
+/// (a range of the primary key for posts, the BRIN index for comments) or a backward scan.
 struct WindowedSearch<'a> {
     /// Prefix of the CTE names (`<name>_w0`, `<name>_w1`…).
     name: &'static str,
@@ -889,6 +930,8 @@ struct WindowedSearch<'a> {
     conditions: String,
     /// The candidate's id column (`p.id`, `c.id`).
     id: &'static str,
+    /// The id bucket width of the kind's bucketed GIN index, if it has one.
+    bucket: Option<i64>,
     /// The `$n` of the number of candidates.
     candidates: &'a str,
 }
@@ -896,14 +939,24 @@ struct WindowedSearch<'a> {
 impl WindowedSearch<'_> {
     /// The materialized CTEs of the windows (to follow `WITH` or a comma), and a query of the
     /// candidates from them, newest first.
-    fn sql(&self, windows: &[(i64, Option<i64>)], p: &mut Params) -> (String, String) {
+    fn sql(&self, windows: &[Window], p: &mut Params) -> (String, String) {
         let (id, n) = (self.id, self.candidates);
         let names: Vec<String> = (0..windows.len()).map(|k| format!("{}_w{k}", self.name)).collect();
         let mut ctes = Vec::new();
-        for (k, (lo, top)) in windows.iter().enumerate() {
-            let mut range = vec![format!("{id} >= {}", p.push(*lo))];
-            if let Some(top) = top {
-                range.push(format!("{id} < {}", p.push(*top)));
+        for (k, window) in windows.iter().enumerate() {
+            let mut range = Vec::new();
+            match window.buckets.zip(self.bucket) {
+                // Whole buckets: the bucket width is written as a literal, for the condition to
+                // be the index's expression, which the planner matches.
+                Some(((first, last), bucket)) => {
+                    range.push(format!("({id} / {bucket}) = ANY({})", p.push((first..=last).collect::<Vec<i64>>())));
+                }
+                None => {
+                    range.push(format!("{id} >= {}", p.push(window.lo)));
+                    if let Some(top) = window.top {
+                        range.push(format!("{id} < {}", p.push(top)));
+                    }
+                }
             }
             if k > 0 {
                 let found: Vec<String> = names[..k].iter().map(|w| format!("(SELECT count(*) FROM {w})")).collect();
@@ -1022,26 +1075,81 @@ mod tests {
 
     #[test]
     fn windows_grow_from_the_newest_ids_and_cover_everything_down_to_the_floor_once() {
-        // A big table: the first window and three wider ones, then the rest.
-        let w = windows(1_000_000, 12_500, 0);
+        let range = |lo: i64, top: Option<i64>| Window { lo, top, buckets: None };
+        // A big table without buckets (posts): the first window and three wider ones, then the
+        // rest.
         assert_eq!(
-            w,
+            windows(1_000_000, 12_500, 0, None),
             vec![
-                (987_500, None),
-                (950_000, Some(987_500)),
-                (800_000, Some(950_000)),
-                (200_000, Some(800_000)),
-                (0, Some(200_000)),
+                range(987_500, None),
+                range(950_000, Some(987_500)),
+                range(800_000, Some(950_000)),
+                range(200_000, Some(800_000)),
+                range(0, Some(200_000)),
             ]
         );
-        // Each window starts where the one above it ended, so no id is in two or in none.
-        for pair in w.windows(2) {
-            assert_eq!(pair[1].1, Some(pair[0].0));
+        // With buckets of 4096 (comments): the ids past the newest one's bucket, then windows of
+        // whole buckets (4 of them: at least 12,500 ids; then 12, reaching 4 times as far back),
+        // then ranges once a window would be more than 16 buckets.
+        let bucketed = |lo: i64, top: i64| Window { lo, top: Some(top), buckets: Some((lo / 4096, top / 4096 - 1)) };
+        assert_eq!(
+            windows(1_000_000, 12_500, 0, Some(4096)),
+            vec![
+                range(1_003_520, None),
+                bucketed(987_136, 1_003_520),
+                bucketed(937_984, 987_136),
+                range(741_376, Some(937_984)),
+                range(0, Some(741_376)),
+            ]
+        );
+        // Whatever the sizes: every id from the floor up is in exactly one window (as the
+        // statement's conditions select it), newest windows first, none of too many buckets.
+        let selects = |w: &Window, id: i64, bucket: Option<i64>| match w.buckets.zip(bucket) {
+            Some(((first, last), bucket)) => (first..=last).contains(&(id / bucket)),
+            None => id >= w.lo && w.top.is_none_or(|top| id < top),
+        };
+        for (newest, first, floor, bucket) in [
+            (1_000_000, 12_500, 0, Some(4096)),
+            (1_000_000, 12_500, 960_000, Some(4096)),
+            (1_000_000, 12_500, 999_999, Some(4096)),
+            (1_000_000, 12_500, 0, None),
+            (1_000_000, 12_500, 960_000, None),
+            (100_001, 2_500, 51_234, None),
+            (3_000, 12_500, 0, Some(4096)),
+            (3_000, 12_500, 0, None),
+            (0, 2_500, 0, Some(4096)),
+            (4096, 12_500, 17, Some(4096)),
+            (123_456, 12_500, 17, Some(4096)),
+        ] {
+            let w = windows(newest, first, floor, bucket);
+            for pair in w.windows(2) {
+                assert!(pair[1].lo < pair[0].lo, "{w:?}");
+            }
+            for window in &w {
+                if let Some((a, b)) = window.buckets {
+                    assert!(b - a < MAX_WINDOW_BUCKETS, "{window:?}");
+                    assert!(bucket.is_some_and(|bucket| window.lo == a * bucket), "{window:?}");
+                }
+            }
+            let step = (newest / 5_000).max(1);
+            let ids = (floor..newest + 20_000).step_by(step as usize).chain([floor, newest, newest + 1]);
+            for id in ids {
+                let holding = w.iter().filter(|window| selects(window, id, bucket)).count();
+                assert_eq!(holding, 1, "id {id} in {holding} windows of {w:?}");
+            }
+            if floor > 0 {
+                assert!(w.iter().all(|window| !selects(window, floor - 1, bucket)), "{} below the floor", floor - 1);
+            }
         }
-        // A floor (a later page) ends the walk there; a small table is one window.
-        assert_eq!(windows(1_000_000, 12_500, 960_000), vec![(987_500, None), (960_000, Some(987_500))]);
-        assert_eq!(windows(3_000, 12_500, 0), vec![(0, None)]);
-        assert_eq!(windows(12_500, 12_500, 0), vec![(0, None)]);
+        // A floor (a later page) ends the walk there; a small table is one window (and, with
+        // buckets, the ids past it).
+        assert_eq!(
+            windows(1_000_000, 12_500, 960_000, None),
+            vec![range(987_500, None), range(960_000, Some(987_500))]
+        );
+        assert_eq!(windows(3_000, 12_500, 0, None), vec![range(0, None)]);
+        assert_eq!(windows(12_500, 12_500, 0, None), vec![range(0, None)]);
+        assert_eq!(windows(3_000, 12_500, 0, Some(4096)), vec![range(4096, None), range(0, Some(4096))]);
     }
 
     #[test]

@@ -305,6 +305,92 @@ async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_ma
     assert_eq!(hit_posts(&oldest).len(), 1, "{oldest}");
 }
 
+/// The same for comments, whose recent windows are whole id buckets looked up in the bucketed
+/// GIN index (migration 0025): ids spread so that the first window (4 buckets) holds 50
+/// matches, the second (12 buckets) 50 more, and the oldest ones lie in the range below them.
+/// The walk is exactly the newest 100 matching comments, and a word only the oldest comment
+/// holds is found in the last window.
+#[tokio::test]
+async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
+    use course_forum::testing::search::COMMENT_BUCKET;
+    use sea_orm::{ConnectionTrait, DbBackend, Statement};
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    // The index is over the buckets the search names: the same width.
+    let definition = app
+        .db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'comments_search_bucket_idx'",
+        ))
+        .await
+        .expect("index definition")
+        .expect("comments_search_bucket_idx exists");
+    let definition: String = definition.try_get("", "indexdef").expect("indexdef");
+    assert!(definition.contains(&format!("(id / {COMMENT_BUCKET})")), "{definition}");
+
+    let host = post(&app, w.alice, w.course, "Sightings thread", "post yours below", json!({})).await;
+    // Three batches of 2,000 comments, one in 40 about a quokka: ids from 1, from 60,001 (the
+    // second window's buckets) and from 80,001 (the first window's); the very first comment is
+    // about a platypus.
+    for (batch, from) in [(0, 0), (1, 60_000), (2, 80_000)] {
+        if from > 0 {
+            app.scalar_i64("SELECT setval('comments_id_seq', $1) AS v", [i64::from(from).into()]).await;
+        }
+        let made = app
+            .scalar_i64(
+                "WITH made AS (INSERT INTO comments (post_id, user_id, body) \
+                   SELECT $1, $2, CASE WHEN $3 = 0 AND n = 1 THEN 'platypus spotted' \
+                                       WHEN n % 40 = 0 THEN 'quokka sighting ' || n ELSE 'filler ' || n END \
+                   FROM generate_series(1, 2000) n RETURNING id) SELECT count(*) AS v FROM made",
+                [host.into(), w.bob.into(), i64::from(batch).into()],
+            )
+            .await;
+        assert_eq!(made, 2000);
+    }
+    let rows = app
+        .db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT id FROM comments WHERE post_id = $1 AND body LIKE 'quokka%' ORDER BY id DESC",
+            [host.into()],
+        ))
+        .await
+        .expect("matching ids");
+    let matching: Vec<i64> = rows.iter().map(|r| r.try_get::<i64>("", "id").expect("id")).collect();
+    assert_eq!(matching.len(), 150);
+    assert!(matching[49] > 80_000 && matching[50] < 62_001 && matching[99] > 60_000 && matching[100] < 2_001);
+
+    let mut seen: Vec<i64> = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let response = search_raw(&app, w.alice, w.course, "quokka", Some(50), after.as_deref(), json!(null)).await;
+        assert!(response.get("errors").is_none(), "{response}");
+        let connection = &response["data"]["course"]["search"];
+        for edge in edges(connection) {
+            assert_eq!(edge["node"]["matched"], "COMMENT", "{edge}");
+            seen.push(raw_id(edge["node"]["comment"]["id"].as_str().expect("comment id")));
+        }
+        if connection["pageInfo"]["hasNextPage"] != true {
+            break;
+        }
+        after = connection["pageInfo"]["endCursor"].as_str().map(str::to_owned);
+        assert!(seen.len() <= 150, "the walk does not end");
+    }
+    let mut found = seen.clone();
+    found.sort_unstable_by(|a, b| b.cmp(a));
+    found.dedup();
+    assert_eq!(found.len(), seen.len(), "a hit repeated");
+    assert_eq!(found, matching[..100].to_vec(), "the walk is the newest 100 matches");
+
+    let platypus = app.scalar_i64("SELECT id AS v FROM comments WHERE body = 'platypus spotted'", []).await;
+    assert!(platypus < 2_001);
+    let oldest = search(&app, w.alice, w.course, "platypus", json!(null)).await;
+    let hits: Vec<Json> = edges(&oldest);
+    assert_eq!(hits.len(), 1, "{oldest}");
+    assert_eq!(hits[0]["node"]["comment"]["id"], gid("Comment", platypus), "{oldest}");
+}
+
 /// Who finds what: private questions, anonymous authors, deleted content, non-members.
 async fn search_finds_only_what_the_searcher_may_read(mode: LikeMode) {
     let app = TestApp::spawn_in(mode).await;
