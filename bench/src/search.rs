@@ -19,6 +19,7 @@ use course_forum::testing::config::LikeMode;
 use course_forum::testing::db::stmt;
 use course_forum::testing::error::{AppError, AppResult};
 use course_forum::testing::graphql::ids::{NodeKind, encode};
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use sea_orm::{ConnectionTrait, FromQueryResult};
 use serde::Serialize;
@@ -58,6 +59,12 @@ pub struct SearchBench {
     /// Which requests to measure, of `search`, `similar`, `page`, `unread` (all by default).
     #[arg(long, value_delimiter = ',', default_value = "search,similar,page,unread")]
     kinds: Vec<Kind>,
+    /// The order searches are sent in: `mixed` (a seeded shuffle, so the queries the untimed
+    /// warm-up did not send are first seen here and there in the run, as new queries come in
+    /// a forum) or `in-turn` (the queries in turn, so the first sights come one after another
+    /// at the start of the measured run).
+    #[arg(long, value_enum, default_value_t = SearchOrder::Mixed)]
+    search_order: SearchOrder,
     /// Leaves the generated database in place (its name is printed), for EXPLAIN.
     #[arg(long)]
     keep_database: bool,
@@ -66,6 +73,13 @@ pub struct SearchBench {
     /// migrate` with its URL brings it to a newer build's).
     #[arg(long, value_name = "NAME")]
     reuse_database: Option<String>,
+}
+
+/// The order `bench search` sends its searches in (`--search-order`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SearchOrder {
+    Mixed,
+    InTurn,
 }
 
 /// A kind of request `bench search` measures.
@@ -294,6 +308,7 @@ async fn measure(
     connections: usize,
     time_cap: Duration,
     check: load::Check,
+    order: SearchOrder,
 ) -> AppResult<Measured> {
     let make = |n: usize| Request {
         authorization: tokens[n % tokens.len()].clone(),
@@ -304,11 +319,13 @@ async fn measure(
     // measured run counts and shows them.
     let warm = (0..(requests / 10).max(tokens.len())).map(make).collect();
     load::run(&server.graphql_url(), warm, connections, time_cap, check.clone(), false).await?;
+    let mut measured_requests: Vec<Request> = (0..requests).map(make).collect();
+    if order == SearchOrder::Mixed {
+        measured_requests.shuffle(&mut rand::rngs::StdRng::seed_from_u64(31));
+    }
     let counters_before = server.counters().await?;
     let cpu_before = CpuSplit::now(server.pid, &fixture.db).await?;
-    let report =
-        load::run(&server.graphql_url(), (0..requests).map(make).collect(), connections, time_cap, check, false)
-            .await?;
+    let report = load::run(&server.graphql_url(), measured_requests, connections, time_cap, check, false).await?;
     let cpu = CpuSplit::now(server.pid, &fixture.db).await?.since(&cpu_before);
     let counters = server.counters().await? - counters_before;
     let measured = Measured {
@@ -374,12 +391,37 @@ async fn measure_server(
     let mut measured = Vec::new();
     if wants(Kind::Search) {
         let searches = searches.to_vec();
-        measured.push(measure("search", s, fixture, tokens, searches, bench.searches, c, time_cap, found_check).await?);
+        measured.push(
+            measure(
+                "search",
+                s,
+                fixture,
+                tokens,
+                searches,
+                bench.searches,
+                c,
+                time_cap,
+                found_check,
+                bench.search_order,
+            )
+            .await?,
+        );
     }
     if wants(Kind::Similar) {
         let typed = typed.to_vec();
-        let mut similar =
-            measure("similarPosts", s, fixture, tokens, typed, bench.similar, c, time_cap, similar_check).await?;
+        let mut similar = measure(
+            "similarPosts",
+            s,
+            fixture,
+            tokens,
+            typed,
+            bench.similar,
+            c,
+            time_cap,
+            similar_check,
+            SearchOrder::InTurn,
+        )
+        .await?;
         // What the course's title index holds in the server's memory (none when by SQL).
         let metrics = server.metrics().await?;
         similar.memory_bytes = metrics.get("cache_used_bytes{cache=\"course_titles\"}").copied();
@@ -387,14 +429,40 @@ async fn measure_server(
     }
     if wants(Kind::Page) {
         let page = vec![load::graphql_body(PAGE, json!({ "c": course }))];
-        measured.push(measure("page", s, fixture, tokens, page, bench.pages, c, time_cap, page_check.clone()).await?);
+        measured.push(
+            measure(
+                "page",
+                s,
+                fixture,
+                tokens,
+                page,
+                bench.pages,
+                c,
+                time_cap,
+                page_check.clone(),
+                SearchOrder::InTurn,
+            )
+            .await?,
+        );
     }
     if wants(Kind::Unread) {
         let newest: Vec<i64> = (bench.posts - 199..=bench.posts + 1).collect();
         open_some_posts(server, tokens, &newest).await?;
         let unread = vec![load::graphql_body(UNREAD_PAGE, json!({ "c": course }))];
         measured.push(
-            measure("page + unread counts", s, fixture, tokens, unread, bench.pages, c, time_cap, page_check).await?,
+            measure(
+                "page + unread counts",
+                s,
+                fixture,
+                tokens,
+                unread,
+                bench.pages,
+                c,
+                time_cap,
+                page_check,
+                SearchOrder::InTurn,
+            )
+            .await?,
         );
     }
     Ok(measured)
