@@ -295,7 +295,8 @@ const PAGE: &str = "query($c: ID!) { course(id: $c) { posts(first: 20) { edges {
 const UNREAD_PAGE: &str = "query($c: ID!) { course(id: $c) { unreadPostCount posts(first: 20) { edges { node { \
     id title likeCount commentCount likedByMe author { id handle displayName } isUnread unreadCommentCount } } } } }";
 
-/// Runs `bodies` round-robin over the readers' tokens and measures them.
+/// Runs `bodies` round-robin over the readers' tokens, untimed then measured (the measured
+/// requests shuffled when `order` is `Mixed`), and measures them.
 // Each argument is one piece of the measurement, as its caller has it.
 #[allow(clippy::too_many_arguments)]
 async fn measure(

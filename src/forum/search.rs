@@ -69,7 +69,8 @@ pub(crate) const LATER_CANDIDATES: i64 = 4 * CANDIDATES;
 /// searched first; each next window, only while fewer than the candidates wanted were found,
 /// is `WINDOW_GROWTH` times as wide, and the last reaches the first post.
 pub(crate) const POST_WINDOW: i64 = 2_500;
-/// The first recent window of comments and replies, as `POST_WINDOW`.
+/// The first recent window of comments and replies, as `POST_WINDOW`, but in whole id buckets
+/// (`COMMENT_BUCKET`) reaching this far below the end of the newest id's bucket.
 pub(crate) const COMMENT_WINDOW: i64 = 12_500;
 /// How much wider each window is than the one before it.
 pub(crate) const WINDOW_GROWTH: i64 = 4;
@@ -878,8 +879,9 @@ struct Window {
 /// With `bucket` (the kind's id bucket width, `COMMENT_BUCKET`), the windows are whole buckets
 /// while they are at most `MAX_WINDOW_BUCKETS` of them: first the ids past the newest id's
 /// bucket (rows written after `newest` was read, which no bucket list names: almost always
-/// none, one primary-key probe), then the newest buckets covering at least `first` ids, and so
-/// on; the wider windows are ranges of ids, as without buckets.
+/// none, one primary-key probe), then the newest whole buckets reaching at least `first` ids
+/// below the end of the newest id's bucket, and so on; the wider windows are ranges of ids, as
+/// without buckets.
 fn windows(newest: i64, first: i64, floor: i64, bucket: Option<i64>) -> Vec<Window> {
     let newest = newest.max(0);
     let mut windows = Vec::new();
@@ -1089,8 +1091,9 @@ mod tests {
             ]
         );
         // With buckets of 4096 (comments): the ids past the newest one's bucket, then windows of
-        // whole buckets (4 of them: at least 12,500 ids; then 12, reaching 4 times as far back),
-        // then ranges once a window would be more than 16 buckets.
+        // whole buckets (4 of them, reaching at least 12,500 ids below the end of the newest
+        // id's bucket; then 12, reaching 4 times as far), then ranges once a window would be
+        // more than 16 buckets.
         let bucketed = |lo: i64, top: i64| Window { lo, top: Some(top), buckets: Some((lo / 4096, top / 4096 - 1)) };
         assert_eq!(
             windows(1_000_000, 12_500, 0, Some(4096)),
@@ -1150,6 +1153,29 @@ mod tests {
         assert_eq!(windows(3_000, 12_500, 0, None), vec![range(0, None)]);
         assert_eq!(windows(12_500, 12_500, 0, None), vec![range(0, None)]);
         assert_eq!(windows(3_000, 12_500, 0, Some(4096)), vec![range(4096, None), range(0, Some(4096))]);
+    }
+
+    #[test]
+    fn bucketed_windows_name_the_index_expression_and_their_buckets() {
+        let comments = WindowedSearch {
+            name: "comment",
+            from: "SELECT c.* FROM comments c",
+            conditions: "TRUE".to_owned(),
+            id: "c.id",
+            bucket: Some(COMMENT_BUCKET),
+            candidates: "$1",
+        };
+        let mut p = Params(vec![Value::from(CANDIDATES)]);
+        let (ctes, _) = comments.sql(&windows(1_000_000, COMMENT_WINDOW, 0, Some(COMMENT_BUCKET)), &mut p);
+        // The expression of `comments_search_bucket_idx`, in the two windows of buckets only.
+        let expression = format!("(c.id / {COMMENT_BUCKET}) = ANY(");
+        assert_eq!(ctes.matches(&expression).count(), 2, "{ctes}");
+        assert!(p.0.contains(&Value::from((241..=244).collect::<Vec<i64>>())), "{:?}", p.0);
+        assert!(p.0.contains(&Value::from((229..=240).collect::<Vec<i64>>())), "{:?}", p.0);
+        // Posts have no buckets: ranges only.
+        let posts = WindowedSearch { name: "post", id: "p.id", bucket: None, ..comments };
+        let (ctes, _) = posts.sql(&windows(1_000_000, POST_WINDOW, 0, None), &mut Params(Vec::new()));
+        assert!(!ctes.contains(" / "), "{ctes}");
     }
 
     #[test]

@@ -306,60 +306,60 @@ async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_ma
 }
 
 /// The same for comments, whose recent windows are whole id buckets looked up in the bucketed
-/// GIN index (migration 0025): ids spread so that the first window (4 buckets) holds 50
-/// matches, the second (12 buckets) 50 more, and the oldest ones lie in the range below them.
-/// The walk is exactly the newest 100 matching comments, and a word only the oldest comment
-/// holds is found in the last window.
+/// GIN index (migration 0025). With the newest comment at 82,000 the windows are the ids from
+/// 86,016 (past the newest bucket), buckets 17 to 20 (from 69,632), buckets 5 to 16 (from
+/// 20,480) and the range below. Batches of comments straddle both lower edges, so a window that
+/// leaves out or repeats a bucket changes the answer: the walk is exactly the newest 100
+/// matching comments, a word in the two comments either side of 20,480 finds both, and a word
+/// only the oldest comment holds is found in the last window. The index serves the expression
+/// the search names.
 #[tokio::test]
 async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
     use course_forum::testing::search::COMMENT_BUCKET;
-    use sea_orm::{ConnectionTrait, DbBackend, Statement};
+    use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
     let app = TestApp::spawn().await;
     let w = World::create(&app).await;
-    // The index is over the buckets the search names: the same width.
-    let definition = app
-        .db
-        .query_one_raw(Statement::from_string(
-            DbBackend::Postgres,
-            "SELECT indexdef FROM pg_indexes WHERE indexname = 'comments_search_bucket_idx'",
-        ))
-        .await
-        .expect("index definition")
-        .expect("comments_search_bucket_idx exists");
-    let definition: String = definition.try_get("", "indexdef").expect("indexdef");
-    assert!(definition.contains(&format!("(id / {COMMENT_BUCKET})")), "{definition}");
 
     let host = post(&app, w.alice, w.course, "Sightings thread", "post yours below", json!({})).await;
-    // Three batches of 2,000 comments, one in 40 about a quokka: ids from 1, from 60,001 (the
-    // second window's buckets) and from 80,001 (the first window's); the very first comment is
-    // about a platypus.
-    for (batch, from) in [(0, 0), (1, 60_000), (2, 80_000)] {
+    // Batches of 2,000 comments, one in 40 about a quokka, from ids 1, 19,481, 68,633 and
+    // 80,001. The very first is about a platypus; the 20th and the 1,500th of the second batch
+    // (ids 19,500 and 20,980) about a wombat.
+    for (batch, from) in [(0_i64, 0_i64), (1, 19_480), (2, 68_632), (3, 80_000)] {
         if from > 0 {
-            app.scalar_i64("SELECT setval('comments_id_seq', $1) AS v", [i64::from(from).into()]).await;
+            app.scalar_i64("SELECT setval('comments_id_seq', $1) AS v", [from.into()]).await;
         }
         let made = app
             .scalar_i64(
                 "WITH made AS (INSERT INTO comments (post_id, user_id, body) \
                    SELECT $1, $2, CASE WHEN $3 = 0 AND n = 1 THEN 'platypus spotted' \
+                                       WHEN $3 = 1 AND n IN (20, 1500) THEN 'wombat burrow ' || n \
                                        WHEN n % 40 = 0 THEN 'quokka sighting ' || n ELSE 'filler ' || n END \
                    FROM generate_series(1, 2000) n RETURNING id) SELECT count(*) AS v FROM made",
-                [host.into(), w.bob.into(), i64::from(batch).into()],
+                [host.into(), w.bob.into(), batch.into()],
             )
             .await;
         assert_eq!(made, 2000);
     }
-    let rows = app
-        .db
-        .query_all_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            "SELECT id FROM comments WHERE post_id = $1 AND body LIKE 'quokka%' ORDER BY id DESC",
-            [host.into()],
-        ))
-        .await
-        .expect("matching ids");
-    let matching: Vec<i64> = rows.iter().map(|r| r.try_get::<i64>("", "id").expect("id")).collect();
-    assert_eq!(matching.len(), 150);
-    assert!(matching[49] > 80_000 && matching[50] < 62_001 && matching[99] > 60_000 && matching[100] < 2_001);
+    let ids_of = |body: &'static str| {
+        let app = &app;
+        async move {
+            let rows = app
+                .db
+                .query_all_raw(Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    "SELECT id FROM comments WHERE post_id = $1 AND body LIKE $2 ORDER BY id DESC",
+                    [host.into(), body.into()],
+                ))
+                .await
+                .expect("matching ids");
+            rows.iter().map(|r| r.try_get::<i64>("", "id").expect("id")).collect::<Vec<i64>>()
+        }
+    };
+    let matching = ids_of("quokka%").await;
+    assert_eq!(matching.len(), 200);
+    // The newest 100: the last batch and the one across 69,632.
+    assert!(matching[50..100].iter().any(|&id| id < 69_632) && matching[50..100].iter().any(|&id| id >= 69_632));
+    assert!(matching[99] > 68_632 && matching[100] < 21_481);
 
     let mut seen: Vec<i64> = Vec::new();
     let mut after: Option<String> = None;
@@ -375,7 +375,7 @@ async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
             break;
         }
         after = connection["pageInfo"]["endCursor"].as_str().map(str::to_owned);
-        assert!(seen.len() <= 150, "the walk does not end");
+        assert!(seen.len() <= 200, "the walk does not end");
     }
     let mut found = seen.clone();
     found.sort_unstable_by(|a, b| b.cmp(a));
@@ -383,12 +383,49 @@ async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
     assert_eq!(found.len(), seen.len(), "a hit repeated");
     assert_eq!(found, matching[..100].to_vec(), "the walk is the newest 100 matches");
 
-    let platypus = app.scalar_i64("SELECT id AS v FROM comments WHERE body = 'platypus spotted'", []).await;
-    assert!(platypus < 2_001);
-    let oldest = search(&app, w.alice, w.course, "platypus", json!(null)).await;
-    let hits: Vec<Json> = edges(&oldest);
-    assert_eq!(hits.len(), 1, "{oldest}");
-    assert_eq!(hits[0]["node"]["comment"]["id"], gid("Comment", platypus), "{oldest}");
+    let comment_hits = |connection: &Json| -> Vec<i64> {
+        edges(connection).iter().map(|e| raw_id(e["node"]["comment"]["id"].as_str().expect("comment id"))).collect()
+    };
+    let wombats = ids_of("wombat%").await;
+    assert_eq!(wombats, vec![20_980, 19_500]);
+    let mut found = comment_hits(&search(&app, w.alice, w.course, "wombat", json!(null)).await);
+    found.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(found, wombats, "a wombat either side of the lowest bucket");
+    let platypus = ids_of("platypus%").await;
+    assert_eq!(comment_hits(&search(&app, w.alice, w.course, "platypus", json!(null)).await), platypus);
+
+    // The index has the search's bucket width and serves its condition.
+    let definition = app
+        .db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'comments_search_bucket_idx'",
+        ))
+        .await
+        .expect("index definition")
+        .expect("comments_search_bucket_idx exists");
+    let definition: String = definition.try_get("", "indexdef").expect("indexdef");
+    assert!(definition.contains(&format!("(id / {COMMENT_BUCKET})")), "{definition}");
+    let txn = app.db.begin().await.expect("begin");
+    txn.execute_unprepared("SET LOCAL enable_seqscan = off").await.expect("set");
+    let plan = txn
+        .query_all_raw(Statement::from_string(
+            DbBackend::Postgres,
+            format!(
+                "EXPLAIN SELECT c.id FROM comments c WHERE c.deleted_at IS NULL \
+                 AND c.search_doc @@ websearch_to_tsquery('english', 'quokka') \
+                 AND (c.id / {COMMENT_BUCKET}) = ANY('{{17,18}}'::bigint[])"
+            ),
+        ))
+        .await
+        .expect("explain");
+    let plan: Vec<String> = plan.iter().map(|r| r.try_get::<String>("", "QUERY PLAN").expect("plan line")).collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("comments_search_bucket_idx") && plan.contains(&format!("(id / {COMMENT_BUCKET})")),
+        "{plan}"
+    );
+    txn.rollback().await.expect("rollback");
 }
 
 /// Who finds what: private questions, anonymous authors, deleted content, non-members.
