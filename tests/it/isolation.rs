@@ -165,15 +165,22 @@ async fn a_request_over_its_statement_budget_is_stopped_with_its_own_code() {
     let alice = app.token(world.alice);
     let post = app.create_post(&alice, world.course, "p").await;
     // Cold: the course with the memberships, the posts page, the authors, the member count,
-    // the comments: more than 3. The new post's background work (its live message) fills the
-    // course's page in memory a moment after the mutation, and the author may be kept too:
-    // the page is dropped here so that at least 4 statements remain whatever that timing
-    // (5 at once, 3 with the page kept, 4 with it dropped).
-    app.state.memberships.everything_changed();
-    app.state.course_pages.clear();
+    // the comments: more than 3 (4 or 5). The new post's background work fills caches a moment
+    // after the mutation, and may do so after the drop below: then the query fits in 3
+    // statements and is served. That work runs once, so a later try is cold for certain; a
+    // budget that stops nothing is served every time and fails the test.
     let heavy = "query($c: ID!) { course(id: $c) { memberCount posts(first: 5) { nodes { author { handle } \
                  comments(first: 5) { nodes { id } } } } } }";
-    let response = app.gql(Some(&alice), heavy, json!({ "c": gid("Course", world.course) })).await;
+    let mut response = json!(null);
+    for _ in 0..5 {
+        app.state.memberships.everything_changed();
+        app.state.course_pages.clear();
+        response = app.gql(Some(&alice), heavy, json!({ "c": gid("Course", world.course) })).await;
+        if error_code(&response).is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     assert_eq!(error_code(&response).as_deref(), Some("STATEMENT_BUDGET_EXCEEDED"), "{response}");
     assert!(response["errors"][0]["message"].as_str().is_some_and(|m| m.contains("more than 3")), "{response}");
     let light =
