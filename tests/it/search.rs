@@ -68,6 +68,24 @@ fn edges(connection: &Json) -> Vec<Json> {
     connection["edges"].as_array().cloned().unwrap_or_default()
 }
 
+/// Every hit of a course search, page after page of 50 (at most `cap` hits, or the walk does
+/// not end).
+async fn walk(app: &TestApp, user: i64, course: i64, query: &str, cap: usize) -> Vec<Json> {
+    let mut hits: Vec<Json> = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let response = search_raw(app, user, course, query, Some(50), after.as_deref(), json!(null)).await;
+        assert!(response.get("errors").is_none(), "{response}");
+        let connection = &response["data"]["course"]["search"];
+        hits.extend(edges(connection));
+        if connection["pageInfo"]["hasNextPage"] != true {
+            return hits;
+        }
+        after = connection["pageInfo"]["endCursor"].as_str().map(str::to_owned);
+        assert!(hits.len() <= cap, "the walk does not end");
+    }
+}
+
 async fn set_created(app: &TestApp, table: &str, id: i64, days_ago: i64) {
     app.scalar_i64(
         &format!(
@@ -282,19 +300,11 @@ async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_ma
     let matching: Vec<i64> = rows.iter().map(|r| r.try_get::<i64>("", "id").expect("id")).collect();
     assert_eq!(matching.len(), 150);
 
-    let mut seen: Vec<i64> = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let response = search_raw(&app, w.bob, w.course, "quokka", Some(50), after.as_deref(), json!(null)).await;
-        assert!(response.get("errors").is_none(), "{response}");
-        let connection = &response["data"]["course"]["search"];
-        seen.extend(hit_posts(connection));
-        if connection["pageInfo"]["hasNextPage"] != true {
-            break;
-        }
-        after = connection["pageInfo"]["endCursor"].as_str().map(str::to_owned);
-        assert!(seen.len() <= 150, "the walk does not end");
-    }
+    let seen: Vec<i64> = walk(&app, w.bob, w.course, "quokka", 150)
+        .await
+        .iter()
+        .map(|e| raw_id(e["node"]["post"]["id"].as_str().expect("post id")))
+        .collect();
     let mut found = seen.clone();
     found.sort_unstable_by(|a, b| b.cmp(a));
     found.dedup();
@@ -362,20 +372,9 @@ async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
     assert!(matching[99] > 68_632 && matching[100] < 21_481);
 
     let mut seen: Vec<i64> = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let response = search_raw(&app, w.alice, w.course, "quokka", Some(50), after.as_deref(), json!(null)).await;
-        assert!(response.get("errors").is_none(), "{response}");
-        let connection = &response["data"]["course"]["search"];
-        for edge in edges(connection) {
-            assert_eq!(edge["node"]["matched"], "COMMENT", "{edge}");
-            seen.push(raw_id(edge["node"]["comment"]["id"].as_str().expect("comment id")));
-        }
-        if connection["pageInfo"]["hasNextPage"] != true {
-            break;
-        }
-        after = connection["pageInfo"]["endCursor"].as_str().map(str::to_owned);
-        assert!(seen.len() <= 200, "the walk does not end");
+    for edge in walk(&app, w.alice, w.course, "quokka", 200).await {
+        assert_eq!(edge["node"]["matched"], "COMMENT", "{edge}");
+        seen.push(raw_id(edge["node"]["comment"]["id"].as_str().expect("comment id")));
     }
     let mut found = seen.clone();
     found.sort_unstable_by(|a, b| b.cmp(a));
