@@ -445,7 +445,14 @@ struct Conditions {
     viewer: String,
     in_use: Vec<Language>,
     post_where: String,
+    /// Every condition of a comment hit (aliased `c`, its post `p`): `comment_own_where` AND
+    /// `comment_post_where`.
     comment_where: String,
+    /// The comment's own conditions (live, the match): what the comments' windows read by.
+    comment_own_where: String,
+    /// The conditions on the comment's post (and the author filter, which asks the post's
+    /// course): checked for a window's comments newest first, only until it has its candidates.
+    comment_post_where: String,
 }
 
 impl Conditions {
@@ -488,12 +495,12 @@ impl Conditions {
         if let Some(cond) = author("p", "p.course_id", &mut p) {
             post_where.push(cond);
         }
-        let mut comment_where = post_conditions;
-        comment_where.push("c.deleted_at IS NULL".to_owned());
-        comment_where.push(match_sql("c", &in_use, &q));
+        let comment_own_where = ["c.deleted_at IS NULL".to_owned(), match_sql("c", &in_use, &q)].join(" AND ");
+        let mut comment_post_where = post_conditions;
         if let Some(cond) = author("c", "p.course_id", &mut p) {
-            comment_where.push(cond);
+            comment_post_where.push(cond);
         }
+        let comment_post_where = comment_post_where.join(" AND ");
         Conditions {
             p,
             q,
@@ -501,7 +508,9 @@ impl Conditions {
             viewer,
             in_use,
             post_where: post_where.join(" AND "),
-            comment_where: comment_where.join(" AND "),
+            comment_where: format!("{comment_own_where} AND {comment_post_where}"),
+            comment_own_where,
+            comment_post_where,
         }
     }
 
@@ -510,8 +519,9 @@ impl Conditions {
     fn windowed_hits(&mut self, bounds: &SearchBounds, floors: (i64, i64), candidates: &str) -> String {
         let post_search = WindowedSearch {
             name: "post",
-            from: "SELECT p.* FROM posts p",
+            from: format!("SELECT {WINDOW_POST_COLUMNS} FROM posts p"),
             conditions: self.post_where.clone(),
+            post_conditions: None,
             id: "p.id",
             bucket: None,
             candidates,
@@ -520,8 +530,9 @@ impl Conditions {
             post_search.sql(&windows(bounds.post_hi, POST_WINDOW, floors.0, None), &mut self.p);
         let comment_search = WindowedSearch {
             name: "comment",
-            from: "SELECT c.*, p.accepted_comment_id AS p_accepted FROM comments c JOIN posts p ON p.id = c.post_id",
-            conditions: self.comment_where.clone(),
+            from: format!("SELECT {WINDOW_COMMENT_COLUMNS} FROM comments c"),
+            conditions: self.comment_own_where.clone(),
+            post_conditions: Some(self.comment_post_where.clone()),
             id: "c.id",
             bucket: Some(COMMENT_BUCKET),
             candidates,
@@ -926,10 +937,15 @@ fn windows(newest: i64, first: i64, floor: i64, bucket: Option<i64>) -> Vec<Wind
 struct WindowedSearch<'a> {
     /// Prefix of the CTE names (`<name>_w0`, `<name>_w1`…).
     name: &'static str,
-    /// `SELECT … FROM …` of a candidate row.
-    from: &'static str,
-    /// What a candidate satisfies in every window (the match, access, the filter).
+    /// `SELECT … FROM …` of a candidate row: the columns its score reads.
+    from: String,
+    /// What a candidate's own row satisfies in every window (the match, access, the filter).
     conditions: String,
+    /// For comments, the conditions on their post (aliased `p`, joined by `c.post_id`). A
+    /// window's matches are sorted newest first before their posts are read, so the posts of
+    /// only as many comments are read as it takes to find the candidates (a join before the
+    /// sort read the post of every match: two thirds of a window of buckets' time).
+    post_conditions: Option<String>,
     /// The candidate's id column (`p.id`, `c.id`).
     id: &'static str,
     /// The id bucket width of the kind's bucketed GIN index, if it has one.
@@ -964,18 +980,31 @@ impl WindowedSearch<'_> {
                 let found: Vec<String> = names[..k].iter().map(|w| format!("(SELECT count(*) FROM {w})")).collect();
                 range.push(format!("{} < {n}", found.join(" + ")));
             }
-            ctes.push(format!(
-                "{name} AS MATERIALIZED ({from} WHERE {conditions} AND {range} ORDER BY {id} DESC LIMIT {n})",
-                name = names[k],
-                from = self.from,
-                conditions = self.conditions,
-                range = range.join(" AND "),
-            ));
+            let rows = format!("{} WHERE {} AND {}", self.from, self.conditions, range.join(" AND "));
+            let window = match &self.post_conditions {
+                None => format!("{rows} ORDER BY {id} DESC LIMIT {n}"),
+                // The ORDER BY keeps the matches a subquery of their own (not flattened into
+                // the join), sorted, whose order the nested loop over the posts keeps.
+                Some(post) => format!(
+                    "SELECT c.*, p.accepted_comment_id AS p_accepted FROM ({rows} ORDER BY {id} DESC) c \
+                     JOIN posts p ON p.id = c.post_id WHERE {post} ORDER BY c.id DESC LIMIT {n}"
+                ),
+            };
+            ctes.push(format!("{name} AS MATERIALIZED ({window})", name = names[k]));
         }
         let union: Vec<String> = names.iter().map(|w| format!("SELECT * FROM {w}")).collect();
         (ctes.join(", "), format!("{} ORDER BY id DESC LIMIT {n}", union.join(" UNION ALL ")))
     }
 }
+
+/// The columns of a post its window reads: what `Conditions::scored_posts` scores.
+const WINDOW_POST_COLUMNS: &str =
+    "p.id, p.search_doc, p.search_config, p.endorsed_by, p.accepted_comment_id, p.resolved_at, p.created_at";
+
+/// The columns of a comment its window reads: what `Conditions::scored_comments` scores (with
+/// the post's `p_accepted`).
+const WINDOW_COMMENT_COLUMNS: &str =
+    "c.id, c.post_id, c.parent_id, c.search_doc, c.search_config, c.endorsed_by, c.created_at";
 
 /// The columns of a comment a hit carries (`CommentRow`, but its course from the post).
 const COMMENT_COLUMNS: &str = "id, post_id, parent_id, reply_to_user_id, user_id, body, like_count, like_version, \
