@@ -325,10 +325,16 @@ async fn measure(
         measured_requests.shuffle(&mut rand::rngs::StdRng::seed_from_u64(31));
     }
     let counters_before = server.counters().await?;
+    let outcomes_before = candidate_outcomes(server).await?;
     let cpu_before = CpuSplit::now(server.pid, &fixture.db).await?;
     let report = load::run(&server.graphql_url(), measured_requests, connections, time_cap, check, false).await?;
     let cpu = CpuSplit::now(server.pid, &fixture.db).await?.since(&cpu_before);
     let counters = server.counters().await? - counters_before;
+    let outcomes: Vec<String> = candidate_outcomes(server)
+        .await?
+        .into_iter()
+        .map(|(outcome, n)| format!("{outcome} {}", n - outcomes_before.get(&outcome).copied().unwrap_or(0.0)))
+        .collect();
     let measured = Measured {
         server: server.label.clone(),
         what: what.to_owned(),
@@ -353,7 +359,23 @@ async fn measure(
         measured.failed,
         measured.sql_per_request
     );
+    if what == "search" {
+        eprintln!("search: {} candidates: {}", measured.server, outcomes.join(", "));
+    }
     Ok(measured)
+}
+
+/// `search_candidates_total` by outcome (`cache::search`: kept, found, stale, uncached…).
+async fn candidate_outcomes(server: &Server) -> AppResult<std::collections::BTreeMap<String, f64>> {
+    Ok(server
+        .metrics()
+        .await?
+        .into_iter()
+        .filter_map(|(name, n)| {
+            let outcome = name.strip_prefix("search_candidates_total{outcome=\"")?.strip_suffix("\"}")?;
+            Some((outcome.to_owned(), n))
+        })
+        .collect())
 }
 
 /// Every kind of `bench.kinds` on one started server, in the order of the module doc.
