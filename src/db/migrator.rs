@@ -61,6 +61,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0023_stamps_after_update"),
             sql_migration!("0024_search_departures"),
             sql_migration!("0025_search_buckets"),
+            sql_migration!("0026_comment_bucket_matches"),
         ]
     }
 }

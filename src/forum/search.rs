@@ -524,6 +524,7 @@ impl Conditions {
             post_conditions: None,
             id: "p.id",
             bucket: None,
+            bucket_matches: None,
             candidates,
         };
         let (post_ctes, post_candidates) =
@@ -535,6 +536,10 @@ impl Conditions {
             post_conditions: Some(self.comment_post_where.clone()),
             id: "c.id",
             bucket: Some(COMMENT_BUCKET),
+            bucket_matches: match self.in_use.as_slice() {
+                [only] => Some(format!("{}, '{}'::regconfig", tsquery(*only, &self.q), only.config())),
+                _ => None,
+            },
             candidates,
         };
         let (comment_ctes, comment_candidates) = comment_search
@@ -950,6 +955,12 @@ struct WindowedSearch<'a> {
     id: &'static str,
     /// The id bucket width of the kind's bucketed GIN index, if it has one.
     bucket: Option<i64>,
+    /// For comments searched in one configuration: the query and the configuration, as the
+    /// first arguments of `comment_matches_in_buckets` (migration 0026), which a window of
+    /// buckets reads its matches' ids from, on a plan that always looks the buckets up. `None`
+    /// with several configurations in use (rare: a search across courses of different
+    /// languages, or during a change of language), whose windows of buckets are planned inline.
+    bucket_matches: Option<String>,
     /// The `$n` of the number of candidates.
     candidates: &'a str,
 }
@@ -962,12 +973,17 @@ impl WindowedSearch<'_> {
         let names: Vec<String> = (0..windows.len()).map(|k| format!("{}_w{k}", self.name)).collect();
         let mut ctes = Vec::new();
         for (k, window) in windows.iter().enumerate() {
+            // Which ids the window holds, and (below the first) the one-time filter that runs
+            // it only while the windows above found too few.
             let mut range = Vec::new();
+            let mut bucket_list = None;
             match window.buckets.zip(self.bucket) {
                 // Whole buckets: the bucket width is written as a literal, for the condition to
                 // be the index's expression, which the planner matches.
                 Some(((first, last), bucket)) => {
-                    range.push(format!("({id} / {bucket}) = ANY({})", p.push((first..=last).collect::<Vec<i64>>())));
+                    let buckets = p.push((first..=last).collect::<Vec<i64>>());
+                    range.push(format!("({id} / {bucket}) = ANY({buckets})"));
+                    bucket_list = Some(buckets);
                 }
                 None => {
                     range.push(format!("{id} >= {}", p.push(window.lo)));
@@ -976,19 +992,35 @@ impl WindowedSearch<'_> {
                     }
                 }
             }
-            if k > 0 {
+            let too_few = (k > 0).then(|| {
                 let found: Vec<String> = names[..k].iter().map(|w| format!("(SELECT count(*) FROM {w})")).collect();
-                range.push(format!("{} < {n}", found.join(" + ")));
-            }
-            let rows = format!("{} WHERE {} AND {}", self.from, self.conditions, range.join(" AND "));
-            let window = match &self.post_conditions {
-                None => format!("{rows} ORDER BY {id} DESC LIMIT {n}"),
-                // The ORDER BY keeps the matches a subquery of their own (not flattened into
-                // the join), sorted, whose order the nested loop over the posts keeps.
-                Some(post) => format!(
-                    "SELECT c.*, p.accepted_comment_id AS p_accepted FROM ({rows} ORDER BY {id} DESC) c \
-                     JOIN posts p ON p.id = c.post_id WHERE {post} ORDER BY c.id DESC LIMIT {n}"
+                format!(" AND {} < {n}", found.join(" + "))
+            });
+            let too_few = too_few.unwrap_or_default();
+            let window = match (&self.post_conditions, self.bucket_matches.as_ref().zip(bucket_list)) {
+                // The matches' ids from the function, newest first (its ordinality is the order
+                // the nested loops keep), then their posts checked until the window has its
+                // candidates. The one-time filter stays on the window, so the function is not
+                // called when the windows above found enough.
+                (Some(post), Some((matches, buckets))) => format!(
+                    "SELECT {WINDOW_COMMENT_COLUMNS}, p.accepted_comment_id AS p_accepted \
+                     FROM unnest(comment_matches_in_buckets({matches}, {buckets})) WITH ORDINALITY m(id, newest) \
+                     JOIN comments c ON c.id = m.id JOIN posts p ON p.id = c.post_id \
+                     WHERE {post}{too_few} ORDER BY m.newest LIMIT {n}"
                 ),
+                (post, _) => {
+                    let rows = format!("{} WHERE {} AND {}{too_few}", self.from, self.conditions, range.join(" AND "));
+                    match post {
+                        None => format!("{rows} ORDER BY {id} DESC LIMIT {n}"),
+                        // The ORDER BY keeps the matches a subquery of their own (not flattened
+                        // into the join), sorted, whose order the nested loop over the posts
+                        // keeps.
+                        Some(post) => format!(
+                            "SELECT c.*, p.accepted_comment_id AS p_accepted FROM ({rows} ORDER BY {id} DESC) c \
+                             JOIN posts p ON p.id = c.post_id WHERE {post} ORDER BY c.id DESC LIMIT {n}"
+                        ),
+                    }
+                }
             };
             ctes.push(format!("{name} AS MATERIALIZED ({window})", name = names[k]));
         }
@@ -1002,9 +1034,9 @@ const WINDOW_POST_COLUMNS: &str =
     "p.id, p.search_doc, p.search_config, p.endorsed_by, p.accepted_comment_id, p.resolved_at, p.created_at";
 
 /// The columns of a comment its window reads: what `Conditions::scored_comments` scores (with
-/// the post's `p_accepted`).
-const WINDOW_COMMENT_COLUMNS: &str =
-    "c.id, c.post_id, c.parent_id, c.search_doc, c.search_config, c.endorsed_by, c.created_at";
+/// the post's `p_accepted`), and what the author filter asks of it.
+const WINDOW_COMMENT_COLUMNS: &str = "c.id, c.post_id, c.parent_id, c.search_doc, c.search_config, c.endorsed_by, \
+                                      c.created_at, c.user_id, c.anonymous_to";
 
 /// The columns of a comment a hit carries (`CommentRow`, but its course from the post).
 const COMMENT_COLUMNS: &str = "id, post_id, parent_id, reply_to_user_id, user_id, body, like_count, like_version, \
@@ -1186,23 +1218,44 @@ mod tests {
 
     #[test]
     fn bucketed_windows_name_the_index_expression_and_their_buckets() {
-        let comments = WindowedSearch {
+        let inline = WindowedSearch {
             name: "comment",
-            from: "SELECT c.* FROM comments c",
+            from: "SELECT c.* FROM comments c".to_owned(),
             conditions: "TRUE".to_owned(),
+            post_conditions: Some("TRUE".to_owned()),
             id: "c.id",
             bucket: Some(COMMENT_BUCKET),
+            bucket_matches: None,
             candidates: "$1",
         };
+        let buckets = [(241..=244).collect::<Vec<i64>>(), (229..=240).collect::<Vec<i64>>()];
         let mut p = Params(vec![Value::from(CANDIDATES)]);
-        let (ctes, _) = comments.sql(&windows(1_000_000, COMMENT_WINDOW, 0, Some(COMMENT_BUCKET)), &mut p);
+        let (ctes, _) = inline.sql(&windows(1_000_000, COMMENT_WINDOW, 0, Some(COMMENT_BUCKET)), &mut p);
         // The expression of `comments_search_bucket_idx`, in the two windows of buckets only.
         let expression = format!("(c.id / {COMMENT_BUCKET}) = ANY(");
         assert_eq!(ctes.matches(&expression).count(), 2, "{ctes}");
-        assert!(p.0.contains(&Value::from((241..=244).collect::<Vec<i64>>())), "{:?}", p.0);
-        assert!(p.0.contains(&Value::from((229..=240).collect::<Vec<i64>>())), "{:?}", p.0);
+        assert!(!ctes.contains("comment_matches_in_buckets"), "{ctes}");
+        for list in &buckets {
+            assert!(p.0.contains(&Value::from(list.clone())), "{:?}", p.0);
+        }
+        // In one configuration, the same buckets through `comment_matches_in_buckets`.
+        let through_function = WindowedSearch { bucket_matches: Some("$2, 'english'::regconfig".to_owned()), ..inline };
+        let mut p = Params(vec![Value::from(CANDIDATES), Value::from("exam")]);
+        let (ctes, _) = through_function.sql(&windows(1_000_000, COMMENT_WINDOW, 0, Some(COMMENT_BUCKET)), &mut p);
+        assert_eq!(ctes.matches("comment_matches_in_buckets($2, 'english'::regconfig, $").count(), 2, "{ctes}");
+        assert!(!ctes.contains(&expression), "{ctes}");
+        for list in &buckets {
+            assert!(p.0.contains(&Value::from(list.clone())), "{:?}", p.0);
+        }
         // Posts have no buckets: ranges only.
-        let posts = WindowedSearch { name: "post", id: "p.id", bucket: None, ..comments };
+        let posts = WindowedSearch {
+            name: "post",
+            id: "p.id",
+            bucket: None,
+            bucket_matches: None,
+            post_conditions: None,
+            ..through_function
+        };
         let (ctes, _) = posts.sql(&windows(1_000_000, POST_WINDOW, 0, None), &mut Params(Vec::new()));
         assert!(!ctes.contains(" / "), "{ctes}");
     }

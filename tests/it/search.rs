@@ -321,7 +321,11 @@ async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_ma
 /// 20,480) and the range below. Batches of comments straddle both lower edges, so a window that
 /// leaves out or repeats a bucket changes the answer: the walk is exactly the newest 100
 /// matching comments, a word in the two comments either side of 20,480 finds both, and a word
-/// only the oldest comment holds is found in the last window. The index serves the expression
+/// only the oldest comment holds is found in the last window. A window of buckets reads its
+/// matches from `comment_matches_in_buckets` (migration 0026), on a plan that looks the buckets
+/// up whatever the words: the same word twice finds the same, and the function gives the
+/// buckets' matches newest first. Across courses of two search languages the windows are
+/// planned inline, and the walk is the same. The index and the function serve the expression
 /// the search names.
 #[tokio::test]
 async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
@@ -382,6 +386,83 @@ async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
     assert_eq!(found.len(), seen.len(), "a hit repeated");
     assert_eq!(found, matching[..100].to_vec(), "the walk is the newest 100 matches");
 
+    // The same word twice: the planner would take it for far rarer than it is (its frequency
+    // squared) and read every match of it; `comment_matches_in_buckets` looks the buckets up
+    // whatever the words, and the answer is the same.
+    let twice: Vec<i64> = walk(&app, w.alice, w.course, "quokka quokka", 200)
+        .await
+        .iter()
+        .map(|edge| raw_id(edge["node"]["comment"]["id"].as_str().expect("comment id")))
+        .collect();
+    assert_eq!(twice, seen, "the same word twice finds what it finds once");
+    let in_buckets_17_to_20 = matching
+        .iter()
+        .copied()
+        .filter(|&id| (17 * COMMENT_BUCKET..21 * COMMENT_BUCKET).contains(&id))
+        .collect::<Vec<_>>();
+    let row = app
+        .db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT comment_matches_in_buckets(websearch_to_tsquery('english', 'quokka'), 'english', '{17,18,19,20}') AS ids",
+        ))
+        .await
+        .expect("bucket matches")
+        .expect("a row");
+    assert_eq!(
+        row.try_get::<Vec<i64>>("", "ids").expect("ids"),
+        in_buckets_17_to_20,
+        "newest first, those buckets only"
+    );
+
+    // Across courses of two search languages the windows of buckets are planned inline: the
+    // same newest 100 through `Query.search`, and the other course's post about a quokka.
+    app.scalar_i64(
+        "UPDATE courses SET search_config = 'simple' WHERE id = $1 RETURNING id AS v",
+        [w.other_course.into()],
+    )
+    .await;
+    let elsewhere =
+        post(&app, w.outsider, w.other_course, "A quokka elsewhere", "seen in the other course", json!({})).await;
+    app.enroll(w.other_course, w.alice, "student").await;
+    let mut across: Vec<i64> = Vec::new();
+    for attempt in 0.. {
+        let (mut comments, mut posts) = (Vec::new(), Vec::new());
+        let mut after: Option<String> = None;
+        loop {
+            let data = app
+                .gql_ok(
+                    Some(&app.token(w.alice)),
+                    "query($q: String!, $a: String) { search(query: $q, first: 50, after: $a) { \
+                     pageInfo { hasNextPage endCursor } edges { node { post { id } comment { id } } } } }",
+                    json!({ "q": "quokka", "a": after }),
+                )
+                .await;
+            let connection = &data["search"];
+            for edge in edges(connection) {
+                match edge["node"]["comment"]["id"].as_str() {
+                    Some(comment) => comments.push(raw_id(comment)),
+                    None => posts.push(raw_id(edge["node"]["post"]["id"].as_str().expect("post id"))),
+                }
+            }
+            if connection["pageInfo"]["hasNextPage"] != true {
+                break;
+            }
+            after = connection["pageInfo"]["endCursor"].as_str().map(str::to_owned);
+            assert!(comments.len() <= 200, "the walk does not end");
+        }
+        // The new membership reaches the search within moments (the membership cache).
+        if posts.is_empty() && attempt < 40 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        }
+        assert_eq!(posts, vec![elsewhere], "the other course's post, once");
+        across = comments;
+        break;
+    }
+    across.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(across, matching[..100].to_vec(), "across courses of two languages");
+
     let comment_hits = |connection: &Json| -> Vec<i64> {
         edges(connection).iter().map(|e| raw_id(e["node"]["comment"]["id"].as_str().expect("comment id"))).collect()
     };
@@ -405,6 +486,19 @@ async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
         .expect("comments_search_bucket_idx exists");
     let definition: String = definition.try_get("", "indexdef").expect("indexdef");
     assert!(definition.contains(&format!("(id / {COMMENT_BUCKET})")), "{definition}");
+    // So does the function the windows read, on its one generic plan.
+    let function = app
+        .db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT pg_get_functiondef('comment_matches_in_buckets'::regproc) AS def",
+        ))
+        .await
+        .expect("function definition")
+        .expect("comment_matches_in_buckets exists");
+    let function: String = function.try_get("", "def").expect("def");
+    assert!(function.contains(&format!("(id / {COMMENT_BUCKET})")), "{function}");
+    assert!(function.contains("plan_cache_mode TO 'force_generic_plan'"), "{function}");
     let txn = app.db.begin().await.expect("begin");
     txn.execute_unprepared("SET LOCAL enable_seqscan = off").await.expect("set");
     let plan = txn
