@@ -998,15 +998,15 @@ impl WindowedSearch<'_> {
             });
             let too_few = too_few.unwrap_or_default();
             let window = match (&self.post_conditions, self.bucket_matches.as_ref().zip(bucket_list)) {
-                // The matches' ids from the function, newest first (its ordinality is the order
-                // the nested loops keep), then their posts checked until the window has its
+                // The matches from the function, newest first (its ordinality is the order the
+                // nested loop keeps), then their posts checked until the window has its
                 // candidates. The one-time filter stays on the window, so the function is not
                 // called when the windows above found enough.
                 (Some(post), Some((matches, buckets))) => format!(
                     "SELECT {WINDOW_COMMENT_COLUMNS}, p.accepted_comment_id AS p_accepted \
-                     FROM unnest(comment_matches_in_buckets({matches}, {buckets})) WITH ORDINALITY m(id, newest) \
-                     JOIN comments c ON c.id = m.id JOIN posts p ON p.id = c.post_id \
-                     WHERE {post}{too_few} ORDER BY m.newest LIMIT {n}"
+                     FROM comment_matches_in_buckets({matches}, {buckets}) WITH ORDINALITY c({columns}, newest) \
+                     JOIN posts p ON p.id = c.post_id WHERE {post}{too_few} ORDER BY c.newest LIMIT {n}",
+                    columns = WINDOW_COMMENT_COLUMNS.replace("c.", ""),
                 ),
                 (post, _) => {
                     let rows = format!("{} WHERE {} AND {}{too_few}", self.from, self.conditions, range.join(" AND "));
@@ -1034,7 +1034,8 @@ const WINDOW_POST_COLUMNS: &str =
     "p.id, p.search_doc, p.search_config, p.endorsed_by, p.accepted_comment_id, p.resolved_at, p.created_at";
 
 /// The columns of a comment its window reads: what `Conditions::scored_comments` scores (with
-/// the post's `p_accepted`), and what the author filter asks of it.
+/// the post's `p_accepted`), and what the author filter asks of it. `comment_matches_in_buckets`
+/// (migration 0026) returns these, in this order.
 const WINDOW_COMMENT_COLUMNS: &str = "c.id, c.post_id, c.parent_id, c.search_doc, c.search_config, c.endorsed_by, \
                                       c.created_at, c.user_id, c.anonymous_to";
 

@@ -404,7 +404,8 @@ async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
         .db
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
-            "SELECT comment_matches_in_buckets(websearch_to_tsquery('english', 'quokka'), 'english', '{17,18,19,20}') AS ids",
+            "SELECT array_agg(m.id ORDER BY m.n) AS ids FROM comment_matches_in_buckets(\
+             websearch_to_tsquery('english', 'quokka'), 'english', '{17,18,19,20}') WITH ORDINALITY m(id, a, b, c, d, e, f, g, h, n)",
         ))
         .await
         .expect("bucket matches")
@@ -497,7 +498,7 @@ async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
         .expect("function definition")
         .expect("comment_matches_in_buckets exists");
     let function: String = function.try_get("", "def").expect("def");
-    assert!(function.contains(&format!("(id / {COMMENT_BUCKET})")), "{function}");
+    assert!(function.contains(&format!("(c.id / {COMMENT_BUCKET})")), "{function}");
     assert!(function.contains("plan_cache_mode TO 'force_generic_plan'"), "{function}");
     let txn = app.db.begin().await.expect("begin");
     txn.execute_unprepared("SET LOCAL enable_seqscan = off").await.expect("set");
