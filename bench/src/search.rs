@@ -59,10 +59,11 @@ pub struct SearchBench {
     /// Which requests to measure, of `search`, `similar`, `page`, `unread` (all by default).
     #[arg(long, value_delimiter = ',', default_value = "search,similar,page,unread")]
     kinds: Vec<Kind>,
-    /// The order searches are sent in: `mixed` (a seeded shuffle, so the queries the untimed
-    /// warm-up did not send are first seen here and there in the run, as new queries come in
-    /// a forum) or `in-turn` (the queries in turn, so the first sights come one after another
-    /// at the start of the measured run).
+    /// The order searches are sent in: `mixed` (a seeded shuffle: each query the untimed
+    /// warm-up did not send recurs about 8 times, and the first of them comes early, so its
+    /// first sights fall mostly in the first third of the run, among the other searches) or
+    /// `in-turn` (the queries in turn, so the first sights come one after another at the start
+    /// of the measured run).
     #[arg(long, value_enum, default_value_t = SearchOrder::Mixed)]
     search_order: SearchOrder,
     /// Leaves the generated database in place (its name is printed), for EXPLAIN.
