@@ -2,13 +2,13 @@
 //!
 //! `CACHE_BUDGET_BYTES` (256 MiB by default) caps the sum of what the process keeps in memory
 //! on its own behalf: course pages and the index beside them, single posts, users,
-//! memberships, parsed GraphQL documents and search candidates. Each cache gets a fixed share of it
+//! memberships, parsed GraphQL documents, search candidates and headlines. Each cache gets a fixed share of it
 //! (`CacheName::per_mille`), so no cache can crowd out another and a flood aimed at one of
 //! them costs at most its share:
 //!
 //! | cache | share |
 //! |---|---|
-//! | `course_pages` | 35 % |
+//! | `course_pages` | 33 % |
 //! | `course_pages_index` | 5 % (which post is on which page, counts heard since; `cache::pages`) |
 //! | `posts` | 15 % |
 //! | `parsed_documents` | 17 % |
@@ -16,6 +16,7 @@
 //! | `users` | 8 % |
 //! | `memberships` | 7 % |
 //! | `search_candidates` | 3 % (first pages' candidates of recent searches; `cache::search`) |
+//! | `search_headlines` | 2 % (the headlines of recent searches' hits, per query and row; `cache::search`) |
 //!
 //! `CacheBudget::weighed` builds a moka cache of `Arc<V>` values bounded by its share in bytes:
 //! every entry weighs its approximate heap size (the caller's `weigh`) plus a fixed overhead
@@ -55,10 +56,11 @@ pub enum CacheName {
     Memberships,
     CourseTitles,
     SearchCandidates,
+    SearchHeadlines,
 }
 
 impl CacheName {
-    pub const ALL: [CacheName; 8] = [
+    pub const ALL: [CacheName; 9] = [
         CacheName::CoursePages,
         CacheName::CoursePagesIndex,
         CacheName::Posts,
@@ -67,6 +69,7 @@ impl CacheName {
         CacheName::Memberships,
         CacheName::CourseTitles,
         CacheName::SearchCandidates,
+        CacheName::SearchHeadlines,
     ];
 
     /// The `cache` label of its metrics.
@@ -80,13 +83,14 @@ impl CacheName {
             CacheName::Memberships => "memberships",
             CacheName::CourseTitles => "course_titles",
             CacheName::SearchCandidates => "search_candidates",
+            CacheName::SearchHeadlines => "search_headlines",
         }
     }
 
     /// Its share of the budget, in thousandths (they add up to 1000).
     pub fn per_mille(self) -> u64 {
         match self {
-            CacheName::CoursePages => 350,
+            CacheName::CoursePages => 330,
             CacheName::CoursePagesIndex => 50,
             CacheName::Posts => 150,
             CacheName::ParsedDocuments => 170,
@@ -94,6 +98,7 @@ impl CacheName {
             CacheName::Memberships => 70,
             CacheName::CourseTitles => 100,
             CacheName::SearchCandidates => 30,
+            CacheName::SearchHeadlines => 20,
         }
     }
 }

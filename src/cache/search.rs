@@ -25,6 +25,14 @@
 //!   somewhere keeps every snapshot's xmin back while more than `MAX_CHANGED` rows are
 //!   written) are not found again: the page is searched without them, and so is every first
 //!   page for `STALE_AT_ONCE_BYPASS` (5 s), instead of paying the windows twice per search.
+//! - **Headlines made once.** `ts_headline` over a page's 20 hits was half of a first page's
+//!   statement. The headlines a page made are kept per (query, row), with the row's
+//!   `search_xid` (which every change of its title, body or configuration moves); a later first
+//!   page of the query passes the ones its best-scored candidates have, and its statement makes
+//!   a headline only for a row without one at its current stamp. They share the
+//!   `search_headlines` part of `CACHE_BUDGET_BYTES` (2 %, about 400 bytes each), for
+//!   `SEARCH_CACHE_TTL`. A headline is the row's own text; it reaches only a page the row is
+//!   on, which the statement has checked the reader may read.
 //! - **Where it is not used:** later pages (they rank below the first page's floor), searches
 //!   over several courses (`Query.search`), an author filter (whose rows depend on who may see
 //!   which author), and every search while `SEARCH_CACHE_TTL` is 0.
@@ -38,7 +46,7 @@ use sea_orm::ConnectionTrait;
 use super::budget::{CacheBudget, CacheName, WeighedCache, string_bytes};
 use crate::error::AppResult;
 use crate::forum::courses::Role;
-use crate::forum::search::{self, Candidates, HitPage, Readers, Scope, SearchFilter};
+use crate::forum::search::{self, Candidates, HitPage, KnownHeadlines, Readers, Scope, SearchFilter};
 use crate::telemetry::names;
 
 /// Which search a set of candidates serves.
@@ -49,6 +57,24 @@ struct CandidateKey {
     query: String,
     filter: String,
 }
+
+/// Whose headline a kept one is: a query's, for one post (`comment` false) or comment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct HeadlineKey {
+    query: String,
+    comment: bool,
+    id: i64,
+}
+
+/// A kept headline, and the row's `search_xid` it was made at.
+struct KeptHeadline {
+    xid: String,
+    headline: Arc<str>,
+}
+
+/// Candidates past the page's own whose kept headlines a first page passes: the page is the
+/// best-scored kept candidates unless rows changed since outscore them.
+const HEADLINE_MARGIN: usize = 8;
 
 /// Tries of a first page from kept candidates before it is searched without them (each stale
 /// set is found again once).
@@ -81,6 +107,8 @@ impl Source {
 #[derive(Clone)]
 pub struct SearchCandidates {
     entries: Option<WeighedCache<CandidateKey, Candidates>>,
+    /// Headlines of the hits of recent first pages (none when `entries` is).
+    headlines: Option<WeighedCache<HeadlineKey, KeptHeadline>>,
     /// The searches whose candidates are being found now, each with the lock its other first
     /// pages wait on.
     finding: Arc<Mutex<HashMap<CandidateKey, Arc<tokio::sync::Mutex<()>>>>>,
@@ -100,7 +128,12 @@ impl SearchCandidates {
                 string_bytes(&key.query) + string_bytes(&key.filter) + value.heap_bytes()
             })
         });
-        Self { entries, finding: Arc::default(), bypass_until: Arc::default() }
+        let headlines = (!ttl.is_zero()).then(|| {
+            budget.weighed(CacheName::SearchHeadlines, Some(ttl), |key: &HeadlineKey, value: &KeptHeadline| {
+                string_bytes(&key.query) + string_bytes(&value.xid) + value.headline.len() as u64
+            })
+        });
+        Self { entries, headlines, finding: Arc::default(), bypass_until: Arc::default() }
     }
 
     /// Entries held now (tests).
@@ -153,10 +186,21 @@ impl SearchCandidates {
                     None => return Ok(HitPage { hits: Vec::new(), has_next: false }),
                 },
             };
-            match search::search_from_candidates(kept_db, viewer, (course, role), query, filter, limit, &candidates)
-                .await?
+            let known = self.known_headlines(query, &candidates, limit);
+            match search::search_from_candidates(
+                kept_db,
+                viewer,
+                (course, role),
+                query,
+                filter,
+                limit,
+                &candidates,
+                &known,
+            )
+            .await?
             {
                 Some(page) => {
+                    self.keep_headlines(query, &page);
                     metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => source.outcome()).increment(1);
                     return Ok(page);
                 }
@@ -176,6 +220,45 @@ impl SearchCandidates {
         }
         metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "uncached").increment(1);
         search::search(db, &scope, query, filter, None, limit).await
+    }
+
+    /// The kept headlines of `query` for its best-scored `limit + 1 + HEADLINE_MARGIN`
+    /// candidates (the page, unless rows changed since outscore them).
+    fn known_headlines(&self, query: &str, candidates: &Candidates, limit: i64) -> KnownHeadlines {
+        let mut known = KnownHeadlines::default();
+        let Some(headlines) = &self.headlines else {
+            return known;
+        };
+        let posts = candidates.post_ids.iter().zip(&candidates.post_scores).map(|(id, score)| (*score, false, *id));
+        let comments =
+            candidates.comment_ids.iter().zip(&candidates.comment_scores).map(|(id, score)| (*score, true, *id));
+        let mut best: Vec<(f64, bool, i64)> = posts.chain(comments).collect();
+        best.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
+        best.truncate(usize::try_from(limit).unwrap_or(0) + 1 + HEADLINE_MARGIN);
+        for (_, comment, id) in best {
+            let key = HeadlineKey { query: query.to_owned(), comment, id };
+            if let Some(kept) = headlines.get(&key) {
+                let list = if comment { &mut known.comments } else { &mut known.posts };
+                list.push((id, kept.xid.clone(), kept.headline.clone()));
+            }
+        }
+        known
+    }
+
+    /// Keeps the headlines `page` made.
+    fn keep_headlines(&self, query: &str, page: &HitPage) {
+        let Some(headlines) = &self.headlines else {
+            return;
+        };
+        let made = page.hits.iter().filter(|hit| hit.headline_computed).count();
+        metrics::counter!(names::SEARCH_HEADLINES, "outcome" => "made").increment(made as u64);
+        metrics::counter!(names::SEARCH_HEADLINES, "outcome" => "kept").increment((page.hits.len() - made) as u64);
+        for hit in page.hits.iter().filter(|hit| hit.headline_computed) {
+            let comment = hit.comment.is_some();
+            let id = hit.comment.as_ref().map(|c| c.id).unwrap_or(hit.post.id);
+            let kept = KeptHeadline { xid: hit.xid.clone(), headline: hit.headline.clone() };
+            headlines.insert(HeadlineKey { query: query.to_owned(), comment, id }, Arc::new(kept));
+        }
     }
 
     /// Whether first pages skip the kept candidates now (`bypass_until`).

@@ -49,6 +49,8 @@
 //! author and the course's staff, and an author filter never matches a row whose author is
 //! hidden from the viewer.
 
+use std::sync::Arc;
+
 use sea_orm::{ConnectionTrait, FromQueryResult, QueryResult, Value};
 
 use crate::db::stmt;
@@ -185,7 +187,11 @@ pub(crate) struct Hit {
     pub post: PostRow,
     pub comment: Option<CommentRow>,
     /// `ts_headline` output: matches between U+0001 and U+0002 (`snippet_html` renders it).
-    pub headline: String,
+    pub headline: Arc<str>,
+    /// Whether `headline` was computed by this search's statement (else it was known).
+    pub headline_computed: bool,
+    /// The hit's row's `search_xid` (as text): what its headline was made from.
+    pub xid: String,
     /// The position after this hit.
     pub position: Position,
 }
@@ -194,6 +200,25 @@ pub(crate) struct Hit {
 pub(crate) struct HitPage {
     pub hits: Vec<Hit>,
     pub has_next: bool,
+}
+
+/// Headlines of this query a search already has (`cache::search`), each for its row as of
+/// its `search_xid`: the page statement makes no headline for a hit whose row still carries
+/// that stamp (its title, body and configuration are as they were), and the hit takes the
+/// known one.
+#[derive(Default)]
+pub(crate) struct KnownHeadlines {
+    /// (id, search_xid as text, headline) of posts.
+    pub posts: Vec<(i64, String, Arc<str>)>,
+    /// The same of comments and replies.
+    pub comments: Vec<(i64, String, Arc<str>)>,
+}
+
+impl KnownHeadlines {
+    fn get(&self, comment: bool, id: i64, xid: &str) -> Option<Arc<str>> {
+        let list = if comment { &self.comments } else { &self.posts };
+        list.iter().find(|(i, x, _)| *i == id && x == xid).map(|(_, _, headline)| headline.clone())
+    }
 }
 
 /// The searcher and the courses searched, with their role in each.
@@ -576,7 +601,9 @@ impl Conditions {
     /// `post_hits` and `comment_hits`, as `windowed_hits` builds): the keyset, the page, its
     /// rows and snippets, in the page's order. With `stale` (a condition), its value comes
     /// first in a column of its own (`hit_stale`) on a row that is there even when nothing was
-    /// found (its hit columns NULL).
+    /// found (its hit columns NULL). No headline is made for a row `known` has at its stamp.
+    // Each argument is one part of the page's statement, as its two callers have them.
+    #[allow(clippy::too_many_arguments)]
     fn page_sql(
         &mut self,
         hits_ctes: &str,
@@ -585,9 +612,21 @@ impl Conditions {
         candidates: &str,
         limit: i64,
         stale: Option<&str>,
+        known: &KnownHeadlines,
     ) -> String {
         let (q, in_use) = (self.q.clone(), self.in_use.clone());
         let p = &mut self.p;
+        // A row whose headline is known as of its stamp gets none made here.
+        let mut known_sql = |alias: &str, rows: &[(i64, String, Arc<str>)]| {
+            if rows.is_empty() {
+                return "FALSE".to_owned();
+            }
+            let ids = p.push(rows.iter().map(|(id, _, _)| *id).collect::<Vec<i64>>());
+            let xids = p.push(rows.iter().map(|(_, xid, _)| xid.clone()).collect::<Vec<String>>());
+            format!("({alias}.id, {alias}.search_xid::text) IN (SELECT * FROM unnest({ids}::bigint[], {xids}::text[]))")
+        };
+        let post_known = known_sql("p", &known.posts);
+        let comment_known = known_sql("c", &known.comments);
         let post_floor_p = p.push(floors.0);
         let comment_floor_p = p.push(floors.1);
         let keyset = match after {
@@ -618,9 +657,11 @@ impl Conditions {
                (SELECT CASE WHEN count(*) >= {candidates} THEN min(id) ELSE {post_floor_p} END FROM post_hits) AS hit_post_floor, \
                (SELECT CASE WHEN count(*) >= {candidates} THEN min(id) ELSE {comment_floor_p} END FROM comment_hits) AS hit_comment_floor, \
                {post_columns}, {comment_columns}, \
+               (CASE WHEN page.comment_id IS NULL THEN p.search_xid ELSE c.search_xid END)::text AS hit_xid, \
                CASE WHEN page.comment_id IS NULL \
-                 THEN ts_headline(p.search_config, {post_text}, {post_query}, {options}) \
-                 ELSE ts_headline(c.search_config, {comment_text}, {comment_query}, {options}) END AS hit_headline \
+                 THEN CASE WHEN {post_known} THEN NULL ELSE ts_headline(p.search_config, {post_text}, {post_query}, {options}) END \
+                 ELSE CASE WHEN {comment_known} THEN NULL ELSE ts_headline(c.search_config, {comment_text}, {comment_query}, {options}) END \
+               END AS hit_headline \
              FROM page LEFT JOIN posts p ON p.id = page.post_id LEFT JOIN comments c ON c.id = page.comment_id",
             post_text = strip("p.title || E'\\n' || p.body"),
             comment_text = strip("c.body"),
@@ -647,14 +688,14 @@ impl Conditions {
 /// A page of hits from the rows of a page statement (`Conditions::page_sql`): a row whose
 /// `hit_kind` is NULL (the flags' row when nothing was found) is no hit; `None` when a hit's
 /// row is gone (`hit_gone`).
-fn hit_page(rows: &[QueryResult], limit: i64) -> AppResult<Option<HitPage>> {
+fn hit_page(rows: &[QueryResult], limit: i64, known: &KnownHeadlines) -> AppResult<Option<HitPage>> {
     let mut hits = Vec::with_capacity(rows.len());
     for row in rows {
         if row.try_get::<Option<i16>>("", "hit_kind")?.is_some() {
             if row.try_get::<bool>("", "hit_gone")? {
                 return Ok(None);
             }
-            hits.push(hit(row)?);
+            hits.push(hit(row, known)?);
         }
     }
     let has_next = hits.len() as i64 > limit;
@@ -689,10 +730,11 @@ pub(crate) async fn search(
     };
     let candidates_p = sql.p.push(candidates);
     let hits = sql.windowed_hits(&bounds, floors, &candidates_p);
-    let statement = sql.page_sql(&hits, after, floors, &candidates_p, limit, None);
+    let known = KnownHeadlines::default();
+    let statement = sql.page_sql(&hits, after, floors, &candidates_p, limit, None, &known);
     let rows = db.query_all_raw(stmt(&statement, sql.p.0)).await?;
     // Every hit row was read in this statement: none can be gone.
-    Ok(hit_page(&rows, limit)?.unwrap_or_else(nothing))
+    Ok(hit_page(&rows, limit, &known)?.unwrap_or_else(nothing))
 }
 
 /// The newest `CANDIDATES` matches of each kind that `readers` of one course may read, scored,
@@ -785,7 +827,9 @@ pub(crate) async fn candidates(
 /// candidates can no longer give it: more than `MAX_CHANGED` rows of a kind written since, a
 /// full set of candidates (`CANDIDATES`) one of which no longer matches (an older match would
 /// take its place), or a post moved out of the course or a row of it deleted for good since
-/// (`search_departures`).
+/// (`search_departures`). A hit whose row `known` has a headline for, at its stamp, takes it.
+// Each argument is one part of the search, as `cache::search` has it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn search_from_candidates(
     db: &impl ConnectionTrait,
     viewer: i64,
@@ -794,6 +838,7 @@ pub(crate) async fn search_from_candidates(
     filter: &SearchFilter,
     limit: i64,
     kept: &Candidates,
+    known: &KnownHeadlines,
 ) -> AppResult<Option<HitPage>> {
     let courses = [(course, role)];
     let scope = Scope { viewer, courses: &courses };
@@ -870,12 +915,12 @@ pub(crate) async fn search_from_candidates(
              AND (SELECT count(*) FROM comment_kept) + (SELECT count(*) FROM comment_fresh WHERE id = ANY({comment_ids})) \
                  < cardinality({comment_ids}::bigint[]))"
     );
-    let statement = sql.page_sql(&hits, None, (0, 0), &candidates_p, limit, Some(&stale));
+    let statement = sql.page_sql(&hits, None, (0, 0), &candidates_p, limit, Some(&stale), known);
     let rows = db.query_all_raw(stmt(&statement, sql.p.0)).await?;
     if rows.first().map(|row| row.try_get::<bool>("", "hit_stale")).transpose()?.unwrap_or(true) {
         return Ok(None);
     }
-    hit_page(&rows, limit)
+    hit_page(&rows, limit, known)
 }
 
 /// One window of ids a kind's candidates are looked for in: ids at least `lo` and below `top`
@@ -1044,7 +1089,7 @@ const COMMENT_COLUMNS: &str = "id, post_id, parent_id, reply_to_user_id, user_id
                                reply_count, created_at, edited_at, anonymous_to, reply_to_anonymous_to, endorsed_by, \
                                endorsed_at";
 
-fn hit(row: &QueryResult) -> AppResult<Hit> {
+fn hit(row: &QueryResult, known: &KnownHeadlines) -> AppResult<Hit> {
     let kind: i16 = row.try_get("", "hit_kind")?;
     let matched = Matched::from_rank(kind)?;
     let score: f64 = row.try_get("", "hit_score")?;
@@ -1058,7 +1103,18 @@ fn hit(row: &QueryResult) -> AppResult<Hit> {
         post_floor: row.try_get("", "hit_post_floor")?,
         comment_floor: row.try_get("", "hit_comment_floor")?,
     };
-    Ok(Hit { matched, score, post, comment, headline: row.try_get("", "hit_headline")?, position })
+    let xid: String = row.try_get("", "hit_xid")?;
+    let (headline, headline_computed) = match row.try_get::<Option<String>>("", "hit_headline")? {
+        Some(made) => (Arc::from(made), true),
+        // NULL only for a row whose headline was passed as known, at this very stamp.
+        None => (
+            known
+                .get(comment.is_some(), id, &xid)
+                .ok_or_else(|| AppError::Internal("a hit's headline is neither made nor known".into()))?,
+            false,
+        ),
+    };
+    Ok(Hit { matched, score, post, comment, headline, headline_computed, xid, position })
 }
 
 /// A `ts_headline` result as HTML: the text escaped, the marked matches in `<mark>`.

@@ -123,6 +123,7 @@ pub(crate) mod names {
     pub(crate) const CACHE_CAPACITY_BYTES: &str = "cache_capacity_bytes";
     pub(crate) const CACHE_EVICTIONS: &str = "cache_evictions_total";
     pub(crate) const SEARCH_CANDIDATES: &str = "search_candidates_total";
+    pub(crate) const SEARCH_HEADLINES: &str = "search_headlines_total";
     pub(crate) const PROCESS_OPEN_FDS: &str = "process_open_fds";
     pub(crate) const PROCESS_MAX_FDS: &str = "process_max_fds";
     pub(crate) const PROCESS_RESERVED_FDS: &str = "process_reserved_fds";
@@ -288,6 +289,12 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             Counter,
             "outcome",
             "first pages of a course search by where their candidates came from: hit (kept, plus what changed since), miss (found afresh and kept), stale (kept ones that no longer serve, found again), uncached (a later page, several courses, an author filter, or the cache off)",
+        ),
+        (
+            SEARCH_HEADLINES,
+            Counter,
+            "outcome",
+            "headlines of the hits of first pages of a course search: made (by the page's statement, then kept) or kept (made by an earlier page of the query, for the row as it still is)",
         ),
         (
             PROCESS_OPEN_FDS,

@@ -493,3 +493,62 @@ async fn only_members_searches_are_kept_and_each_kind_of_reader_apart() {
     assert_eq!(sample(&figures, "search_candidates_total{outcome=\"miss\"}"), 2.0, "{figures}");
     assert_eq!(sample(&figures, "search_candidates_total{outcome=\"hit\"}"), 4.0, "{figures}");
 }
+
+/// A first page makes the headline of each hit once: the same search again takes them as
+/// kept, an edit of the row makes its headline again (with the new text), and a headline made
+/// for the staff's page of a private post never reaches a student, whose page does not hold
+/// the post. Every page is the one the peer without the cache gives.
+#[tokio::test]
+async fn headlines_are_made_once_per_row_and_again_after_an_edit() {
+    let (app, fresh, w) = caching_and_fresh().await;
+    let no_filter = json!(null);
+    let post = |title: &str, body: &str, private: bool, author: i64| {
+        let (title, body) = (title.to_owned(), body.to_owned());
+        let app = &app;
+        async move {
+            ids(
+                app,
+                "INSERT INTO posts (course_id, user_id, title, body, kind, private) \
+                 VALUES ($1, $2, $3, $4, 'question', $5) RETURNING id",
+                vec![w.course.into(), author.into(), title.into(), body.into(), private.into()],
+            )
+            .await[0]
+        }
+    };
+    let open = post("Zircon lattice", "is zircon cubic or tetragonal", false, w.alice).await;
+    post("Zircon dating", "my zircon sample is secretly from the moon", true, w.alice).await;
+    let made_and_kept = |figures: &str| {
+        (
+            sample(figures, "search_headlines_total{outcome=\"made\"}"),
+            sample(figures, "search_headlines_total{outcome=\"kept\"}"),
+        )
+    };
+    let same_as_fresh = |user: i64| {
+        let (app, fresh, no_filter) = (&app, &fresh, &no_filter);
+        async move {
+            let page = search_at(app, app.addr, user, w.course, "zircon", no_filter, None).await;
+            let expected = search_at(app, fresh.addr, user, w.course, "zircon", no_filter, None).await;
+            assert_eq!(seen(&page), seen(&expected));
+            page
+        }
+    };
+
+    let first = same_as_fresh(w.bob).await;
+    assert_eq!(seen(&first)["hits"].as_array().map(Vec::len), Some(1), "{first}");
+    assert_eq!(made_and_kept(&metrics(&app).await), (1.0, 0.0), "made by the first page");
+    same_as_fresh(w.bob).await;
+    assert_eq!(made_and_kept(&metrics(&app).await), (1.0, 1.0), "kept for the second");
+
+    exec(&app, "UPDATE posts SET body = 'zircon crystals grow slowly' WHERE id = $1", vec![open.into()]).await;
+    let edited = same_as_fresh(w.bob).await;
+    assert!(edited.to_string().contains("crystals"), "the edited text: {edited}");
+    assert_eq!(made_and_kept(&metrics(&app).await), (2.0, 1.0), "made again after the edit");
+
+    // The staff see the private post, and its headline is kept; the student's page is still
+    // without it, and nothing of its text reaches them.
+    let staff = same_as_fresh(w.instructor).await;
+    assert!(staff.to_string().contains("moon"), "{staff}");
+    let student = same_as_fresh(w.bob).await;
+    assert!(!student.to_string().contains("moon"), "{student}");
+    assert_eq!(seen(&student)["hits"].as_array().map(Vec::len), Some(1), "{student}");
+}
