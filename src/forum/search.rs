@@ -1002,7 +1002,7 @@ struct WindowedSearch<'a> {
     bucket: Option<i64>,
     /// For comments searched in one configuration: the query and the configuration, as the
     /// first arguments of `comment_matches_in_buckets` (migration 0026), which a window of
-    /// buckets reads its matches' ids from, on a plan that always looks the buckets up. `None`
+    /// buckets reads its matches from, on a plan that always looks the buckets up. `None`
     /// with several configurations in use (rare: a search across courses of different
     /// languages, or during a change of language), whose windows of buckets are planned inline.
     bucket_matches: Option<String>,
