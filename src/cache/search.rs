@@ -235,8 +235,10 @@ impl SearchCandidates {
         let mut best: Vec<(f64, bool, i64)> = posts.chain(comments).collect();
         best.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
         best.truncate(usize::try_from(limit).unwrap_or(0) + 1 + HEADLINE_MARGIN);
+        // One key, its row changed per lookup: the query is copied once, not per candidate.
+        let mut key = HeadlineKey { query: query.to_owned(), comment: false, id: 0 };
         for (_, comment, id) in best {
-            let key = HeadlineKey { query: query.to_owned(), comment, id };
+            (key.comment, key.id) = (comment, id);
             if let Some(kept) = headlines.get(&key) {
                 let list = if comment { &mut known.comments } else { &mut known.posts };
                 list.push((id, kept.xid.clone(), kept.headline.clone()));
