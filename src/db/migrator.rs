@@ -62,6 +62,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("0024_search_departures"),
             sql_migration!("0025_search_buckets"),
             sql_migration!("0026_comment_bucket_matches"),
+            sql_migration!("0027_bucket_matches_without_index_words"),
         ]
     }
 }
