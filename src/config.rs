@@ -263,6 +263,13 @@ pub struct Settings {
     #[arg(long, env = "SEARCH_CACHE_TTL", default_value = "60s", value_parser = parse_duration, global = true)]
     pub search_cache_ttl: Duration,
 
+    /// Searches each user may run per minute that look for matches afresh (`cache::search`):
+    /// a first page this instance keeps no candidates for, a later page, a search across
+    /// courses or by author. A first page from kept candidates (about a millisecond) is not
+    /// counted. `0` turns the limit off.
+    #[arg(long, env = "SEARCH_RATE_PER_MINUTE", default_value_t = 60, global = true)]
+    pub search_rate_per_minute: u32,
+
     /// Longest one SQL statement of a request may run before PostgreSQL cancels it (its
     /// transaction rolls back and the request fails with TIMEOUT). Jobs and commands have none.
     #[arg(long, env = "STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]

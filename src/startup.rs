@@ -27,7 +27,7 @@ use crate::feed::fanout::FanoutJob;
 use crate::feed::{Feed, FeedConfig};
 use crate::graphql::{AppSchema, build_schema};
 use crate::kv::keys::Keys;
-use crate::kv::ratelimit::{RateLimiter, WriteLimits};
+use crate::kv::ratelimit::{RateLimiter, WRITE_WINDOW, WriteLimits};
 use crate::likes::Likes;
 use crate::likes::committed::AfterCommit;
 use crate::live::Publisher;
@@ -390,6 +390,7 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
     let limiter =
         RateLimiter::new(redis.clone(), settings.like_rate_per_minute, Duration::from_secs(60), "likes and unlikes");
     let write_limits = WriteLimits::new(redis.clone(), keys.clone(), &settings);
+    let search_limit = RateLimiter::new(redis.clone(), settings.search_rate_per_minute, WRITE_WINDOW, "searches");
     let post_cache = PostCache::new(db.clone(), redis.clone(), keys.clone(), CacheConfig::from_settings(&settings));
     post_cache.load_scripts().await?;
     let feed =
@@ -441,6 +442,7 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
         auth,
         likes,
         write_limits,
+        search_limit,
         publisher,
         live: Hub::new(),
         views,

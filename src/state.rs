@@ -13,7 +13,7 @@ use crate::config::Settings;
 use crate::db::StatementCounter;
 use crate::feed::Feed;
 use crate::kv::keys::Keys;
-use crate::kv::ratelimit::WriteLimits;
+use crate::kv::ratelimit::{RateLimiter, WriteLimits};
 use crate::likes::Likes;
 use crate::live::Publisher;
 use crate::live::hub::Hub;
@@ -48,6 +48,9 @@ pub struct AppState {
     /// Per-user limits on posts, comments and replies, edits and deletes (view starts are
     /// limited by `views`).
     pub write_limits: WriteLimits,
+    /// Per-user limit on searches that look for matches afresh (`SEARCH_RATE_PER_MINUTE`,
+    /// `cache::search::FreshSearches`).
+    pub search_limit: RateLimiter,
     /// Publishes committed changes to every instance.
     pub publisher: Publisher,
     /// This process's fan-out of live updates to its websocket subscribers.

@@ -33,20 +33,28 @@
 //!   `search_headlines` part of `CACHE_BUDGET_BYTES` (2 %, about 400 bytes each), for
 //!   `SEARCH_CACHE_TTL`. A headline is the row's own text; it reaches only a page the row is
 //!   on, which the statement has checked the reader may read.
+//! - **Fresh searches are limited per user.** Each search that looks for matches afresh (a
+//!   first page without kept candidates, and every search the cache does not serve) is
+//!   counted against its user's `SEARCH_RATE_PER_MINUTE` (`FreshSearches`) before it looks:
+//!   a first sight costs some 10 ms of the search pool, and a query of many common words up
+//!   to 350 ms, so one account sending new queries could hold the pool. A page from kept
+//!   candidates is not counted, and no request is counted twice.
 //! - **Where it is not used:** later pages (they rank below the first page's floor), searches
 //!   over several courses (`Query.search`), an author filter (whose rows depend on who may see
 //!   which author), and every search while `SEARCH_CACHE_TTL` is 0.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sea_orm::ConnectionTrait;
 
 use super::budget::{CacheBudget, CacheName, WeighedCache, string_bytes};
-use crate::error::AppResult;
+use crate::error::{AppError, AppResult};
 use crate::forum::courses::Role;
 use crate::forum::search::{self, Candidates, HitPage, KnownHeadlines, Readers, Scope, SearchFilter};
+use crate::kv::ratelimit::RateLimiter;
 use crate::telemetry::names;
 
 /// Which search a set of candidates serves.
@@ -100,6 +108,34 @@ impl Source {
             Source::Kept => "hit",
             Source::FoundHere => "miss",
         }
+    }
+}
+
+/// One search request's admission to its user's limit of searches that look for matches
+/// afresh (`SEARCH_RATE_PER_MINUTE`): `admit` runs before each step that would look, and
+/// counts the request once, however many such steps it takes (a stale set found again, then
+/// a search without the cache). Over the limit it is RATE_LIMITED, and nothing was looked for.
+pub(crate) struct FreshSearches<'a> {
+    limiter: &'a RateLimiter,
+    key: String,
+    counted: AtomicBool,
+}
+
+impl<'a> FreshSearches<'a> {
+    pub(crate) fn new(limiter: &'a RateLimiter, key: String) -> Self {
+        Self { limiter, key, counted: AtomicBool::new(false) }
+    }
+
+    /// Counts the request against the limit, the first time only, or refuses it.
+    pub(crate) async fn admit(&self) -> AppResult<()> {
+        if self.counted.swap(true, Ordering::Relaxed) {
+            return Ok(());
+        }
+        let outcome = self.limiter.check(&self.key).await;
+        if let Err(AppError::RateLimited { .. }) = &outcome {
+            metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "limited").increment(1);
+        }
+        outcome
     }
 }
 
@@ -165,14 +201,17 @@ impl SearchCandidates {
         filter: &SearchFilter,
         after: Option<search::Position>,
         limit: i64,
+        fresh: &FreshSearches<'_>,
     ) -> AppResult<HitPage> {
         let courses = [(course, role)];
         let scope = Scope { viewer, courses: &courses };
         let Some(entries) = self.entries.as_ref().filter(|_| after.is_none() && filter.author_id.is_none()) else {
+            fresh.admit().await?;
             metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "uncached").increment(1);
             return search::search(db, &scope, query, filter, after, limit).await;
         };
         if self.bypassed() {
+            fresh.admit().await?;
             metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "bypassed").increment(1);
             return search::search(db, &scope, query, filter, None, limit).await;
         }
@@ -180,7 +219,7 @@ impl SearchCandidates {
         for _ in 0..TRIES {
             let (candidates, source) = match entries.get(&key) {
                 Some(kept) => (kept, Source::Kept),
-                None => match self.find(entries, db, &key, filter).await? {
+                None => match self.find(entries, db, &key, filter, fresh).await? {
                     Some(found) => found,
                     // Nothing can match (a query that excludes itself, no such course).
                     None => return Ok(HitPage { hits: Vec::new(), has_next: false }),
@@ -218,6 +257,7 @@ impl SearchCandidates {
                 }
             }
         }
+        fresh.admit().await?;
         metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "uncached").increment(1);
         search::search(db, &scope, query, filter, None, limit).await
     }
@@ -281,6 +321,7 @@ impl SearchCandidates {
         db: &impl ConnectionTrait,
         key: &CandidateKey,
         filter: &SearchFilter,
+        fresh: &FreshSearches<'_>,
     ) -> AppResult<Option<(Arc<Candidates>, Source)>> {
         let lock = {
             let mut finding = self.finding.lock().unwrap_or_else(|p| p.into_inner());
@@ -291,6 +332,7 @@ impl SearchCandidates {
         if let Some(kept) = entries.get(key) {
             return Ok(Some((kept, Source::Kept)));
         }
+        fresh.admit().await?;
         let found = search::candidates(db, key.course, key.readers, &key.query, filter).await?;
         Ok(found.map(|found| {
             let found = Arc::new(found);

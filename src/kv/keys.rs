@@ -211,6 +211,12 @@ impl Keys {
         format!("{}:{{u{user_id}}}:rl:{kind}", self.prefix)
     }
 
+    /// Fixed-window counter of a user's searches that look for matches afresh
+    /// (`SEARCH_RATE_PER_MINUTE`), expiring with its window.
+    pub fn search_rate(&self, user_id: i64) -> String {
+        self.write_rate(user_id, "search")
+    }
+
     /// The user's open view tickets (ZSET `<post>.<uuid>` → expiry in ms), in the slot of their
     /// view-start counter: one script checks both.
     pub fn open_views(&self, user_id: i64) -> String {

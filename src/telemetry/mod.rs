@@ -288,7 +288,7 @@ pub const CATALOG: &[(&str, Kind, &str, &str)] = {
             SEARCH_CANDIDATES,
             Counter,
             "outcome",
-            "first pages of a course search by where their candidates came from: hit (kept, plus what changed since), miss (found afresh and kept), stale (kept ones that no longer serve, found again), uncached (a later page, several courses, an author filter, or the cache off)",
+            "first pages of a course search by where their candidates came from: hit (kept, plus what changed since), miss (found afresh and kept), stale (kept ones that no longer serve, found again), uncached (a later page, several courses, an author filter, or the cache off), limited (refused as RATE_LIMITED by SEARCH_RATE_PER_MINUTE before looking)",
         ),
         (
             SEARCH_HEADLINES,

@@ -552,3 +552,75 @@ async fn headlines_are_made_once_per_row_and_again_after_an_edit() {
     assert!(!student.to_string().contains("moon"), "{student}");
     assert_eq!(seen(&student)["hits"].as_array().map(Vec::len), Some(1), "{student}");
 }
+
+/// `SEARCH_RATE_PER_MINUTE` counts each user's searches that look for matches afresh (a first
+/// page without kept candidates, a later page, a search across courses) before they look: one
+/// past the limit is RATE_LIMITED with `retryAfterMs` and keeps nothing, while a first page from
+/// kept candidates is still answered and not counted, and other users keep their own budget.
+#[tokio::test]
+async fn searches_that_look_afresh_are_limited_per_user_and_kept_ones_are_not() {
+    let app = TestApp::spawn_with(|s| s.search_rate_per_minute = 3).await;
+    let w = World::create(&app).await;
+    exec(
+        &app,
+        "INSERT INTO posts (course_id, user_id, title, body, kind) \
+           SELECT $1, $2, 'Otter ' || n, 'otters and beavers', 'question' FROM generate_series(1, 3) n",
+        vec![w.course.into(), w.alice.into()],
+    )
+    .await;
+    let no_filter = json!(null);
+    let hits = |r: &Json| seen(r)["hits"].as_array().map(Vec::len);
+    // Three fresh first pages: the limit.
+    for query in ["otter", "beaver", "otters beavers"] {
+        let page = search_at(&app, app.addr, w.bob, w.course, query, &no_filter, None).await;
+        assert_eq!(hits(&page), Some(3), "{query}: {page}");
+    }
+    app.state.search_candidates.settle();
+    assert_eq!(app.state.search_candidates.entry_count(), 3);
+
+    // A fourth query: refused before it looks, so nothing is kept for it.
+    let refused = search_at(&app, app.addr, w.bob, w.course, "otter -beaver", &no_filter, None).await;
+    assert_eq!(error_code(&refused).as_deref(), Some("RATE_LIMITED"), "{refused}");
+    let retry = refused["errors"][0]["extensions"]["retryAfterMs"].as_u64().unwrap_or(0);
+    assert!(retry > 0 && retry <= 60_000, "{refused}");
+    app.state.search_candidates.settle();
+    assert_eq!(app.state.search_candidates.entry_count(), 3, "nothing kept for a refused search");
+
+    // Kept candidates still answer, uncounted, as often as asked.
+    for _ in 0..5 {
+        let page = search_at(&app, app.addr, w.bob, w.course, "otter", &no_filter, None).await;
+        assert_eq!(hits(&page), Some(3), "{page}");
+    }
+    // A later page looks afresh: refused.
+    let first = app
+        .gql(
+            Some(&app.token(w.bob)),
+            SEARCH,
+            json!({ "c": gid("Course", w.course), "q": "otter", "n": 1, "a": null, "f": null }),
+        )
+        .await;
+    let after = end_cursor(&first).expect("a next page");
+    let later = search_at(&app, app.addr, w.bob, w.course, "otter", &no_filter, Some(&after)).await;
+    assert_eq!(error_code(&later).as_deref(), Some("RATE_LIMITED"), "{later}");
+    // So does a search across the user's courses (of one course it is that course's search).
+    app.enroll(w.other_course, w.bob, "student").await;
+    // The new membership reaches the search within moments (the membership cache); until
+    // then the search is the one course's, answered from kept candidates.
+    let mut across = json!(null);
+    for _ in 0..40 {
+        across = app
+            .gql(Some(&app.token(w.bob)), "query { search(query: \"otter\") { edges { node { score } } } }", json!({}))
+            .await;
+        if error_code(&across).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(error_code(&across).as_deref(), Some("RATE_LIMITED"), "{across}");
+
+    // Another user has a budget of their own.
+    let other = search_at(&app, app.addr, w.alice, w.course, "otter -beaver", &no_filter, None).await;
+    assert_eq!(hits(&other), Some(0), "{other}");
+    let figures = metrics(&app).await;
+    assert_eq!(sample(&figures, "search_candidates_total{outcome=\"limited\"}"), 3.0, "{figures}");
+}

@@ -13,6 +13,7 @@ use async_graphql::{Context, ID, Object, Result};
 use sha2::Digest;
 
 use super::{Comment, Post, Reply};
+use crate::cache::search::FreshSearches;
 use crate::cursor::CursorKeys;
 use crate::documents::lowercase_hex;
 use crate::error::AppError;
@@ -241,6 +242,7 @@ pub(crate) async fn search_in(
     let walk = walk_digest(scope_name, &query, &filter);
     let keys = &state.cursor_keys;
     let after = after.map(|raw| SearchCursor::open(keys, &raw, &walk)).transpose()?;
+    let fresh = FreshSearches::new(&state.search_limit, state.keys.search_rate(viewer.user_id));
     let page = match courses {
         // One course: through the kept candidates of its first pages (`cache::search`).
         [course] => {
@@ -255,10 +257,12 @@ pub(crate) async fn search_in(
                     &filter,
                     after,
                     i64::from(first),
+                    &fresh,
                 )
                 .await?
         }
         _ => {
+            fresh.admit().await?;
             let scope = Scope { viewer: viewer.user_id, courses };
             search::search(&state.search_db, &scope, &query, &filter, after, i64::from(first)).await?
         }

@@ -144,6 +144,8 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         jobs_db_max_connections: 4,
         search_db_max_connections: 2,
         search_cache_ttl: Duration::from_secs(60),
+        // Far above what any test searches in a minute; search_candidates.rs lowers it.
+        search_rate_per_minute: 10_000,
         statement_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(30),
         request_statement_budget: 200,
