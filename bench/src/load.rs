@@ -35,6 +35,8 @@ pub struct LoadReport {
     pub elapsed: Duration,
     /// Latencies of accepted requests, in ms, sorted.
     pub latencies_ms: Vec<f64>,
+    /// The same latencies with the index of their request, in no order.
+    pub indexed_latencies_ms: Vec<(usize, f64)>,
     /// The first failure, to show what went wrong.
     pub first_failure: Option<String>,
     /// `data` of each request, when asked to keep it (None for failures and when not kept).
@@ -133,7 +135,7 @@ pub async fn run_generated(
                 let took = sent.elapsed();
                 match outcome {
                     Ok(data) => {
-                        mine.latencies_ms.push(took.as_secs_f64() * 1000.0);
+                        mine.latencies_ms.push((index, took.as_secs_f64() * 1000.0));
                         if keep_data {
                             mine.data.push((index, data));
                         }
@@ -151,7 +153,8 @@ pub async fn run_generated(
         let mine = task.await.map_err(|e| internal("load task")(e.to_string()))?;
         report.ok += mine.latencies_ms.len();
         report.failed += mine.failed;
-        report.latencies_ms.extend(mine.latencies_ms);
+        report.latencies_ms.extend(mine.latencies_ms.iter().map(|(_, ms)| *ms));
+        report.indexed_latencies_ms.extend(mine.latencies_ms);
         if report.first_failure.is_none() {
             report.first_failure = mine.first_failure;
         }
@@ -166,7 +169,8 @@ pub async fn run_generated(
 
 #[derive(Default)]
 struct Connection {
-    latencies_ms: Vec<f64>,
+    /// (request index, latency in ms) of each accepted request.
+    latencies_ms: Vec<(usize, f64)>,
     failed: usize,
     first_failure: Option<String>,
     data: Vec<(usize, Value)>,
