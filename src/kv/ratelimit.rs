@@ -1,6 +1,7 @@
 //! Per-user rate limits in Redis (fixed window, one atomic script), shared by every instance:
-//! like toggles, and every other write (`WriteLimits`: posts, comments and replies, edits,
-//! deletes; view starts are limited by `views`, in the script that also bounds open tickets).
+//! like toggles, every other write (`WriteLimits`: posts, comments and replies, edits,
+//! deletes; view starts are limited by `views`, in the script that also bounds open tickets),
+//! and searches that look for matches afresh (`cache::search::FreshSearches`).
 //! The window logic is `lua/fixed_window.lua`, which the buffered like toggle and the view
 //! start also run inside their own scripts (one round trip for the limit and the write).
 
