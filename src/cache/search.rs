@@ -54,6 +54,7 @@ use super::budget::{CacheBudget, CacheName, WeighedCache, string_bytes};
 use crate::error::{AppError, AppResult};
 use crate::forum::courses::Role;
 use crate::forum::search::{self, Candidates, HitPage, KnownHeadlines, Readers, Scope, SearchFilter};
+use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
 use crate::telemetry::names;
 
@@ -115,15 +116,18 @@ impl Source {
 /// afresh (`SEARCH_RATE_PER_MINUTE`): `admit` runs before each step that would look, and
 /// counts the request once, however many such steps it takes (a stale set found again, then
 /// a search without the cache). Over the limit it is RATE_LIMITED, and nothing was looked for.
+/// The counter's key is named only when a step would look: a page from kept candidates
+/// builds nothing for the limit.
 pub(crate) struct FreshSearches<'a> {
     limiter: &'a RateLimiter,
-    key: String,
+    keys: &'a Keys,
+    user_id: i64,
     counted: AtomicBool,
 }
 
 impl<'a> FreshSearches<'a> {
-    pub(crate) fn new(limiter: &'a RateLimiter, key: String) -> Self {
-        Self { limiter, key, counted: AtomicBool::new(false) }
+    pub(crate) fn new(limiter: &'a RateLimiter, keys: &'a Keys, user_id: i64) -> Self {
+        Self { limiter, keys, user_id, counted: AtomicBool::new(false) }
     }
 
     /// Counts the request against the limit, the first time only, or refuses it.
@@ -131,7 +135,7 @@ impl<'a> FreshSearches<'a> {
         if self.counted.swap(true, Ordering::Relaxed) {
             return Ok(());
         }
-        let outcome = self.limiter.check(&self.key).await;
+        let outcome = self.limiter.check(&self.keys.search_rate(self.user_id)).await;
         if let Err(AppError::RateLimited { .. }) = &outcome {
             metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "limited").increment(1);
         }

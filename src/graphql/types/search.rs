@@ -242,7 +242,7 @@ pub(crate) async fn search_in(
     let walk = walk_digest(scope_name, &query, &filter);
     let keys = &state.cursor_keys;
     let after = after.map(|raw| SearchCursor::open(keys, &raw, &walk)).transpose()?;
-    let fresh = FreshSearches::new(&state.search_limit, state.keys.search_rate(viewer.user_id));
+    let fresh = FreshSearches::new(&state.search_limit, &state.keys, viewer.user_id);
     let page = match courses {
         // One course: through the kept candidates of its first pages (`cache::search`).
         [course] => {
