@@ -363,6 +363,16 @@ async fn measure(
         measured.failed,
         measured.sql_per_request
     );
+    let per_request = |seconds: f64| seconds * 1000.0 / report.ok.max(1) as f64;
+    eprintln!(
+        "search: {} {:<22} CPU ms per request: server {:.2}, PostgreSQL {:.2}, Redis {:.2} (the bench {:.2})",
+        measured.server,
+        measured.what,
+        per_request(cpu.server),
+        per_request(cpu.postgres),
+        per_request(cpu.redis),
+        per_request(cpu.bench),
+    );
     if what == "search" {
         eprintln!("search: {} candidates: {}", measured.server, outcomes.join(", "));
         // Where the p99 comes from: the first sights apart from the others, and the others
