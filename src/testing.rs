@@ -85,9 +85,10 @@ pub mod likes {
     }
 }
 
-/// Search's constants that a migration repeats.
+/// Search's constants that a migration repeats, and its candidates found on a connection of
+/// the test's own.
 pub mod search {
-    pub use crate::forum::search::COMMENT_BUCKET;
+    pub use crate::forum::search::{COMMENT_BUCKET, POST_BUCKET, student_candidate_ids};
 }
 
 /// The like worker, stepped by hand.
