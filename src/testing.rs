@@ -85,10 +85,9 @@ pub mod likes {
     }
 }
 
-/// Search's constants that a migration repeats, and its candidates found on a connection of
-/// the test's own.
+/// Search's constants that a migration repeats.
 pub mod search {
-    pub use crate::forum::search::{COMMENT_BUCKET, POST_BUCKET, student_candidate_ids};
+    pub use crate::forum::search::COMMENT_BUCKET;
 }
 
 /// The like worker, stepped by hand.

@@ -63,7 +63,6 @@ impl MigratorTrait for Migrator {
             sql_migration!("0025_search_buckets"),
             sql_migration!("0026_comment_bucket_matches"),
             sql_migration!("0027_bucket_matches_without_index_words"),
-            sql_migration!("0028_post_search_buckets"),
         ]
     }
 }

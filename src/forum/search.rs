@@ -7,7 +7,7 @@
 //! built with its course's text search configuration (`courses.search_config`). A query is
 //! parsed by `websearch_to_tsquery` once per configuration of the courses searched, and each
 //! row is matched against the query of its own configuration, so the GIN indexes
-//! (`posts_search_bucket_idx`, `comments_search_bucket_idx`) serve every course.
+//! (`posts_search_idx`, `comments_search_bucket_idx`) serve every course.
 //!
 //! **Bounded work.** A frequent word can match most of a course. The ranking (reading every
 //! match's vector for `ts_rank_cd`) is therefore run on CANDIDATES only: the newest
@@ -15,16 +15,15 @@
 //! viewer may read. They are looked for in windows of ids, newest first (`windows`): the
 //! newest `POST_WINDOW` post ids (`COMMENT_WINDOW` comment ids), then windows each
 //! `WINDOW_GROWTH` times as wide, then everything older, a window searched only while those
-//! above it held fewer than the candidates (`WindowedSearch`). The recent windows are whole id
-//! buckets (`POST_BUCKET`, `COMMENT_BUCKET`, migrations 0025 and 0028), read one bucket at a
-//! time, newest first, each looked up with the words in the bucketed GIN index, which reads
-//! only that bucket's matches; a window stops at the bucket that completes its candidates. In
-//! a wider window (the words are rare by then), a word is found by a backward scan of its rows
-//! that stops at `CANDIDATES` matches, or by its GIN matches ANDed with the window's ids (a
-//! range of the primary key for posts, of the BRIN index for comments, migrations 0016 and
-//! 0018). A query without a word an index can look up (only `-word`s) has ranges only, read
-//! newest first. Each statement is planned for its own words (`db::connect_search`), so the
-//! planner sees how frequent they are.
+//! above it held fewer than the candidates (`WindowedSearch`). In a window, a frequent word is
+//! found by a backward scan of its rows that stops at `CANDIDATES` matches, a rarer one by its
+//! GIN matches ANDed with the window's ids (a range of the primary key for posts, of the BRIN
+//! index for comments, migrations 0016 and 0018), so a word of middling frequency visits the
+//! rows of its newest matches, not of all its matches, before the sort by id. The recent
+//! windows of comments are whole id buckets instead (`COMMENT_BUCKET`, migration 0025), each
+//! looked up with the words in the bucketed GIN index, which reads only that bucket's matches. Each statement
+//! is planned for its own words (`db::connect_search`), so the planner sees how frequent they
+//! are.
 //! The first page fixes the walk's window: when a kind had more matches than candidates, the
 //! cursor keeps the lowest candidate id (the floor), and later pages rank every match at or
 //! above it (at most `CANDIDATES` plus what was written since, capped at `LATER_CANDIDATES`).
@@ -68,13 +67,12 @@ pub(crate) const CANDIDATES: i64 = 100;
 /// Most candidates of each kind a later page ranks (the window of the first page plus what
 /// was written since).
 pub(crate) const LATER_CANDIDATES: i64 = 4 * CANDIDATES;
-/// The first recent window of posts: the newest post ids (of every course), in whole id buckets
-/// (`POST_BUCKET`) reaching this far below the end of the newest id's bucket, are searched
-/// first; each next window, only while fewer than the candidates wanted were found, is
-/// `WINDOW_GROWTH` times as wide, and the last reaches the first post.
+/// The first recent window of posts: the newest `POST_WINDOW` post ids (of every course) are
+/// searched first; each next window, only while fewer than the candidates wanted were found,
+/// is `WINDOW_GROWTH` times as wide, and the last reaches the first post.
 pub(crate) const POST_WINDOW: i64 = 2_500;
-/// The first recent window of comments and replies, as `POST_WINDOW`, in buckets of
-/// `COMMENT_BUCKET`.
+/// The first recent window of comments and replies, as `POST_WINDOW`, but in whole id buckets
+/// (`COMMENT_BUCKET`) reaching this far below the end of the newest id's bucket.
 pub(crate) const COMMENT_WINDOW: i64 = 12_500;
 /// How much wider each window is than the one before it.
 pub(crate) const WINDOW_GROWTH: i64 = 4;
@@ -82,13 +80,9 @@ pub(crate) const WINDOW_GROWTH: i64 = 4;
 const GROWN_WINDOWS: u32 = 4;
 /// The id bucket width of `comments_search_bucket_idx` (`id / 4096`, migration 0025).
 pub const COMMENT_BUCKET: i64 = 4096;
-/// The id bucket width of `posts_search_bucket_idx` (`id / 1024`, migration 0028): a post row
-/// is about five times a comment's, so a bucket of posts spans about as many pages as one of
-/// comments.
-pub const POST_BUCKET: i64 = 1024;
 /// Most buckets a window is looked up by, one GIN scan each (about 0.1 ms for two frequent
-/// words), newest first until the candidates are found; a wider window is a range of ids (by
-/// then the words are rare: too few matches in the newer windows).
+/// words); a wider window is a range of ids (by then the words are rare: too few matches in the
+/// newer windows).
 const MAX_WINDOW_BUCKETS: i64 = 16;
 /// Added to the score of what staff endorsed.
 pub(crate) const ENDORSED_BOOST: f64 = 0.3;
@@ -280,36 +274,27 @@ pub(crate) fn excludes_itself(query: &str) -> bool {
 }
 
 /// What a search needs before its statement: the configurations in use among the courses
-/// searched, the newest post and comment ids (where the recent windows start), and whether
-/// the query has a word the GIN indexes can look up in every one of those configurations.
+/// searched, and the newest post and comment ids (where the recent windows start).
 struct SearchBounds {
     languages: Vec<Language>,
     post_hi: i64,
     comment_hi: i64,
-    /// False for a query whose indexable part (`querytree`) is `T` in some configuration: only
-    /// negations (`-word`), stopwords and negations (`that -word` in English), or an OR with a
-    /// negation. GIN answers such a query by reading its whole index, so its windows are ranges
-    /// of ids, read newest first (`windows` without buckets), never words looked up by bucket.
-    words_to_look_up: bool,
 }
 
-/// One primary-key read of the courses, and the last entry of each primary key; the query
-/// parsed in each course's configuration.
-async fn search_bounds(db: &impl ConnectionTrait, courses: &[i64], query: &str) -> AppResult<SearchBounds> {
+/// One primary-key read of the courses, and the last entry of each primary key.
+async fn search_bounds(db: &impl ConnectionTrait, courses: &[i64]) -> AppResult<SearchBounds> {
     #[derive(FromQueryResult)]
     struct Row {
         config: String,
         post_hi: i64,
         comment_hi: i64,
-        words_to_look_up: bool,
     }
     let rows = Row::find_by_statement(stmt(
         "SELECT search_config::text AS config, \
                 (SELECT coalesce(max(id), 0) FROM posts) AS post_hi, \
-                (SELECT coalesce(max(id), 0) FROM comments) AS comment_hi, \
-                querytree(websearch_to_tsquery(search_config, $2)) <> 'T' AS words_to_look_up \
+                (SELECT coalesce(max(id), 0) FROM comments) AS comment_hi \
          FROM courses WHERE id = ANY($1)",
-        [courses.to_vec().into(), query.into()],
+        [courses.to_vec().into()],
     ))
     .all(db)
     .await?;
@@ -317,8 +302,7 @@ async fn search_bounds(db: &impl ConnectionTrait, courses: &[i64], query: &str) 
     languages.sort_by_key(|l| l.config());
     languages.dedup();
     let (post_hi, comment_hi) = rows.first().map(|row| (row.post_hi, row.comment_hi)).unwrap_or((0, 0));
-    let words_to_look_up = rows.iter().all(|row| row.words_to_look_up);
-    Ok(SearchBounds { languages, post_hi, comment_hi, words_to_look_up })
+    Ok(SearchBounds { languages, post_hi, comment_hi })
 }
 
 /// The configuration of each course given (missing ones are left out).
@@ -558,30 +542,33 @@ impl Conditions {
     /// The windowed searches of both kinds (`WindowedSearch`) over the bounds' windows down to
     /// the floors, scored: the CTEs up to `post_hits` and `comment_hits` (to follow `WITH`).
     fn windowed_hits(&mut self, bounds: &SearchBounds, floors: (i64, i64), candidates: &str) -> String {
-        // A query without a word to look up is never looked up by bucket (`SearchBounds`).
-        let bucket = |width: i64| bounds.words_to_look_up.then_some(width);
         let post_search = WindowedSearch {
             name: "post",
             from: format!("SELECT {WINDOW_POST_COLUMNS} FROM posts p"),
             conditions: self.post_where.clone(),
             post_conditions: None,
-            alias: "p",
-            bucket: bucket(POST_BUCKET),
+            id: "p.id",
+            bucket: None,
+            bucket_matches: None,
             candidates,
         };
         let (post_ctes, post_candidates) =
-            post_search.sql(&windows(bounds.post_hi, POST_WINDOW, floors.0, bucket(POST_BUCKET)), &mut self.p);
+            post_search.sql(&windows(bounds.post_hi, POST_WINDOW, floors.0, None), &mut self.p);
         let comment_search = WindowedSearch {
             name: "comment",
             from: format!("SELECT {WINDOW_COMMENT_COLUMNS} FROM comments c"),
             conditions: self.comment_own_where.clone(),
             post_conditions: Some(self.comment_post_where.clone()),
-            alias: "c",
-            bucket: bucket(COMMENT_BUCKET),
+            id: "c.id",
+            bucket: Some(COMMENT_BUCKET),
+            bucket_matches: match self.in_use.as_slice() {
+                [only] => Some(format!("{}, '{}'::regconfig", tsquery(*only, &self.q), only.config())),
+                _ => None,
+            },
             candidates,
         };
         let (comment_ctes, comment_candidates) = comment_search
-            .sql(&windows(bounds.comment_hi, COMMENT_WINDOW, floors.1, bucket(COMMENT_BUCKET)), &mut self.p);
+            .sql(&windows(bounds.comment_hi, COMMENT_WINDOW, floors.1, Some(COMMENT_BUCKET)), &mut self.p);
         format!(
             "{post_ctes}, post_hits AS ({posts}), {comment_ctes}, comment_hits AS ({comments})",
             posts = self.scored_posts(&post_candidates),
@@ -732,7 +719,7 @@ pub(crate) async fn search(
         return Ok(nothing());
     }
     let course_ids: Vec<i64> = scope.courses.iter().map(|(id, _)| *id).collect();
-    let bounds = search_bounds(db, &course_ids, query).await?;
+    let bounds = search_bounds(db, &course_ids).await?;
     if bounds.languages.is_empty() {
         return Ok(nothing());
     }
@@ -798,7 +785,7 @@ pub(crate) async fn candidates(
     if excludes_itself(query) || filter.author_id.is_some() {
         return Ok(None);
     }
-    let bounds = search_bounds(db, &[course], query).await?;
+    let bounds = search_bounds(db, &[course]).await?;
     if bounds.languages.is_empty() {
         return Ok(None);
     }
@@ -827,18 +814,6 @@ pub(crate) async fn candidates(
         .await?
         .ok_or_else(|| AppError::Internal("the candidates' statement returned no row".into()))?;
     Ok(Some(found))
-}
-
-/// The ids of the candidates a student's first page of `query` in `course` ranks, posts then
-/// comments, newest first (`candidates`, no filter): for tests that watch what finding them
-/// reads, inside a transaction of their own.
-pub async fn student_candidate_ids(
-    db: &impl ConnectionTrait,
-    course: i64,
-    query: &str,
-) -> AppResult<(Vec<i64>, Vec<i64>)> {
-    let found = candidates(db, course, Readers::Students, query, &SearchFilter::default()).await?;
-    Ok(found.map(|c| (c.post_ids, c.comment_ids)).unwrap_or_default())
 }
 
 /// A first page of `query` in one course for a member with `role`, from `kept` candidates
@@ -1004,13 +979,11 @@ fn windows(newest: i64, first: i64, floor: i64, bucket: Option<i64>) -> Vec<Wind
 
 /// The newest `candidates` matches of one kind, window by window (`windows`): a window is
 /// searched only while the windows above it held fewer than the candidates (a one-time filter
-/// on their counts, so its scan does not start otherwise). A window of buckets is read bucket
-/// by bucket, newest first (a lateral scan of each bucket's matches in the bucketed GIN index,
-/// migrations 0025 and 0028), and stops at the bucket that completes its candidates: a frequent
-/// word reads the matches of one bucket, not of the window, nor of the whole table. A wider
-/// window (reached only when the word is rare in the newer ones) is a range of ids: the planner
-/// takes the word's GIN bitmap ANDed with the window's ids (a range of the primary key for
-/// posts, the BRIN index for comments) or a backward scan.
+/// on their counts, so its scan does not start otherwise). A window of buckets is the word's
+/// matches in each of its buckets, from the bucketed GIN index (migration 0025): only the
+/// window's matches are read. A wider one (reached only when the word is rare in the newer
+/// ones) is a range of ids: the planner takes the word's GIN bitmap ANDed with the window's ids
+/// (a range of the primary key for posts, the BRIN index for comments) or a backward scan.
 struct WindowedSearch<'a> {
     /// Prefix of the CTE names (`<name>_w0`, `<name>_w1`…).
     name: &'static str,
@@ -1023,10 +996,16 @@ struct WindowedSearch<'a> {
     /// only as many comments are read as it takes to find the candidates (a join before the
     /// sort read the post of every match: two thirds of a window of buckets' time).
     post_conditions: Option<String>,
-    /// The alias of the kind's table in `from` (`p`, `c`); its `id` is the candidate's id.
-    alias: &'static str,
+    /// The candidate's id column (`p.id`, `c.id`).
+    id: &'static str,
     /// The id bucket width of the kind's bucketed GIN index, if it has one.
     bucket: Option<i64>,
+    /// For comments searched in one configuration: the query and the configuration, as the
+    /// first arguments of `comment_matches_in_buckets` (migration 0026), which a window of
+    /// buckets reads its matches from, on a plan that always looks the buckets up. `None`
+    /// with several configurations in use (rare: a search across courses of different
+    /// languages, or during a change of language), whose windows of buckets are planned inline.
+    bucket_matches: Option<String>,
     /// The `$n` of the number of candidates.
     candidates: &'a str,
 }
@@ -1035,63 +1014,55 @@ impl WindowedSearch<'_> {
     /// The materialized CTEs of the windows (to follow `WITH` or a comma), and a query of the
     /// candidates from them, newest first.
     fn sql(&self, windows: &[Window], p: &mut Params) -> (String, String) {
-        let (alias, n) = (self.alias, self.candidates);
-        let id = format!("{alias}.id");
+        let (id, n) = (self.id, self.candidates);
         let names: Vec<String> = (0..windows.len()).map(|k| format!("{}_w{k}", self.name)).collect();
         let mut ctes = Vec::new();
         for (k, window) in windows.iter().enumerate() {
-            // Below the first window, the one-time filter that runs it only while the windows
-            // above found too few.
-            let too_few = (k > 0).then(|| {
-                let found: Vec<String> = names[..k].iter().map(|w| format!("(SELECT count(*) FROM {w})")).collect();
-                format!("{} < {n}", found.join(" + "))
-            });
-            let window = match window.buckets.zip(self.bucket) {
-                // Whole buckets, newest first, each one's matches newest first: the nested loop
-                // keeps that order (an incremental sort on the bucket's rank sorts nothing), so
-                // the LIMIT stops it at the bucket that completes the candidates. The bucket
-                // width is written as a literal, for the condition to be the index's
-                // expression, which the planner matches.
+            // Which ids the window holds, and (below the first) the one-time filter that runs
+            // it only while the windows above found too few.
+            let mut range = Vec::new();
+            let mut bucket_list = None;
+            match window.buckets.zip(self.bucket) {
+                // Whole buckets: the bucket width is written as a literal, for the condition to
+                // be the index's expression, which the planner matches.
                 Some(((first, last), bucket)) => {
-                    let buckets = p.push((first..=last).rev().collect::<Vec<i64>>());
-                    let matches = format!(
-                        "unnest({buckets}::bigint[]) WITH ORDINALITY bucket_list(bucket, newest) CROSS JOIN LATERAL \
-                         ({} WHERE {} AND ({id} / {bucket}) = bucket_list.bucket ORDER BY {id} DESC) {alias}",
-                        self.from, self.conditions
-                    );
-                    match &self.post_conditions {
-                        None => {
-                            let too_few = too_few.map(|c| format!(" WHERE {c}")).unwrap_or_default();
-                            format!(
-                                "SELECT {alias}.* FROM {matches}{too_few} \
-                                 ORDER BY bucket_list.newest, {id} DESC LIMIT {n}"
-                            )
-                        }
-                        Some(post) => {
-                            let too_few = too_few.map(|c| format!(" AND {c}")).unwrap_or_default();
-                            format!(
-                                "SELECT {alias}.*, p.accepted_comment_id AS p_accepted FROM {matches} \
-                                 JOIN posts p ON p.id = {alias}.post_id WHERE {post}{too_few} \
-                                 ORDER BY bucket_list.newest, {id} DESC LIMIT {n}"
-                            )
-                        }
-                    }
+                    let buckets = p.push((first..=last).collect::<Vec<i64>>());
+                    range.push(format!("({id} / {bucket}) = ANY({buckets})"));
+                    bucket_list = Some(buckets);
                 }
                 None => {
-                    let mut range = vec![format!("{id} >= {}", p.push(window.lo))];
+                    range.push(format!("{id} >= {}", p.push(window.lo)));
                     if let Some(top) = window.top {
                         range.push(format!("{id} < {}", p.push(top)));
                     }
-                    let too_few = too_few.map(|c| format!(" AND {c}")).unwrap_or_default();
+                }
+            }
+            let too_few = (k > 0).then(|| {
+                let found: Vec<String> = names[..k].iter().map(|w| format!("(SELECT count(*) FROM {w})")).collect();
+                format!(" AND {} < {n}", found.join(" + "))
+            });
+            let too_few = too_few.unwrap_or_default();
+            let window = match (&self.post_conditions, self.bucket_matches.as_ref().zip(bucket_list)) {
+                // The matches from the function, newest first (its ordinality is the order the
+                // nested loop keeps), then their posts checked until the window has its
+                // candidates. The one-time filter stays on the window, so the function is not
+                // called when the windows above found enough.
+                (Some(post), Some((matches, buckets))) => format!(
+                    "SELECT {WINDOW_COMMENT_COLUMNS}, p.accepted_comment_id AS p_accepted \
+                     FROM comment_matches_in_buckets({matches}, {buckets}) WITH ORDINALITY c({columns}, newest) \
+                     JOIN posts p ON p.id = c.post_id WHERE {post}{too_few} ORDER BY c.newest LIMIT {n}",
+                    columns = WINDOW_COMMENT_COLUMNS.replace("c.", ""),
+                ),
+                (post, _) => {
                     let rows = format!("{} WHERE {} AND {}{too_few}", self.from, self.conditions, range.join(" AND "));
-                    match &self.post_conditions {
+                    match post {
                         None => format!("{rows} ORDER BY {id} DESC LIMIT {n}"),
                         // The ORDER BY keeps the matches a subquery of their own (not flattened
                         // into the join), sorted, whose order the nested loop over the posts
                         // keeps.
                         Some(post) => format!(
-                            "SELECT {alias}.*, p.accepted_comment_id AS p_accepted FROM ({rows} ORDER BY {id} DESC) {alias} \
-                             JOIN posts p ON p.id = {alias}.post_id WHERE {post} ORDER BY {id} DESC LIMIT {n}"
+                            "SELECT c.*, p.accepted_comment_id AS p_accepted FROM ({rows} ORDER BY {id} DESC) c \
+                             JOIN posts p ON p.id = c.post_id WHERE {post} ORDER BY c.id DESC LIMIT {n}"
                         ),
                     }
                 }
@@ -1108,7 +1079,8 @@ const WINDOW_POST_COLUMNS: &str =
     "p.id, p.search_doc, p.search_config, p.endorsed_by, p.accepted_comment_id, p.resolved_at, p.created_at";
 
 /// The columns of a comment its window reads: what `Conditions::scored_comments` scores (with
-/// the post's `p_accepted`), and what the author filter asks of it.
+/// the post's `p_accepted`), and what the author filter asks of it. `comment_matches_in_buckets`
+/// (migration 0026) returns these, in this order.
 const WINDOW_COMMENT_COLUMNS: &str = "c.id, c.post_id, c.parent_id, c.search_doc, c.search_config, c.endorsed_by, \
                                       c.created_at, c.user_id, c.anonymous_to";
 
@@ -1302,45 +1274,47 @@ mod tests {
     }
 
     #[test]
-    fn bucketed_windows_name_the_index_expression_and_their_buckets_newest_first() {
-        let comments = WindowedSearch {
+    fn bucketed_windows_name_the_index_expression_and_their_buckets() {
+        let inline = WindowedSearch {
             name: "comment",
             from: "SELECT c.* FROM comments c".to_owned(),
             conditions: "TRUE".to_owned(),
             post_conditions: Some("TRUE".to_owned()),
-            alias: "c",
+            id: "c.id",
             bucket: Some(COMMENT_BUCKET),
+            bucket_matches: None,
             candidates: "$1",
         };
+        let buckets = [(241..=244).collect::<Vec<i64>>(), (229..=240).collect::<Vec<i64>>()];
         let mut p = Params(vec![Value::from(CANDIDATES)]);
-        let (ctes, _) = comments.sql(&windows(1_000_000, COMMENT_WINDOW, 0, Some(COMMENT_BUCKET)), &mut p);
-        // The expression of `comments_search_bucket_idx`, per bucket, in the two windows of
-        // buckets only, each bucket list newest first.
-        let expression = format!("(c.id / {COMMENT_BUCKET}) = bucket_list.bucket");
+        let (ctes, _) = inline.sql(&windows(1_000_000, COMMENT_WINDOW, 0, Some(COMMENT_BUCKET)), &mut p);
+        // The expression of `comments_search_bucket_idx`, in the two windows of buckets only.
+        let expression = format!("(c.id / {COMMENT_BUCKET}) = ANY(");
         assert_eq!(ctes.matches(&expression).count(), 2, "{ctes}");
-        assert_eq!(ctes.matches("ORDER BY bucket_list.newest, c.id DESC").count(), 2, "{ctes}");
-        for list in [(241..=244).rev().collect::<Vec<i64>>(), (229..=240).rev().collect::<Vec<i64>>()] {
-            assert!(p.0.contains(&Value::from(list)), "{:?}", p.0);
+        assert!(!ctes.contains("comment_matches_in_buckets"), "{ctes}");
+        for list in &buckets {
+            assert!(p.0.contains(&Value::from(list.clone())), "{:?}", p.0);
         }
-        // Posts in their own buckets.
+        // In one configuration, the same buckets through `comment_matches_in_buckets`.
+        let through_function = WindowedSearch { bucket_matches: Some("$2, 'english'::regconfig".to_owned()), ..inline };
+        let mut p = Params(vec![Value::from(CANDIDATES), Value::from("exam")]);
+        let (ctes, _) = through_function.sql(&windows(1_000_000, COMMENT_WINDOW, 0, Some(COMMENT_BUCKET)), &mut p);
+        assert_eq!(ctes.matches("comment_matches_in_buckets($2, 'english'::regconfig, $").count(), 2, "{ctes}");
+        assert!(!ctes.contains(&expression), "{ctes}");
+        for list in &buckets {
+            assert!(p.0.contains(&Value::from(list.clone())), "{:?}", p.0);
+        }
+        // Posts have no buckets: ranges only.
         let posts = WindowedSearch {
             name: "post",
-            from: "SELECT p.* FROM posts p".to_owned(),
+            id: "p.id",
+            bucket: None,
+            bucket_matches: None,
             post_conditions: None,
-            alias: "p",
-            bucket: Some(POST_BUCKET),
-            ..comments
+            ..through_function
         };
-        let mut p = Params(vec![Value::from(CANDIDATES)]);
-        let (ctes, _) = posts.sql(&windows(100_000, POST_WINDOW, 0, Some(POST_BUCKET)), &mut p);
-        assert_eq!(ctes.matches(&format!("(p.id / {POST_BUCKET}) = bucket_list.bucket")).count(), 2, "{ctes}");
-        for list in [(95..=97).rev().collect::<Vec<i64>>(), (86..=94).rev().collect::<Vec<i64>>()] {
-            assert!(p.0.contains(&Value::from(list)), "{:?}", p.0);
-        }
-        // Without buckets (a query without a word to look up): ranges only.
-        let ranges = WindowedSearch { bucket: None, ..posts };
-        let (ctes, _) = ranges.sql(&windows(100_000, POST_WINDOW, 0, None), &mut Params(Vec::new()));
-        assert!(!ctes.contains(" / ") && !ctes.contains("bucket_list"), "{ctes}");
+        let (ctes, _) = posts.sql(&windows(1_000_000, POST_WINDOW, 0, None), &mut Params(Vec::new()));
+        assert!(!ctes.contains(" / "), "{ctes}");
     }
 
     #[test]

@@ -270,9 +270,7 @@ async fn a_walk_neither_repeats_nor_skips_while_posts_arrive_and_its_cursor_serv
 /// The candidates of a kind are its newest matches wherever they are: a first window of the
 /// newest ids that holds too few sends the search to the wider windows below it, a walk finds
 /// exactly the newest 100 (`forum::search::CANDIDATES`) matching posts, and a word only an old
-/// post holds is found in the last window. (With the newest post near 6,000 the first window is
-/// the id buckets of 1,024 posts from 3,072, read newest first, migration 0028; the range below
-/// is the last window.)
+/// post holds is found in the last window.
 #[tokio::test]
 async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_matches() {
     use sea_orm::{ConnectionTrait, DbBackend, Statement};
@@ -324,13 +322,14 @@ async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_ma
 /// leaves out or repeats a bucket changes the answer: the walk is exactly the newest 100
 /// matching comments, a word in the two comments either side of 20,480 finds both, and a word
 /// only the oldest comment holds is found in the last window. A window of buckets reads its
-/// buckets one at a time, newest first, each looked up by the words AND the bucket: the same
-/// word twice (which the planner takes for far rarer than it is) finds the same. Across courses
-/// of two search languages the walk is the same. The indexes of both kinds serve the
-/// expression the search names.
+/// matches from `comment_matches_in_buckets` (migration 0026), on a plan that looks the buckets
+/// up whatever the words: the same word twice finds the same, and the function gives the
+/// buckets' matches newest first. Across courses of two search languages the windows are
+/// planned inline, and the walk is the same. The index and the function serve the expression
+/// the search names.
 #[tokio::test]
 async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
-    use course_forum::testing::search::{COMMENT_BUCKET, POST_BUCKET};
+    use course_forum::testing::search::COMMENT_BUCKET;
     use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
     let app = TestApp::spawn().await;
     let w = World::create(&app).await;
@@ -387,18 +386,38 @@ async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
     assert_eq!(found.len(), seen.len(), "a hit repeated");
     assert_eq!(found, matching[..100].to_vec(), "the walk is the newest 100 matches");
 
-    // The same word twice: the planner takes it for far rarer than it is (its frequency
-    // squared); each bucket is still looked up by the word AND the bucket, and the answer is
-    // the same.
+    // The same word twice: the planner would take it for far rarer than it is (its frequency
+    // squared) and read every match of it; `comment_matches_in_buckets` looks the buckets up
+    // whatever the words, and the answer is the same.
     let twice: Vec<i64> = walk(&app, w.alice, w.course, "quokka quokka", 200)
         .await
         .iter()
         .map(|edge| raw_id(edge["node"]["comment"]["id"].as_str().expect("comment id")))
         .collect();
     assert_eq!(twice, seen, "the same word twice finds what it finds once");
+    let in_buckets_17_to_20 = matching
+        .iter()
+        .copied()
+        .filter(|&id| (17 * COMMENT_BUCKET..21 * COMMENT_BUCKET).contains(&id))
+        .collect::<Vec<_>>();
+    let row = app
+        .db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT array_agg(m.id ORDER BY m.n) AS ids FROM comment_matches_in_buckets(\
+             websearch_to_tsquery('english', 'quokka'), 'english', '{17,18,19,20}') WITH ORDINALITY m(id, a, b, c, d, e, f, g, h, n)",
+        ))
+        .await
+        .expect("bucket matches")
+        .expect("a row");
+    assert_eq!(
+        row.try_get::<Vec<i64>>("", "ids").expect("ids"),
+        in_buckets_17_to_20,
+        "newest first, those buckets only"
+    );
 
-    // Across courses of two search languages: the same newest 100 through `Query.search`, and
-    // the other course's post about a quokka.
+    // Across courses of two search languages the windows of buckets are planned inline: the
+    // same newest 100 through `Query.search`, and the other course's post about a quokka.
     app.scalar_i64(
         "UPDATE courses SET search_config = 'simple' WHERE id = $1 RETURNING id AS v",
         [w.other_course.into()],
@@ -456,58 +475,51 @@ async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
     let platypus = ids_of("platypus%").await;
     assert_eq!(comment_hits(&search(&app, w.alice, w.course, "platypus", json!(null)).await), platypus);
 
-    // Each kind's index has the search's bucket width and serves a bucket's lookup.
-    for (index, table, bucket) in
-        [("comments_search_bucket_idx", "comments", COMMENT_BUCKET), ("posts_search_bucket_idx", "posts", POST_BUCKET)]
-    {
-        let definition = app
-            .db
-            .query_one_raw(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                "SELECT indexdef FROM pg_indexes WHERE indexname = $1",
-                [index.into()],
-            ))
-            .await
-            .expect("index definition")
-            .unwrap_or_else(|| panic!("{index} exists"));
-        let definition: String = definition.try_get("", "indexdef").expect("indexdef");
-        assert!(definition.contains(&format!("(id / {bucket})")), "{definition}");
-        // On a table this small any index of its live rows would do as well (those are dropped
-        // for the transaction only), or the primary key in id order (closed).
-        let txn = app.db.begin().await.expect("begin");
-        txn.execute_unprepared(&format!(
-            "DO $$ DECLARE other text; BEGIN \
-               FOR other IN SELECT indexname FROM pg_indexes WHERE tablename = '{table}' AND indexname <> '{index}' \
-                 AND indexdef LIKE '%WHERE (deleted_at IS NULL)' LOOP EXECUTE format('DROP INDEX %I', other); END LOOP; \
-             END $$"
+    // The index has the search's bucket width and serves its condition.
+    let definition = app
+        .db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'comments_search_bucket_idx'",
         ))
         .await
-        .expect("drop the other indexes of live rows");
-        txn.execute_unprepared(&format!("ANALYZE {table}")).await.expect("analyze");
-        txn.execute_unprepared("SET LOCAL enable_seqscan = off").await.expect("set");
-        txn.execute_unprepared("SET LOCAL enable_indexscan = off").await.expect("set");
-        let plan = txn
-            .query_all_raw(Statement::from_string(
-                DbBackend::Postgres,
-                format!(
-                    "EXPLAIN SELECT t.id FROM unnest('{{18,17}}'::bigint[]) b(bucket) CROSS JOIN LATERAL \
-                     (SELECT t.id FROM {table} t WHERE t.deleted_at IS NULL \
-                      AND t.search_doc @@ websearch_to_tsquery('english', 'quokka quokka') \
-                      AND (t.id / {bucket}) = b.bucket ORDER BY t.id DESC) t"
-                ),
-            ))
-            .await
-            .expect("explain");
-        let plan: Vec<String> =
-            plan.iter().map(|r| r.try_get::<String>("", "QUERY PLAN").expect("plan line")).collect();
-        let plan = plan.join("\n");
-        let index_condition = plan.lines().find(|line| line.contains("Index Cond")).unwrap_or_default();
-        assert!(
-            plan.contains(index) && index_condition.contains(&format!("(id / {bucket}) = b.bucket")),
-            "the words AND the bucket in the index: {plan}"
-        );
-        txn.rollback().await.expect("rollback");
-    }
+        .expect("index definition")
+        .expect("comments_search_bucket_idx exists");
+    let definition: String = definition.try_get("", "indexdef").expect("indexdef");
+    assert!(definition.contains(&format!("(id / {COMMENT_BUCKET})")), "{definition}");
+    // So does the function the windows read, on its one generic plan.
+    let function = app
+        .db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT pg_get_functiondef('comment_matches_in_buckets'::regproc) AS def",
+        ))
+        .await
+        .expect("function definition")
+        .expect("comment_matches_in_buckets exists");
+    let function: String = function.try_get("", "def").expect("def");
+    assert!(function.contains(&format!("(c.id / {COMMENT_BUCKET})")), "{function}");
+    assert!(function.contains("plan_cache_mode TO 'force_generic_plan'"), "{function}");
+    let txn = app.db.begin().await.expect("begin");
+    txn.execute_unprepared("SET LOCAL enable_seqscan = off").await.expect("set");
+    let plan = txn
+        .query_all_raw(Statement::from_string(
+            DbBackend::Postgres,
+            format!(
+                "EXPLAIN SELECT c.id FROM comments c WHERE c.deleted_at IS NULL \
+                 AND c.search_doc @@ websearch_to_tsquery('english', 'quokka') \
+                 AND (c.id / {COMMENT_BUCKET}) = ANY('{{17,18}}'::bigint[])"
+            ),
+        ))
+        .await
+        .expect("explain");
+    let plan: Vec<String> = plan.iter().map(|r| r.try_get::<String>("", "QUERY PLAN").expect("plan line")).collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("comments_search_bucket_idx") && plan.contains(&format!("(id / {COMMENT_BUCKET})")),
+        "{plan}"
+    );
+    txn.rollback().await.expect("rollback");
 }
 
 /// Who finds what: private questions, anonymous authors, deleted content, non-members.
@@ -630,20 +642,16 @@ mod search_finds_only_what_the_searcher_may_read {
 }
 
 /// A query with no word an index can look up (`that -quokka` in English is `!'quokka'`, the
-/// stopword dropped) finds every row without the word. Such a query has no windows of buckets:
-/// its windows are ranges of ids, read newest first, for looked up in a GIN index it reads the
-/// whole index (2.2 s for one window in `bench search`, past `STATEMENT_TIMEOUT`). Shown by the
-/// indexes' scans in the transaction, and by the rows found.
+/// stopword dropped) finds every row without the word. A window of buckets reads such a query's
+/// matches through the primary key: looked up in the GIN index it read the whole index (2.2 s
+/// for one window in `bench search`, past `STATEMENT_TIMEOUT`). Shown by the index's scans in
+/// the transaction, and by the rows found.
 #[tokio::test]
 async fn a_query_without_words_to_look_up_reads_no_word_index_and_finds_every_row_without_the_word() {
-    use course_forum::testing::search::student_candidate_ids;
     use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
     let app = TestApp::spawn().await;
     let w = World::create(&app).await;
     let host = post(&app, w.alice, w.course, "Sightings thread", "post yours below", json!({})).await;
-    // Ids from 20,001: in the buckets of the first window of comments (from 12,288), so that a
-    // word is looked up by bucket.
-    app.scalar_i64("SELECT setval('comments_id_seq', 20000) AS v", []).await;
     let made = app
         .scalar_i64(
             "WITH made AS (INSERT INTO comments (post_id, user_id, body) \
@@ -678,38 +686,47 @@ async fn a_query_without_words_to_look_up_reads_no_word_index_and_finds_every_ro
         }
     }
 
-    // Finding the candidates, in one transaction whose index scans PostgreSQL counts.
+    // The function itself, in one transaction whose index scans PostgreSQL counts.
     let txn = app.db.begin().await.expect("begin");
-    // A table this small is best read whole, in id order, or through any index of its live
-    // rows: with those paths closed (the indexes dropped for the transaction only, and the
+    // A table this small is best read whole, or in id order: with those paths closed (and its
     // statistics read), a word is looked up in its index, and a query without words still never is.
-    txn.execute_unprepared("DROP INDEX comments_post_author_idx, comments_post_live_idx").await.expect("drop");
     txn.execute_unprepared("ANALYZE comments").await.expect("analyze");
-    txn.execute_unprepared("ANALYZE posts").await.expect("analyze");
     txn.execute_unprepared("SET LOCAL enable_seqscan = off").await.expect("set");
     txn.execute_unprepared("SET LOCAL enable_indexscan = off").await.expect("set");
     let scans = || async {
         let row = txn
             .query_one_raw(Statement::from_string(
                 DbBackend::Postgres,
-                "SELECT pg_stat_get_xact_numscans('comments_search_bucket_idx'::regclass) \
-                      + pg_stat_get_xact_numscans('posts_search_bucket_idx'::regclass) AS v",
+                "SELECT pg_stat_get_xact_numscans('comments_search_bucket_idx'::regclass) AS v",
             ))
             .await
             .expect("scans")
             .expect("a row");
         row.try_get::<i64>("", "v").expect("v")
     };
+    let matches = |query: &'static str| {
+        let txn = &txn;
+        async move {
+            let row = txn
+                .query_one_raw(Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    "SELECT coalesce(array_agg(m.id ORDER BY m.n), '{}') AS ids FROM comment_matches_in_buckets(\
+                     websearch_to_tsquery('english', $1), 'english', '{0}') \
+                     WITH ORDINALITY m(id, a, b, c, d, e, f, g, h, n) WHERE m.a = $2",
+                    [query.into(), host.into()],
+                ))
+                .await
+                .expect("bucket matches")
+                .expect("a row");
+            row.try_get::<Vec<i64>>("", "ids").expect("ids")
+        }
+    };
     let before = scans().await;
-    for query in ["that -quokka", "-quokka"] {
-        let (posts, comments) = student_candidate_ids(&txn, w.course, query).await.expect("candidates");
-        assert_eq!(comments, without[..100].to_vec(), "the newest rows without the word: {query}");
-        assert!(posts.contains(&host), "{query}");
-    }
-    assert_eq!(scans().await, before, "no scan of the words' indexes for a query without words to look up");
-    let (_, comments) = student_candidate_ids(&txn, w.course, "quokka").await.expect("candidates");
-    assert_eq!(comments.len(), 60);
-    assert!(scans().await > before, "a word is looked up in the index");
+    assert_eq!(matches("that -quokka").await, without, "every row without the word, newest first");
+    assert_eq!(matches("-quokka").await, without);
+    assert_eq!(scans().await, before, "no scan of the words' index for a query without words to look up");
+    assert_eq!(matches("quokka").await.len(), 60);
+    assert_eq!(scans().await, before + 1, "a word is looked up in the index");
     txn.rollback().await.expect("rollback");
 }
 
