@@ -319,10 +319,9 @@ async fn measure(
     };
     // Untimed, and its failures (a statement past STATEMENT_TIMEOUT) are not fatal: the
     // measured run counts and shows them.
-    let warm = (0..(requests / 10).max(tokens.len())).map(make).collect();
+    let warm: Vec<Request> = (0..(requests / 10).max(tokens.len())).map(make).collect();
+    let warm_bodies: std::collections::HashSet<String> = warm.iter().map(|request| request.body.clone()).collect();
     load::run(&server.graphql_url(), warm, connections, time_cap, check.clone(), false).await?;
-    let warm_bodies: std::collections::HashSet<String> =
-        (0..(requests / 10).max(tokens.len())).map(|n| bodies[n % bodies.len()].clone()).collect();
     let mut measured_requests: Vec<Request> = (0..requests).map(make).collect();
     if order == SearchOrder::Mixed {
         measured_requests.shuffle(&mut rand::rngs::StdRng::seed_from_u64(31));

@@ -206,7 +206,7 @@ impl Keys {
     }
 
     /// Fixed-window counter of one kind of write by a user (`kind`: `post`, `comment`,
-    /// `edit`, `delete`, `view`; and `search`, `search_rate`), expiring with its window.
+    /// `edit`, `delete`, `view`; and `search`, through `search_rate`), expiring with its window.
     pub fn write_rate(&self, user_id: i64, kind: &str) -> String {
         format!("{}:{{u{user_id}}}:rl:{kind}", self.prefix)
     }
