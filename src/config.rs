@@ -263,6 +263,18 @@ pub struct Settings {
     #[arg(long, env = "SEARCH_CACHE_TTL", default_value = "60s", value_parser = parse_duration, global = true)]
     pub search_cache_ttl: Duration,
 
+    /// Posts a search's words may be expected to match (the planner's estimate from the column
+    /// statistics, `search_match_estimates`) and still be looked up all at once, in one pass of
+    /// the words' index. A query expected to match more is looked for in windows of ids,
+    /// newest first, which stop once they hold its candidates. The answer is the same either
+    /// way; only its cost differs. `0` always takes the windows.
+    #[arg(long, env = "SEARCH_ONE_PASS_POSTS", default_value_t = 300, global = true)]
+    pub search_one_pass_posts: u32,
+
+    /// `SEARCH_ONE_PASS_POSTS` for comments and replies.
+    #[arg(long, env = "SEARCH_ONE_PASS_COMMENTS", default_value_t = 1_000, global = true)]
+    pub search_one_pass_comments: u32,
+
     /// Searches each user may run per minute that look for matches afresh (`cache::search`):
     /// a first page this instance keeps no candidates for, a later page, a search across
     /// courses or by author. A first page from kept candidates (about a millisecond) is not

@@ -398,8 +398,14 @@ pub(crate) async fn connect_state(settings: Settings) -> AppResult<AppState> {
     feed.lists().load_scripts().await?;
     let cache_budget = crate::cache::budget::CacheBudget::new(settings.cache_budget_bytes);
     let course_pages = CoursePages::with_budget(settings.course_page_cache_ttl, &cache_budget);
-    let search_candidates =
-        crate::cache::search::SearchCandidates::with_budget(settings.search_cache_ttl, &cache_budget);
+    let search_candidates = crate::cache::search::SearchCandidates::with_budget(
+        settings.search_cache_ttl,
+        &cache_budget,
+        crate::forum::search::OnePassLimits {
+            posts: settings.search_one_pass_posts,
+            comments: settings.search_one_pass_comments,
+        },
+    );
     let publisher = Publisher::new(redis.clone(), keys.live_channel()).with_local_pages(course_pages.clone());
     let likes = Likes::new(
         db.clone(),

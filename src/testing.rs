@@ -88,6 +88,7 @@ pub mod likes {
 /// Search's constants that a migration repeats.
 pub mod search {
     pub use crate::forum::search::COMMENT_BUCKET;
+    pub use crate::forum::search_stats::SearchStats;
 }
 
 /// The like worker, stepped by hand.

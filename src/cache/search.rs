@@ -53,7 +53,10 @@ use sea_orm::ConnectionTrait;
 use super::budget::{CacheBudget, CacheName, WeighedCache, string_bytes};
 use crate::error::{AppError, AppResult};
 use crate::forum::courses::Role;
-use crate::forum::search::{self, Candidates, HitPage, KnownHeadlines, Readers, Scope, SearchFilter};
+use crate::forum::search::{
+    self, Candidates, HitPage, KnownHeadlines, OnePass, OnePassLimits, Readers, Scope, SearchFilter,
+};
+use crate::forum::search_stats::SearchStatsCache;
 use crate::kv::keys::Keys;
 use crate::kv::ratelimit::RateLimiter;
 use crate::telemetry::names;
@@ -158,11 +161,16 @@ pub struct SearchCandidates {
     /// written, or a row left a course since that xmin), and each try would cost a search's
     /// windows twice over for nothing.
     bypass_until: Arc<Mutex<Option<Instant>>>,
+    /// How many matches of each kind a search that looks afresh may be expected to have and
+    /// still look them up in one pass (`SEARCH_ONE_PASS_*`), and the statistics it estimates
+    /// them from.
+    one_pass_limits: OnePassLimits,
+    stats: SearchStatsCache,
 }
 
 impl SearchCandidates {
     /// Entries living `ttl` in the budget's share (no cache at all for a zero `ttl`).
-    pub(crate) fn with_budget(ttl: Duration, budget: &CacheBudget) -> Self {
+    pub(crate) fn with_budget(ttl: Duration, budget: &CacheBudget, one_pass_limits: OnePassLimits) -> Self {
         let entries = (!ttl.is_zero()).then(|| {
             budget.weighed(CacheName::SearchCandidates, Some(ttl), |key: &CandidateKey, value: &Candidates| {
                 string_bytes(&key.query) + string_bytes(&key.filter) + value.heap_bytes()
@@ -173,7 +181,20 @@ impl SearchCandidates {
                 string_bytes(&key.query) + string_bytes(&value.xid) + value.headline.len() as u64
             })
         });
-        Self { entries, headlines, finding: Arc::default(), bypass_until: Arc::default() }
+        Self {
+            entries,
+            headlines,
+            finding: Arc::default(),
+            bypass_until: Arc::default(),
+            one_pass_limits,
+            stats: SearchStatsCache::default(),
+        }
+    }
+
+    /// What decides which kinds a search that looks afresh looks up in one pass: the limits
+    /// and this process's copy of the statistics (read on `db` when it has none, or an old one).
+    pub(crate) async fn one_pass(&self, db: &impl ConnectionTrait) -> AppResult<OnePass> {
+        Ok(OnePass { limits: self.one_pass_limits, stats: self.stats.get(db).await? })
     }
 
     /// Entries held now (tests).
@@ -212,12 +233,12 @@ impl SearchCandidates {
         let Some(entries) = self.entries.as_ref().filter(|_| after.is_none() && filter.author_id.is_none()) else {
             fresh.admit().await?;
             metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "uncached").increment(1);
-            return search::search(db, &scope, query, filter, after, limit).await;
+            return search::search(db, &scope, query, filter, after, limit, &self.one_pass(db).await?).await;
         };
         if self.bypassed() {
             fresh.admit().await?;
             metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "bypassed").increment(1);
-            return search::search(db, &scope, query, filter, None, limit).await;
+            return search::search(db, &scope, query, filter, None, limit, &self.one_pass(db).await?).await;
         }
         let key = CandidateKey { course, readers: Readers::of(role), query: query.to_owned(), filter: filter.key() };
         for _ in 0..TRIES {
@@ -263,7 +284,7 @@ impl SearchCandidates {
         }
         fresh.admit().await?;
         metrics::counter!(names::SEARCH_CANDIDATES, "outcome" => "uncached").increment(1);
-        search::search(db, &scope, query, filter, None, limit).await
+        search::search(db, &scope, query, filter, None, limit, &self.one_pass(db).await?).await
     }
 
     /// The kept headlines of `query` for its best-scored `limit + 1 + HEADLINE_MARGIN`
@@ -337,7 +358,8 @@ impl SearchCandidates {
             return Ok(Some((kept, Source::Kept)));
         }
         fresh.admit().await?;
-        let found = search::candidates(db, key.course, key.readers, &key.query, filter).await?;
+        let one_pass = self.one_pass(db).await?;
+        let found = search::candidates(db, key.course, key.readers, &key.query, filter, &one_pass).await?;
         Ok(found.map(|found| {
             let found = Arc::new(found);
             entries.insert(key.clone(), found.clone());

@@ -11,5 +11,6 @@ pub(crate) mod posts;
 pub(crate) mod questions;
 pub(crate) mod roster;
 pub(crate) mod search;
+pub(crate) mod search_stats;
 pub(crate) mod unread;
 pub(crate) mod users;

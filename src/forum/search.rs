@@ -23,7 +23,9 @@
 //! windows of comments are whole id buckets instead (`COMMENT_BUCKET`, migration 0025), each
 //! looked up with the words in the bucketed GIN index, which reads only that bucket's matches. Each statement
 //! is planned for its own words (`db::connect_search`), so the planner sees how frequent they
-//! are.
+//! are. A kind whose matches are expected to be few (`OnePass`, estimated from the words'
+//! statistics by `forum::search_stats`) is one window of every id instead: one lookup of its
+//! index reads them all, where windows would look the same short posting list up again each.
 //! The first page fixes the walk's window: when a kind had more matches than candidates, the
 //! cursor keeps the lowest candidate id (the floor), and later pages rank every match at or
 //! above it (at most `CANDIDATES` plus what was written since, capped at `LATER_CANDIDATES`).
@@ -59,6 +61,7 @@ use crate::forum::audience::PostKind;
 use crate::forum::comments::CommentRow;
 use crate::forum::courses::Role;
 use crate::forum::posts::{POST_COLUMNS, PostRow};
+use crate::forum::search_stats::SearchStats;
 
 /// Longest query or similar-title text accepted, in characters.
 pub(crate) const MAX_QUERY_CHARS: usize = 200;
@@ -278,27 +281,64 @@ pub(crate) fn excludes_itself(query: &str) -> bool {
 }
 
 /// What a search needs before its statement: the configurations in use among the courses
-/// searched, and the newest post and comment ids (where the recent windows start).
+/// searched, the newest post and comment ids (where the recent windows start), and whether
+/// each kind is looked up in one pass (`OnePass`).
 struct SearchBounds {
     languages: Vec<Language>,
     post_hi: i64,
     comment_hi: i64,
+    posts_in_one_pass: bool,
+    comments_in_one_pass: bool,
 }
 
-/// One primary-key read of the courses, and the last entry of each primary key.
-async fn search_bounds(db: &impl ConnectionTrait, courses: &[i64]) -> AppResult<SearchBounds> {
+/// How many matches of each kind a query may be expected to have and still be looked up in
+/// one pass of the words' index (`SEARCH_ONE_PASS_POSTS`, `SEARCH_ONE_PASS_COMMENTS`); a query
+/// expected to match more is looked for in windows of ids (`windows`). Neither way changes the
+/// answer: both find the newest matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OnePassLimits {
+    pub(crate) posts: u32,
+    pub(crate) comments: u32,
+}
+
+/// `OnePassLimits` with the statistics a query's matches are estimated from
+/// (`forum::search_stats`).
+#[derive(Clone, Debug)]
+pub(crate) struct OnePass {
+    pub(crate) limits: OnePassLimits,
+    pub(crate) stats: Arc<SearchStats>,
+}
+
+impl OnePass {
+    /// Whether `expected` matches (`None`: no estimate that can be trusted) are few enough for
+    /// one pass, at most `limit` (0: never).
+    fn takes(expected: Option<f64>, limit: u32) -> bool {
+        expected.is_some_and(|expected| limit > 0 && expected <= f64::from(limit))
+    }
+}
+
+/// One primary-key read of the courses, the last entry of each primary key, and the query as
+/// each configuration the courses use reads it, whose matches `one_pass` estimates.
+async fn search_bounds(
+    db: &impl ConnectionTrait,
+    courses: &[i64],
+    query: &str,
+    one_pass: &OnePass,
+) -> AppResult<SearchBounds> {
     #[derive(FromQueryResult)]
     struct Row {
         config: String,
         post_hi: i64,
         comment_hi: i64,
+        tsquery: String,
     }
     let rows = Row::find_by_statement(stmt(
-        "SELECT search_config::text AS config, \
+        "SELECT l.config::text AS config, \
                 (SELECT coalesce(max(id), 0) FROM posts) AS post_hi, \
-                (SELECT coalesce(max(id), 0) FROM comments) AS comment_hi \
-         FROM courses WHERE id = ANY($1)",
-        [courses.to_vec().into()],
+                (SELECT coalesce(max(id), 0) FROM comments) AS comment_hi, \
+                websearch_to_tsquery(l.config, $2)::text AS tsquery \
+         FROM (SELECT DISTINCT search_config AS config FROM courses WHERE id = ANY($1)) l",
+        [courses.to_vec().into(), query.into()],
     ))
     .all(db)
     .await?;
@@ -306,7 +346,18 @@ async fn search_bounds(db: &impl ConnectionTrait, courses: &[i64]) -> AppResult<
     languages.sort_by_key(|l| l.config());
     languages.dedup();
     let (post_hi, comment_hi) = rows.first().map(|row| (row.post_hi, row.comment_hi)).unwrap_or((0, 0));
-    Ok(SearchBounds { languages, post_hi, comment_hi })
+    // Each configuration's matches are looked up together: their sum is what one pass reads.
+    let expected: Vec<(Option<f64>, Option<f64>)> =
+        rows.iter().map(|row| one_pass.stats.expected(&row.tsquery)).collect();
+    let posts = expected.iter().map(|e| e.0).sum::<Option<f64>>();
+    let comments = expected.iter().map(|e| e.1).sum::<Option<f64>>();
+    Ok(SearchBounds {
+        languages,
+        post_hi,
+        comment_hi,
+        posts_in_one_pass: OnePass::takes(posts, one_pass.limits.posts),
+        comments_in_one_pass: OnePass::takes(comments, one_pass.limits.comments),
+    })
 }
 
 /// The configuration of each course given (missing ones are left out).
@@ -556,8 +607,11 @@ impl Conditions {
             bucket_matches: None,
             candidates,
         };
-        let (post_ctes, post_candidates) =
-            post_search.sql(&windows(bounds.post_hi, POST_WINDOW, floors.0, None), &mut self.p);
+        let post_windows = match bounds.posts_in_one_pass {
+            true => one_pass_window(floors.0),
+            false => windows(bounds.post_hi, POST_WINDOW, floors.0, None),
+        };
+        let (post_ctes, post_candidates) = post_search.sql(&post_windows, &mut self.p);
         let comment_search = WindowedSearch {
             name: "comment",
             from: format!("SELECT {WINDOW_COMMENT_COLUMNS} FROM comments c"),
@@ -571,8 +625,11 @@ impl Conditions {
             },
             candidates,
         };
-        let (comment_ctes, comment_candidates) = comment_search
-            .sql(&windows(bounds.comment_hi, COMMENT_WINDOW, floors.1, Some(COMMENT_BUCKET)), &mut self.p);
+        let comment_windows = match bounds.comments_in_one_pass {
+            true => one_pass_window(floors.1),
+            false => windows(bounds.comment_hi, COMMENT_WINDOW, floors.1, Some(COMMENT_BUCKET)),
+        };
+        let (comment_ctes, comment_candidates) = comment_search.sql(&comment_windows, &mut self.p);
         format!(
             "{post_ctes}, post_hits AS ({posts}), {comment_ctes}, comment_hits AS ({comments})",
             posts = self.scored_posts(&post_candidates),
@@ -717,13 +774,14 @@ pub(crate) async fn search(
     filter: &SearchFilter,
     after: Option<Position>,
     limit: i64,
+    one_pass: &OnePass,
 ) -> AppResult<HitPage> {
     let nothing = || HitPage { hits: Vec::new(), has_next: false };
     if excludes_itself(query) {
         return Ok(nothing());
     }
     let course_ids: Vec<i64> = scope.courses.iter().map(|(id, _)| *id).collect();
-    let bounds = search_bounds(db, &course_ids).await?;
+    let bounds = search_bounds(db, &course_ids, query, one_pass).await?;
     if bounds.languages.is_empty() {
         return Ok(nothing());
     }
@@ -785,11 +843,12 @@ pub(crate) async fn candidates(
     readers: Readers,
     query: &str,
     filter: &SearchFilter,
+    one_pass: &OnePass,
 ) -> AppResult<Option<Candidates>> {
     if excludes_itself(query) || filter.author_id.is_some() {
         return Ok(None);
     }
-    let bounds = search_bounds(db, &[course]).await?;
+    let bounds = search_bounds(db, &[course], query, one_pass).await?;
     if bounds.languages.is_empty() {
         return Ok(None);
     }
@@ -935,6 +994,11 @@ struct Window {
     lo: i64,
     top: Option<i64>,
     buckets: Option<(i64, i64)>,
+}
+
+/// The one window of a kind looked up in one pass (`OnePass`): every id from `floor` up.
+fn one_pass_window(floor: i64) -> Vec<Window> {
+    vec![Window { lo: floor, top: None, buckets: None }]
 }
 
 /// The windows one kind's candidates are looked for in, newest first, each id from `floor` up
@@ -1267,6 +1331,56 @@ mod tests {
         assert_eq!(windows(3_000, 12_500, 0, None), vec![range(0, None)]);
         assert_eq!(windows(12_500, 12_500, 0, None), vec![range(0, None)]);
         assert_eq!(windows(3_000, 12_500, 0, Some(4096)), vec![range(4096, None), range(0, Some(4096))]);
+    }
+
+    #[test]
+    fn one_pass_takes_only_a_trusted_estimate_within_its_limit() {
+        assert!(OnePass::takes(Some(300.0), 300));
+        assert!(OnePass::takes(Some(0.0), 300));
+        assert!(!OnePass::takes(Some(300.5), 300));
+        // No estimate (a query of negations only, a lexeme twice): windows.
+        assert!(!OnePass::takes(None, 300));
+        // A limit of 0 turns one pass off.
+        assert!(!OnePass::takes(Some(0.0), 0));
+    }
+
+    #[test]
+    fn a_kind_in_one_pass_is_one_window_of_every_id_and_the_other_keeps_its_windows() {
+        let courses = [(7, Role::Student)];
+        let scope = Scope { viewer: 0, courses: &courses };
+        let ctes = |posts_in_one_pass: bool, comments_in_one_pass: bool| {
+            let bounds = SearchBounds {
+                languages: vec![Language::English],
+                post_hi: 100_000,
+                comment_hi: 1_000_000,
+                posts_in_one_pass,
+                comments_in_one_pass,
+            };
+            let mut sql = Conditions::new(
+                &scope,
+                "quokka",
+                &SearchFilter::default(),
+                Access::Readers(Readers::Students),
+                bounds.languages.clone(),
+            );
+            let candidates = sql.p.push(CANDIDATES);
+            sql.windowed_hits(&bounds, (0, 0), &candidates)
+        };
+        let window_names = |sql: &str, kind: &str| (0..8).filter(|k| sql.contains(&format!("{kind}_w{k} AS"))).count();
+        let both_windowed = ctes(false, false);
+        assert_eq!(window_names(&both_windowed, "post"), 3, "{both_windowed}");
+        assert_eq!(window_names(&both_windowed, "comment"), 4, "{both_windowed}");
+        let posts_once = ctes(true, false);
+        assert_eq!(window_names(&posts_once, "post"), 1, "{posts_once}");
+        assert_eq!(window_names(&posts_once, "comment"), 4, "{posts_once}");
+        // One window of every id: no range above the floor, no bucket list, no one-time filter.
+        let post_cte = &posts_once[posts_once.find("post_w0 AS").expect("post_w0")..];
+        let post_cte = &post_cte[..post_cte.find("post_hits AS").expect("post_hits")];
+        assert!(!post_cte.contains("p.id <") && !post_cte.contains("count(*)"), "{post_cte}");
+        let comments_once = ctes(false, true);
+        assert_eq!(window_names(&comments_once, "post"), 3, "{comments_once}");
+        assert_eq!(window_names(&comments_once, "comment"), 1, "{comments_once}");
+        assert!(!comments_once.contains("comment_matches_in_buckets"), "{comments_once}");
     }
 
     #[test]

@@ -44,7 +44,23 @@ async fn search_raw(
     after: Option<&str>,
     filter: Json,
 ) -> Json {
-    app.gql(
+    search_raw_at(app, app.addr, user, course, query, first, after, filter).await
+}
+
+/// The raw answer of a course search, asked of the server at `addr`.
+#[allow(clippy::too_many_arguments)]
+async fn search_raw_at(
+    app: &TestApp,
+    addr: std::net::SocketAddr,
+    user: i64,
+    course: i64,
+    query: &str,
+    first: Option<i64>,
+    after: Option<&str>,
+    filter: Json,
+) -> Json {
+    app.gql_at(
+        addr,
         Some(&app.token(user)),
         SEARCH,
         json!({ "c": gid("Course", course), "q": query, "n": first, "a": after, "f": filter }),
@@ -71,10 +87,22 @@ fn edges(connection: &Json) -> Vec<Json> {
 /// Every hit of a course search, page after page of 50 (at most `cap` hits, or the walk does
 /// not end).
 async fn walk(app: &TestApp, user: i64, course: i64, query: &str, cap: usize) -> Vec<Json> {
+    walk_at(app, app.addr, user, course, query, cap).await
+}
+
+/// `walk`, asked of the server at `addr`.
+async fn walk_at(
+    app: &TestApp,
+    addr: std::net::SocketAddr,
+    user: i64,
+    course: i64,
+    query: &str,
+    cap: usize,
+) -> Vec<Json> {
     let mut hits: Vec<Json> = Vec::new();
     let mut after: Option<String> = None;
     loop {
-        let response = search_raw(app, user, course, query, Some(50), after.as_deref(), json!(null)).await;
+        let response = search_raw_at(app, addr, user, course, query, Some(50), after.as_deref(), json!(null)).await;
         assert!(response.get("errors").is_none(), "{response}");
         let connection = &response["data"]["course"]["search"];
         hits.extend(edges(connection));
@@ -274,7 +302,9 @@ async fn a_walk_neither_repeats_nor_skips_while_posts_arrive_and_its_cursor_serv
 #[tokio::test]
 async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_matches() {
     use sea_orm::{ConnectionTrait, DbBackend, Statement};
-    let app = TestApp::spawn().await;
+    // Windows whatever the words are expected to match (a table this small would be looked up
+    // in one pass: `a_query_expected_to_match_few_rows_is_looked_up_in_one_pass…`).
+    let app = TestApp::spawn_with(windows_only).await;
     let w = World::create(&app).await;
     // 6,000 posts (the first window is the newest 2,500 ids), one in 40 about a quokka: 150
     // matches, about 62 of them in the first window; the first one about a platypus.
@@ -315,6 +345,117 @@ async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_ma
     assert_eq!(hit_posts(&oldest).len(), 1, "{oldest}");
 }
 
+/// Settings under which every search looks in windows of ids, however few rows its words are
+/// expected to match.
+fn windows_only(settings: &mut course_forum::testing::config::Settings) {
+    settings.search_one_pass_posts = 0;
+    settings.search_one_pass_comments = 0;
+}
+
+/// A query expected to match few rows (estimated from the lexeme statistics of the search
+/// vectors, `forum::search_stats`) is looked up in one pass of each kind's index, instead of
+/// window by window; the answer is the same. 6,000 posts and 3,000 comments, one in 40 and one
+/// in 20 about a quokka (150 of each): once the tables are analyzed the estimates are within
+/// `SEARCH_ONE_PASS_POSTS` and `…_COMMENTS`, and a frequent word's and a query of exclusions
+/// alone are not; a query naming a lexeme twice (which a product of frequencies would take for
+/// rarer than it is) has none, so it takes the windows. A server looking up in one pass and one looking in windows only walk the
+/// same hits, exactly the newest 100 matches of each kind.
+#[tokio::test]
+async fn a_query_expected_to_match_few_rows_is_looked_up_in_one_pass_and_finds_what_windows_find() {
+    use sea_orm::{ConnectionTrait, DbBackend, Statement};
+    let app = TestApp::spawn().await;
+    let w = World::create(&app).await;
+    let host = post(&app, w.alice, w.course, "Sightings thread", "post yours below", json!({})).await;
+    app.scalar_i64(
+        "WITH made AS (INSERT INTO posts (course_id, user_id, title, body) \
+           SELECT $1, $2, CASE WHEN n % 40 = 0 THEN 'quokka sighting ' || n ELSE 'filler ' || n END, 'text ' || n \
+           FROM generate_series(1, 6000) n RETURNING id) SELECT count(*) AS v FROM made",
+        [w.course.into(), w.alice.into()],
+    )
+    .await;
+    app.scalar_i64(
+        "WITH made AS (INSERT INTO comments (post_id, user_id, body) \
+           SELECT $1, $2, CASE WHEN n % 20 = 0 THEN 'quokka seen ' || n ELSE 'filler ' || n END \
+           FROM generate_series(1, 3000) n RETURNING id) SELECT count(*) AS v FROM made",
+        [host.into(), w.bob.into()],
+    )
+    .await;
+    app.db.execute_unprepared("ANALYZE posts; ANALYZE comments").await.expect("analyze");
+
+    // The server's estimate, from the statistics ANALYZE just wrote.
+    let stats = course_forum::testing::search::SearchStats::read(&app.db).await.expect("statistics");
+    let estimates = |query: &'static str| {
+        let (app, stats) = (&app, &stats);
+        async move {
+            let row = app
+                .db
+                .query_one_raw(Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    "SELECT websearch_to_tsquery('english', $1)::text AS q",
+                    [query.into()],
+                ))
+                .await
+                .expect("tsquery")
+                .expect("a row");
+            stats.expected(&row.try_get::<String>("", "q").expect("q"))
+        }
+    };
+    let (posts, comments) = estimates("quokka").await;
+    let (posts, comments) = (posts.expect("an estimate"), comments.expect("an estimate"));
+    assert!(posts > 0.0 && posts <= 300.0, "quokka in posts: {posts}");
+    assert!(comments > 0.0 && comments <= 1_000.0, "quokka in comments: {comments}");
+    let (posts, comments) = estimates("filler").await;
+    assert!(posts.expect("an estimate") > 300.0 && comments.expect("an estimate") > 1_000.0);
+    // Exclusions alone match most rows; a lexeme twice and only stop words have no estimate.
+    let (posts, comments) = estimates("-quokka").await;
+    assert!(posts.expect("an estimate") > 300.0 && comments.expect("an estimate") > 1_000.0);
+    for untrusted in ["quokka quokka", "\"quokka quokka\"", "the"] {
+        assert_eq!(estimates(untrusted).await, (None, None), "{untrusted}");
+    }
+
+    let ids = |edges: Vec<Json>| -> Vec<(String, i64)> {
+        edges
+            .iter()
+            .map(|edge| {
+                let node = &edge["node"];
+                match node["comment"]["id"].as_str() {
+                    Some(comment) => ("comment".to_owned(), raw_id(comment)),
+                    None => ("post".to_owned(), raw_id(node["post"]["id"].as_str().expect("post id"))),
+                }
+            })
+            .collect()
+    };
+    let windows = app.spawn_peer(windows_only).await;
+    let in_one_pass = ids(walk(&app, w.bob, w.course, "quokka", 200).await);
+    let in_windows = ids(walk_at(&app, windows.addr, w.bob, w.course, "quokka", 200).await);
+    assert_eq!(in_one_pass, in_windows, "one pass and windows walk the same hits");
+    let newest = |sql: &'static str, id: i64| {
+        let app = &app;
+        async move {
+            let rows = app
+                .db
+                .query_all_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, [id.into()]))
+                .await
+                .expect("matching ids");
+            rows.iter().map(|r| r.try_get::<i64>("", "id").expect("id")).collect::<Vec<i64>>()
+        }
+    };
+    let newest_posts = newest(
+        "SELECT id FROM posts WHERE course_id = $1 AND title LIKE 'quokka%' ORDER BY id DESC LIMIT 100",
+        w.course,
+    )
+    .await;
+    let newest_comments =
+        newest("SELECT id FROM comments WHERE post_id = $1 AND body LIKE 'quokka%' ORDER BY id DESC LIMIT 100", host)
+            .await;
+    let mut found_posts: Vec<i64> = in_one_pass.iter().filter(|(k, _)| k == "post").map(|(_, id)| *id).collect();
+    let mut found_comments: Vec<i64> = in_one_pass.iter().filter(|(k, _)| k == "comment").map(|(_, id)| *id).collect();
+    found_posts.sort_unstable_by(|a, b| b.cmp(a));
+    found_comments.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(found_posts, newest_posts, "the newest 100 matching posts");
+    assert_eq!(found_comments, newest_comments, "the newest 100 matching comments");
+}
+
 /// The same for comments, whose recent windows are whole id buckets looked up in the bucketed
 /// GIN index (migration 0025). With the newest comment at 82,000 the windows are the ids from
 /// 86,016 (past the newest bucket), buckets 17 to 20 (from 69,632), buckets 5 to 16 (from
@@ -331,7 +472,7 @@ async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_ma
 async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
     use course_forum::testing::search::COMMENT_BUCKET;
     use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(windows_only).await;
     let w = World::create(&app).await;
 
     let host = post(&app, w.alice, w.course, "Sightings thread", "post yours below", json!({})).await;

@@ -264,7 +264,8 @@ pub(crate) async fn search_in(
         _ => {
             fresh.admit().await?;
             let scope = Scope { viewer: viewer.user_id, courses };
-            search::search(&state.search_db, &scope, &query, &filter, after, i64::from(first)).await?
+            let one_pass = state.search_candidates.one_pass(&state.search_db).await?;
+            search::search(&state.search_db, &scope, &query, &filter, after, i64::from(first), &one_pass).await?
         }
     };
     let mut conn = Connection::new(after.is_some(), page.has_next);

@@ -146,6 +146,8 @@ pub fn test_settings(database: &str, redis_prefix: &str) -> Settings {
         search_cache_ttl: Duration::from_secs(60),
         // Far above what any test searches in a minute; search_candidates.rs lowers it.
         search_rate_per_minute: 10_000,
+        search_one_pass_posts: 300,
+        search_one_pass_comments: 1_000,
         statement_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(30),
         request_statement_budget: 200,
