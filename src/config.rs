@@ -263,9 +263,9 @@ pub struct Settings {
     #[arg(long, env = "SEARCH_CACHE_TTL", default_value = "60s", value_parser = parse_duration, global = true)]
     pub search_cache_ttl: Duration,
 
-    /// Posts a search's words may be expected to match (the planner's estimate from the column
-    /// statistics, `search_match_estimates`) and still be looked up all at once, in one pass of
-    /// the words' index. A query expected to match more is looked for in windows of ids,
+    /// Posts a search's words may be expected to match (estimated as the planner would, from
+    /// the lexeme statistics ANALYZE keeps: `forum::search_stats`) and still be looked up all
+    /// at once, in one pass of the words' index. A query expected to match more is looked for in windows of ids,
     /// newest first, which stop once they hold its candidates. The answer is the same either
     /// way; only its cost differs. `0` always takes the windows.
     #[arg(long, env = "SEARCH_ONE_PASS_POSTS", default_value_t = 300, global = true)]

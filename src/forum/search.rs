@@ -1338,7 +1338,7 @@ mod tests {
         assert!(OnePass::takes(Some(300.0), 300));
         assert!(OnePass::takes(Some(0.0), 300));
         assert!(!OnePass::takes(Some(300.5), 300));
-        // No estimate (a query of negations only, a lexeme twice): windows.
+        // No estimate (a lexeme twice, a table never analyzed): windows.
         assert!(!OnePass::takes(None, 300));
         // A limit of 0 turns one pass off.
         assert!(!OnePass::takes(Some(0.0), 0));
