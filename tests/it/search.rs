@@ -301,7 +301,6 @@ async fn a_walk_neither_repeats_nor_skips_while_posts_arrive_and_its_cursor_serv
 /// post holds is found in the last window.
 #[tokio::test]
 async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_matches() {
-    use sea_orm::{ConnectionTrait, DbBackend, Statement};
     // Windows whatever the words are expected to match (a table this small would be looked up
     // in one pass: `a_query_expected_to_match_few_rows_is_looked_up_in_one_pass…`).
     let app = TestApp::spawn_with(windows_only).await;
@@ -318,16 +317,9 @@ async fn a_search_reaches_below_its_first_window_and_finds_exactly_the_newest_ma
         )
         .await;
     assert_eq!(made, 6000);
-    let rows = app
-        .db
-        .query_all_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            "SELECT id FROM posts WHERE course_id = $1 AND title LIKE 'quokka%' ORDER BY id DESC",
-            [w.course.into()],
-        ))
-        .await
-        .expect("matching ids");
-    let matching: Vec<i64> = rows.iter().map(|r| r.try_get::<i64>("", "id").expect("id")).collect();
+    let matching = app
+        .ids("SELECT id FROM posts WHERE course_id = $1 AND title LIKE 'quokka%' ORDER BY id DESC", [w.course.into()])
+        .await;
     assert_eq!(matching.len(), 150);
 
     let seen: Vec<i64> = walk(&app, w.bob, w.course, "quokka", 150)
@@ -429,25 +421,18 @@ async fn a_query_expected_to_match_few_rows_is_looked_up_in_one_pass_and_finds_w
     let in_one_pass = ids(walk(&app, w.bob, w.course, "quokka", 200).await);
     let in_windows = ids(walk_at(&app, windows.addr, w.bob, w.course, "quokka", 200).await);
     assert_eq!(in_one_pass, in_windows, "one pass and windows walk the same hits");
-    let newest = |sql: &'static str, id: i64| {
-        let app = &app;
-        async move {
-            let rows = app
-                .db
-                .query_all_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, [id.into()]))
-                .await
-                .expect("matching ids");
-            rows.iter().map(|r| r.try_get::<i64>("", "id").expect("id")).collect::<Vec<i64>>()
-        }
-    };
-    let newest_posts = newest(
-        "SELECT id FROM posts WHERE course_id = $1 AND title LIKE 'quokka%' ORDER BY id DESC LIMIT 100",
-        w.course,
-    )
-    .await;
-    let newest_comments =
-        newest("SELECT id FROM comments WHERE post_id = $1 AND body LIKE 'quokka%' ORDER BY id DESC LIMIT 100", host)
-            .await;
+    let newest_posts = app
+        .ids(
+            "SELECT id FROM posts WHERE course_id = $1 AND title LIKE 'quokka%' ORDER BY id DESC LIMIT 100",
+            [w.course.into()],
+        )
+        .await;
+    let newest_comments = app
+        .ids(
+            "SELECT id FROM comments WHERE post_id = $1 AND body LIKE 'quokka%' ORDER BY id DESC LIMIT 100",
+            [host.into()],
+        )
+        .await;
     let mut found_posts: Vec<i64> = in_one_pass.iter().filter(|(k, _)| k == "post").map(|(_, id)| *id).collect();
     let mut found_comments: Vec<i64> = in_one_pass.iter().filter(|(k, _)| k == "comment").map(|(_, id)| *id).collect();
     found_posts.sort_unstable_by(|a, b| b.cmp(a));
@@ -496,19 +481,10 @@ async fn comment_windows_of_id_buckets_find_exactly_the_newest_matches() {
         assert_eq!(made, 2000);
     }
     let ids_of = |body: &'static str| {
-        let app = &app;
-        async move {
-            let rows = app
-                .db
-                .query_all_raw(Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    "SELECT id FROM comments WHERE post_id = $1 AND body LIKE $2 ORDER BY id DESC",
-                    [host.into(), body.into()],
-                ))
-                .await
-                .expect("matching ids");
-            rows.iter().map(|r| r.try_get::<i64>("", "id").expect("id")).collect::<Vec<i64>>()
-        }
+        app.ids(
+            "SELECT id FROM comments WHERE post_id = $1 AND body LIKE $2 ORDER BY id DESC",
+            [host.into(), body.into()],
+        )
     };
     let matching = ids_of("quokka%").await;
     assert_eq!(matching.len(), 200);
@@ -802,18 +778,9 @@ async fn a_query_without_words_to_look_up_reads_no_word_index_and_finds_every_ro
         )
         .await;
     assert_eq!(made, 600);
-    let without: Vec<i64> = {
-        let rows = app
-            .db
-            .query_all_raw(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                "SELECT id FROM comments WHERE post_id = $1 AND body NOT LIKE 'quokka%' ORDER BY id DESC",
-                [host.into()],
-            ))
-            .await
-            .expect("ids without the word");
-        rows.iter().map(|r| r.try_get::<i64>("", "id").expect("id")).collect()
-    };
+    let without = app
+        .ids("SELECT id FROM comments WHERE post_id = $1 AND body NOT LIKE 'quokka%' ORDER BY id DESC", [host.into()])
+        .await;
     assert_eq!(without.len(), 540);
 
     // Through the API: the first page holds only rows without the word.

@@ -76,15 +76,6 @@ async fn exec(app: &TestApp, sql: &str, values: Vec<sea_orm::Value>) {
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
-async fn ids(app: &TestApp, sql: &str, values: Vec<sea_orm::Value>) -> Vec<i64> {
-    let rows = app
-        .db
-        .query_all_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, values))
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    rows.iter().map(|row| row.try_get::<i64>("", "id").expect("id")).collect()
-}
-
 async fn metrics(app: &TestApp) -> String {
     app.http.get(app.url("/metrics")).send().await.expect("metrics").text().await.expect("metrics text")
 }
@@ -114,7 +105,7 @@ async fn cached_searches_answer_as_fresh_ones() {
         )
         .await;
     }
-    let posts = ids(&app, "SELECT id FROM posts WHERE course_id = $1 ORDER BY id", vec![w.course.into()]).await;
+    let posts = app.ids("SELECT id FROM posts WHERE course_id = $1 ORDER BY id", vec![w.course.into()]).await;
     for n in 0..600 {
         let post = posts[rng.random_range(0..posts.len())];
         let author = [w.alice, w.bob, w.instructor][n % 3];
@@ -137,13 +128,13 @@ async fn cached_searches_answer_as_fresh_ones() {
     let filters = [json!(null), json!({ "kind": "QUESTION" }), json!({ "unresolved": true })];
     let readers = [w.alice, w.bob, w.instructor];
     for step in 0..60 {
-        let post_ids = ids(&app, "SELECT id FROM posts WHERE course_id = $1 ORDER BY id", vec![w.course.into()]).await;
-        let comment_ids = ids(
-            &app,
-            "SELECT c.id FROM comments c JOIN posts p ON p.id = c.post_id WHERE p.course_id = $1 ORDER BY c.id",
-            vec![w.course.into()],
-        )
-        .await;
+        let post_ids = app.ids("SELECT id FROM posts WHERE course_id = $1 ORDER BY id", vec![w.course.into()]).await;
+        let comment_ids = app
+            .ids(
+                "SELECT c.id FROM comments c JOIN posts p ON p.id = c.post_id WHERE p.course_id = $1 ORDER BY c.id",
+                vec![w.course.into()],
+            )
+            .await;
         let post = post_ids[rng.random_range(0..post_ids.len())];
         let comment = comment_ids[rng.random_range(0..comment_ids.len())];
         let author = readers[rng.random_range(0..readers.len())];
@@ -248,7 +239,7 @@ async fn a_comment_committed_after_the_candidates_were_kept_is_found() {
         vec![w.course.into(), w.alice.into()],
     )
     .await;
-    let post = ids(&app, "SELECT id FROM posts WHERE course_id = $1", vec![w.course.into()]).await[0];
+    let post = app.ids("SELECT id FROM posts WHERE course_id = $1", vec![w.course.into()]).await[0];
 
     // The slow transaction inserts first (the lower id) and stays open.
     let slow = app.db.begin().await.expect("begin");
@@ -297,7 +288,7 @@ async fn a_post_moved_to_another_course_leaves_the_kept_candidates_of_the_old_on
         )
         .await;
     }
-    let moved = ids(&app, "SELECT id FROM posts WHERE title = 'Nebula dust'", vec![]).await[0];
+    let moved = app.ids("SELECT id FROM posts WHERE title = 'Nebula dust'", vec![]).await[0];
     exec(
         &app,
         "INSERT INTO comments (post_id, user_id, body) VALUES ($1, $2, 'nebula dust grains')",
@@ -342,7 +333,7 @@ async fn a_candidate_deleted_for_good_makes_room_for_the_next_older_match() {
         vec![w.course.into(), w.alice.into(), w.instructor.into()],
     )
     .await;
-    let oldest = ids(&app, "SELECT id FROM posts WHERE course_id = $1", vec![w.course.into()]).await[0];
+    let oldest = app.ids("SELECT id FROM posts WHERE course_id = $1", vec![w.course.into()]).await[0];
     exec(
         &app,
         "INSERT INTO posts (course_id, user_id, title, body) \
@@ -506,8 +497,7 @@ async fn headlines_are_made_once_per_row_and_again_after_an_edit() {
         let (title, body) = (title.to_owned(), body.to_owned());
         let app = &app;
         async move {
-            ids(
-                app,
+            app.ids(
                 "INSERT INTO posts (course_id, user_id, title, body, kind, private) \
                  VALUES ($1, $2, $3, $4, 'question', $5) RETURNING id",
                 vec![w.course.into(), author.into(), title.into(), body.into(), private.into()],

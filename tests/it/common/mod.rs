@@ -399,6 +399,16 @@ impl TestApp {
         }
     }
 
+    /// Runs a statement returning rows with a bigint column named `id`: their ids, in order.
+    pub async fn ids<I: IntoIterator<Item = Value>>(&self, sql: &str, values: I) -> Vec<i64> {
+        let rows = self
+            .db
+            .query_all_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, values))
+            .await
+            .unwrap_or_else(|e| panic!("query `{sql}` failed: {e}"));
+        rows.iter().map(|row| row.try_get::<i64>("", "id").expect("an id column")).collect()
+    }
+
     /// Runs a statement returning one row with a bigint column named `v`
     /// (`SELECT count(*) AS v …`, `INSERT … RETURNING id AS v`).
     pub async fn scalar_i64<I: IntoIterator<Item = Value>>(&self, sql: &str, values: I) -> i64 {
